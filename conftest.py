@@ -1,0 +1,68 @@
+"""The real Redis every test talks to, and a fresh queue name per test.
+
+Order: EMQ_TEST_REDIS_URL if set; else a testcontainers Redis when a Docker engine answers;
+else a private redis-server from PATH on a free loopback port (no persistence), stopped at
+the end. Tests that kill or restart a server take ``private_redis`` instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from emqtasks import App
+from emqtasks.localserver import LocalRedis
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    url = os.environ.get("EMQ_TEST_REDIS_URL")
+    if url:
+        yield url
+    elif _docker_answers():
+        from testcontainers.redis import RedisContainer
+
+        with RedisContainer("redis:7") as container:
+            host = container.get_container_host_ip()
+            yield f"redis://{host}:{container.get_exposed_port(6379)}/0"
+    else:
+        with LocalRedis() as server:
+            yield server.url
+
+
+@pytest.fixture
+def queue_name() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def app(redis_url: str, queue_name: str) -> Iterator[App]:
+    application = App(redis_url=redis_url, queue=queue_name)
+    yield application
+    application.purge()
+    application.close()
+
+
+@pytest.fixture
+def queue(app: App):  # type: ignore[no-untyped-def]
+    return app.queue()
+
+
+@pytest.fixture
+def private_redis() -> Iterator[LocalRedis]:
+    """A server of the test's own, to kill, restart or flush without disturbing others."""
+    with LocalRedis() as server:
+        yield server

@@ -1,0 +1,285 @@
+"""App: settings, the Redis connection, @app.task; Task: delay / apply_async / map; JobHandle."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+import redis
+
+from . import serialization
+from .config import Settings
+from .errors import InvalidArgument, InvalidGroup, TaskFailed
+from .keys import DEFAULT_GROUP, check_group, new_job_id
+from .queue import DUPLICATE, NewJob, Queue
+from .registry import REGISTRY, GroupSpec, TaskSpec
+
+F = TypeVar("F", bound=Callable[..., Any])
+_apps: list[App] = []
+
+
+def connect(url: str) -> Any:
+    """A redis-py client for a URL, with replies decoded as text."""
+    return redis.Redis.from_url(url, decode_responses=True)
+
+
+class JobHandle:
+    """A job's id, whether the enqueue was a duplicate, and a way to follow it."""
+
+    __slots__ = ("id", "duplicate", "_queue")
+
+    def __init__(self, queue: Queue, job_id: str, duplicate: bool) -> None:
+        self._queue = queue
+        self.id = job_id
+        self.duplicate = duplicate
+
+    def status(self) -> str | None:
+        """pending, delayed, active, done, dead, cancelled; None once the row expired."""
+        return self._queue.status(self.id)
+
+    def info(self) -> dict[str, Any] | None:
+        return self._queue.job(self.id)
+
+    def get(self, timeout: float | None = None, poll: float | None = None) -> Any:
+        """The task's return value; TaskFailed if it died; TimeoutError past the timeout.
+
+        Waits with a backoff from 5 ms to ``poll`` (default 0.5 s) between looks.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause, ceiling = 0.005, poll or 0.5
+        while True:
+            row = self._queue.client.hmget(self._queue.keys.job(self.id),
+                                           "state", "result", "error")
+            state = row[0]
+            if state == "done":
+                return serialization.loads_result(row[1])
+            if state == "dead":
+                raise TaskFailed(self.id, row[2])
+            if state == "cancelled":
+                raise TaskFailed(self.id, "cancelled")
+            if state is None:
+                raise TaskFailed(self.id, "the job row is gone (expired, purged or never was)")
+            if deadline is not None and time.monotonic() + pause > deadline:
+                raise TimeoutError(f"job {self.id} still {state} after {timeout}s")
+            time.sleep(pause)
+            pause = min(pause * 2, ceiling)
+
+    def __repr__(self) -> str:
+        return f"<JobHandle {self.id}{' duplicate' if self.duplicate else ''}>"
+
+
+class Task:
+    """A registered function. Calling it runs it here; ``delay`` runs it on a worker."""
+
+    def __init__(self, app: App, spec: TaskSpec) -> None:
+        self.app = app
+        self.spec = spec
+        self.name = spec.name
+        functools.update_wrapper(self, spec.fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.spec.fn(*args, **kwargs)
+
+    def delay(self, *args: Any, **kwargs: Any) -> JobHandle:
+        return self.apply_async(args, kwargs)
+
+    def apply_async(self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None,
+                    job_id: str | None = None, group: str | None = None,
+                    countdown: float | None = None,
+                    eta: datetime | float | None = None) -> JobHandle:
+        """Enqueue one call. ``eta`` is a datetime or a UNIX timestamp; both go via delayed."""
+        job = self._new_job(tuple(args), kwargs or {}, job_id, group, countdown, eta)
+        queue = self.app.queue(self.spec.queue)
+        verdict = queue.enqueue_many([job])[0]
+        return JobHandle(queue, job.id, verdict == DUPLICATE)
+
+    def map(self, calls: Iterable[Any]) -> list[JobHandle]:
+        """Enqueue many calls in one round trip; each item a tuple of args or a dict of kwargs."""
+        jobs = [self._new_job(*_split_call(c), None, None, None, None) for c in calls]
+        if not jobs:
+            return []
+        queue = self.app.queue(self.spec.queue)
+        verdicts = queue.enqueue_many(jobs)
+        return [JobHandle(queue, j.id, v == DUPLICATE) for j, v in zip(jobs, verdicts)]
+
+    def _new_job(self, args: tuple[Any, ...], kwargs: dict[str, Any], job_id: str | None,
+                 group: str | None, countdown: float | None,
+                 eta: datetime | float | None) -> NewJob:
+        spec = self.spec
+        payload = serialization.dumps_args(args, kwargs, self.app.settings.max_payload_bytes)
+        return NewJob(
+            id=job_id if job_id is not None else new_job_id(),
+            task=spec.name,
+            payload=payload,
+            group=check_group(group if group is not None else self._group_of(args, kwargs)),
+            max_attempts=spec.max_attempts,
+            lease_ms=int(spec.lease * 1000),
+            delay_ms=int(spec.retry_delay * 1000),
+            ttl=spec.result_ttl,
+            countdown_ms=_countdown_ms(countdown, eta),
+        )
+
+    def _group_of(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        g = self.spec.group
+        if g is None:
+            return DEFAULT_GROUP
+        if isinstance(g, str):
+            return g
+        try:
+            return g(*args, **kwargs)  # type: ignore[no-any-return]
+        except Exception as exc:
+            raise InvalidGroup(f"the group function of {self.name} failed: {exc!r}") from exc
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name}>"
+
+
+def _split_call(call: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if isinstance(call, dict):
+        return (), call
+    if isinstance(call, (tuple, list)):
+        return tuple(call), {}
+    raise InvalidArgument(f"map() takes tuples of args or dicts of kwargs, not {call!r}")
+
+
+def _countdown_ms(countdown: float | None, eta: datetime | float | None) -> int:
+    if eta is not None:
+        stamp = eta.timestamp() if isinstance(eta, datetime) else float(eta)
+        countdown = max(countdown or 0.0, stamp - datetime.now(timezone.utc).timestamp())
+    if countdown is None or countdown <= 0:
+        return 0
+    return max(1, int(countdown * 1000))
+
+
+class App:
+    """Settings, one Redis client, and the tasks registered through it.
+
+    Nothing connects until the first enqueue or admin call, so importing a tasks module is
+    free of I/O and a worker can point the app elsewhere first (``configure``).
+    """
+
+    def __init__(self, redis_url: str | None = None, queue: str | None = None,
+                 max_payload_bytes: int | None = None) -> None:
+        self._explicit = {"redis_url": redis_url, "queue": queue,
+                          "max_payload_bytes": max_payload_bytes}
+        self._settings: Settings | None = None
+        self._client: Any = None
+        self._queues: dict[str, Queue] = {}
+        self._lock = threading.Lock()
+        self.tasks: dict[str, Task] = {}
+        _apps.append(self)
+
+    # -- configuration ------------------------------------------------------------------
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = Settings.from_env(**self._explicit)
+        return self._settings
+
+    @property
+    def explicit(self) -> dict[str, Any]:
+        """The settings given to the constructor (None where the environment decides)."""
+        return dict(self._explicit)
+
+    def configure(self, **changes: Any) -> App:
+        """Replace settings (None leaves one as is); drops the connection."""
+        self._settings = self.settings.with_(**changes)
+        self.close()
+        return self
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = connect(self.settings.redis_url)
+        return self._client
+
+    def queue(self, name: str | None = None) -> Queue:
+        """The verbs of a queue on this app's server (default: the app's queue)."""
+        name = name or self.settings.queue
+        q = self._queues.get(name)
+        if q is None:
+            q = self._queues[name] = Queue(self.client, name)
+        return q
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        self._client = None
+        self._queues = {}
+
+    # -- tasks --------------------------------------------------------------------------
+    def task(self, fn: F | None = None, *, name: str | None = None, group: GroupSpec = None,
+             max_attempts: int = 3, retry_delay: float = 1.0, lease: float = 30.0,
+             queue: str | None = None, time_limit: float | None = None,
+             result_ttl: int = 86_400) -> Any:
+        """Register a function as a task; usable as ``@app.task`` or ``@app.task(...)``."""
+
+        def register(f: Callable[..., Any]) -> Task:
+            if max_attempts < 1 or lease <= 0 or retry_delay < 0 or result_ttl < 0:
+                raise InvalidArgument("max_attempts >= 1, lease > 0, retry_delay >= 0 and "
+                                      "result_ttl >= 0 are required")
+            spec = TaskSpec(name=name or f"{f.__module__}.{f.__qualname__}", fn=f,
+                            group=group, max_attempts=max_attempts, retry_delay=retry_delay,
+                            lease=lease, queue=queue, time_limit=time_limit,
+                            result_ttl=int(result_ttl))
+            t = Task(self, spec)
+            REGISTRY.add(t)
+            self.tasks[spec.name] = t
+            return t
+
+        return register(fn) if fn is not None else register
+
+    # -- admin verbs on the app's queue ------------------------------------------------------
+    def pause(self) -> None:
+        self.queue().pause()
+
+    def resume(self) -> None:
+        self.queue().resume()
+
+    def pause_group(self, group: str) -> bool:
+        return self.queue().pause_group(group)
+
+    def resume_group(self, group: str) -> bool:
+        return self.queue().resume_group(group)
+
+    def set_group_limit(self, group: str, limit: int | None) -> None:
+        self.queue().set_group_limit(group, limit)
+
+    def set_group_weight(self, group: str, weight: int) -> None:
+        self.queue().set_group_weight(group, weight)
+
+    def stats(self) -> dict[str, Any]:
+        return self.queue().stats()
+
+    def dead_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
+        return self.queue().dead_jobs(limit)
+
+    def requeue_dead(self, job_id: str | None = None) -> int:
+        return self.queue().requeue_dead(job_id)
+
+    def cancel(self, job_id: str) -> str:
+        return self.queue().cancel(job_id)
+
+    def purge(self) -> int:
+        return self.queue().purge()
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        return self.queue().job(job_id)
+
+
+default_app = App()
+
+
+def task(fn: F | None = None, **options: Any) -> Any:
+    """Register a task on the default App (settings from EMQ_REDIS_URL / EMQ_QUEUE)."""
+    return default_app.task(fn, **options)
+
+
+def all_apps() -> list[App]:
+    return list(_apps)

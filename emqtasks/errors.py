@@ -1,0 +1,81 @@
+"""The emqtasks error tree: one base class, one line of docstring per error."""
+
+from __future__ import annotations
+
+
+class EmqError(Exception):
+    """Base class of every error emqtasks raises on purpose."""
+
+
+class ConfigError(EmqError):
+    """A setting is malformed (Redis URL, queue name, a tunable out of range)."""
+
+
+class InvalidQueueName(ConfigError):
+    """A queue name outside letters, digits and ``_ . -`` (1 to 64 characters)."""
+
+
+class InvalidJobId(EmqError):
+    """A caller-chosen job id that does not match the documented id pattern."""
+
+
+class InvalidGroup(EmqError):
+    """A group name that is empty, not a string, or longer than the documented limit."""
+
+
+class InvalidArgument(EmqError):
+    """An argument to an admin verb is out of range (a limit below 1, a weight below 1...)."""
+
+
+class SerializationError(EmqError):
+    """Task arguments or a result that JSON cannot encode, or a payload that cannot be decoded."""
+
+
+class PayloadTooLarge(SerializationError):
+    """An encoded payload over the configured size limit (default 1 MB)."""
+
+
+class UnknownTask(EmqError):
+    """A task name that is not in the registry of this process."""
+
+
+class DuplicateTaskName(EmqError):
+    """Two different functions registered under one task name."""
+
+
+class ScriptError(EmqError):
+    """A Lua verb answered with an error code the client did not expect."""
+
+
+class RedisUnavailable(EmqError):
+    """The Redis server cannot be reached at the configured URL."""
+
+
+class TaskFailed(EmqError):
+    """A job ended in ``dead``: carries the remote exception type, message and traceback."""
+
+    def __init__(self, job_id: str, error: str | None) -> None:
+        self.job_id = job_id
+        self.error = error or ""
+        first = self.error.strip().splitlines()[-1] if self.error.strip() else "unknown error"
+        super().__init__(f"job {job_id} failed: {first}")
+
+
+class TimeLimitExceeded(EmqError):
+    """A job ran past its time limit; its child was killed and the job retried."""
+
+
+class WorkerLost(EmqError):
+    """The child running a job died (killed, crashed, out of memory) before it finished."""
+
+
+class Retry(Exception):
+    """Raise inside a task to ask for a retry after ``delay`` seconds (None: the task's own delay).
+
+    It counts as an attempt: out of attempts, the job lands in ``dead``.
+    """
+
+    def __init__(self, delay: float | None = None, reason: str = "") -> None:
+        self.delay = delay
+        self.reason = reason
+        super().__init__(reason or f"retry requested (delay={delay})")

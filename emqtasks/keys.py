@@ -1,0 +1,111 @@
+"""The keyspace: every key name of a queue is built here, and the gates on the names in it.
+
+Every key of a queue carries the hash tag ``{q}`` so the whole queue lives in one Redis
+Cluster slot. Scripts receive the queue's fixed keys as KEYS (in ``FIXED`` order) and form
+the two dynamic kinds (job rows and lanes) from the same hash-tagged base.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+from .errors import InvalidGroup, InvalidJobId, InvalidQueueName
+
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+#: Caller-chosen job ids: letters, digits and ``_ . : -``, 1 to 128 characters.
+JOB_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
+#: Group names are arbitrary non-empty UTF-8 up to this many bytes.
+GROUP_MAX_BYTES = 256
+DEFAULT_GROUP = "default"
+
+#: The fixed keys of a queue, in the order every script receives them as KEYS.
+FIXED = (
+    "ring",      # list: exactly the serviceable groups
+    "active",    # zset: leased ids, score = lease deadline (ms, server clock)
+    "gactive",   # hash: group -> jobs in flight
+    "glimit",    # hash: group -> concurrency limit
+    "gweight",   # hash: group -> weight for the deficit rotation
+    "gturn",     # hash: group -> turns taken in its current weighted visit (derived)
+    "gpaused",   # set: groups parked by a per-lane pause
+    "paused",    # string: the queue-wide pause flag
+    "delayed",   # zset: retries and countdowns, score = due time (ms, server clock)
+    "dead",      # zset: jobs that used up their attempts, score = time of death
+    "wake",      # list: readiness tokens, bounded
+)
+
+
+def check_queue_name(name: str) -> str:
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+        raise InvalidQueueName(
+            f"invalid queue name {name!r}: use 1-64 letters, digits, '_', '.' or '-'"
+        )
+    return name
+
+
+def check_job_id(job_id: str) -> str:
+    if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
+        raise InvalidJobId(
+            f"invalid job id {job_id!r}: use 1-128 letters, digits, '_', '.', ':' or '-'"
+        )
+    return job_id
+
+
+def check_group(group: object) -> str:
+    if not isinstance(group, str) or not group:
+        raise InvalidGroup(f"invalid group {group!r}: a group is a non-empty string")
+    if len(group.encode("utf-8", "surrogatepass")) > GROUP_MAX_BYTES:
+        raise InvalidGroup(f"invalid group: longer than {GROUP_MAX_BYTES} bytes")
+    return group
+
+
+_last_ms = 0
+_seq = 0
+
+
+def new_job_id() -> str:
+    """A time-ordered unique id: 12 hex digits of ms, 4 of a per-ms sequence, 8 random."""
+    global _last_ms, _seq
+    ms = time.time_ns() // 1_000_000
+    if ms <= _last_ms:
+        ms, _seq = _last_ms, (_seq + 1) & 0xFFFF
+    else:
+        _seq = 0
+    _last_ms = ms
+    return f"{ms:012x}{_seq:04x}{os.urandom(4).hex()}"
+
+
+class QueueKeys:
+    """Key names of one queue."""
+
+    __slots__ = ("name", "base", "fixed", "ring", "active", "delayed", "dead", "wake",
+                 "gactive", "glimit", "gweight", "gpaused", "paused")
+
+    def __init__(self, name: str) -> None:
+        self.name = check_queue_name(name)
+        self.base = f"emq:{{{name}}}:"
+        self.fixed = tuple(self.base + k for k in FIXED)
+        for k in ("ring", "active", "delayed", "dead", "wake", "gactive", "glimit",
+                  "gweight", "gpaused", "paused"):
+            setattr(self, k, self.base + k)
+
+    def job(self, job_id: str) -> str:
+        return f"{self.base}job:{job_id}"
+
+    def lane(self, group: str) -> str:
+        return f"{self.base}g:{group}:pending"
+
+    @property
+    def lane_pattern(self) -> str:
+        # Group names may hold glob characters; a SCAN pattern escapes none of them, so
+        # callers recover the group from the key by slicing, not from the pattern.
+        return f"{self.base}g:*:pending"
+
+    def group_of_lane(self, key: str) -> str:
+        return key[len(self.base) + 2 : -len(":pending")]
+
+    @property
+    def all_pattern(self) -> str:
+        # Queue names hold no glob characters, and Redis globs give braces no meaning.
+        return self.base + "*"

@@ -1,0 +1,104 @@
+"""A private redis-server process on a free loopback port, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from .errors import ConfigError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalRedis:
+    """Starts ``redis-server`` from PATH; stop(), kill() and restart() for fault tests."""
+
+    def __init__(self, *, persist: bool = False, port: int | None = None,
+                 extra: tuple[str, ...] = ()) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise ConfigError("no redis-server on PATH (apt-get install redis-server)")
+        self.binary = binary
+        self.port = port or free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="emq-redis-"))
+        self.persist = persist
+        self.extra = extra
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> LocalRedis:
+        persistence = (["--appendonly", "yes", "--appendfsync", "always"] if self.persist
+                       else ["--appendonly", "no"])
+        cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+               "--save", "", "--dir", str(self.dir), "--protected-mode", "no",
+               *persistence, *self.extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        try:
+            while True:
+                try:
+                    if client.ping():
+                        return
+                except redis.exceptions.BusyLoadingError:
+                    pass
+                except redis.exceptions.ConnectionError:
+                    if self.proc is not None and self.proc.poll() is not None:
+                        raise ConfigError(f"redis-server exited with {self.proc.returncode}")
+                if time.monotonic() > deadline:
+                    raise ConfigError(f"redis-server on port {self.port} not ready")
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        return redis.Redis(port=self.port, decode_responses=True, **kwargs)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown save, as a crash."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+            self.proc = None
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalRedis:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

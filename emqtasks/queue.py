@@ -1,0 +1,262 @@
+"""The verbs of one queue, one method per Lua script: what producers, workers and admins call."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from .errors import InvalidArgument, InvalidJobId, ScriptError
+from .keys import QueueKeys, check_group, check_job_id
+from .scripts import Scripts
+
+ENQUEUED, DUPLICATE, BAD_ID = 1, 0, -1
+RETRIED, DEAD, STALE = 1, 2, 0
+CANCEL_VERDICTS = {1: "cancelled", 0: "missing", -1: "active", -2: "finished"}
+
+
+class NewJob(NamedTuple):
+    """One job to enqueue, in the units the scripts take (ms, seconds for ttl)."""
+
+    id: str
+    task: str
+    payload: str
+    group: str
+    max_attempts: int
+    lease_ms: int
+    delay_ms: int
+    ttl: int
+    countdown_ms: int = 0
+
+
+class Lease(NamedTuple):
+    """A claimed job. ``attempts`` and ``nonce`` together are the fencing token."""
+
+    id: str
+    task: str
+    payload: str
+    attempts: int
+    nonce: str
+    group: str
+    lease_ms: int
+
+    @classmethod
+    def from_reply(cls, row: Sequence[Any]) -> Lease:
+        return cls(row[0], row[1], row[2] or "", int(row[3]), row[4], row[5], int(row[6]))
+
+
+def _nonce() -> str:
+    return os.urandom(8).hex()
+
+
+class Queue:
+    """One queue on one Redis client. Thread-compatible like the client it wraps."""
+
+    def __init__(self, client: Any, name: str) -> None:
+        self.client = client
+        self.keys = QueueKeys(name)
+        self.name = name
+        self.scripts = Scripts(client)
+        self._k = self.keys.fixed
+
+    # -- producer ---------------------------------------------------------------------
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
+        """Admit jobs in one round trip; per job ENQUEUED or DUPLICATE (bad ids raise)."""
+        for job in jobs:
+            check_job_id(job.id)
+            check_group(job.group)
+        args: list[Any] = [len(jobs)]
+        for job in jobs:
+            args.extend(job)
+        verdicts = [int(v) for v in self.scripts.enqueue(self._k, args)]
+        if BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
+            raise InvalidJobId("the server refused a malformed job id")
+        return verdicts
+
+    # -- consumer ---------------------------------------------------------------------
+    def claim(self, n: int = 1) -> list[Lease]:
+        """Lease up to n jobs, one per turn of the ring; [] when nothing is serviceable."""
+        return [Lease.from_reply(r) for r in self.scripts.claim(self._k, [n, _nonce()])]
+
+    def ack(self, lease: Lease, result: str = "null",
+            claim_next: bool = False) -> tuple[bool, Lease | None]:
+        """Complete a job (fenced); with claim_next, lease the next job in the same call.
+
+        Returns (acknowledged, next lease). ``acknowledged`` False means stale: nothing of
+        this holder's was written.
+        """
+        verdict, nxt = self.scripts.ack(
+            self._k, [lease.id, lease.attempts, lease.nonce, result,
+                      _nonce() if claim_next else ""])
+        return verdict == 1, (Lease.from_reply(nxt) if nxt else None)
+
+    def retry(self, lease: Lease, error: str, delay: float | None = None,
+              final: bool = False) -> int:
+        """Fail a job (fenced): RETRIED into delayed, DEAD, or STALE (nothing written)."""
+        delay_arg = "" if delay is None else int(delay * 1000)
+        return int(self.scripts.retry(
+            self._k, [lease.id, lease.attempts, lease.nonce, error, delay_arg,
+                      "1" if final else "0"]))
+
+    def release(self, lease: Lease, reason: str = "released by a stopping worker") -> bool:
+        """Hand a job back unrun (fenced), attempt rolled back; False when stale."""
+        return self.scripts.release(self._k, [lease.id, lease.attempts, lease.nonce,
+                                              reason]) == 1
+
+    def extend(self, leases: Iterable[Lease], lease_ms: int | None = None) -> list[bool]:
+        """Push lease deadlines out to now + lease (each job's own by default); fenced."""
+        leases = list(leases)
+        out: list[bool] = []
+        by_len: dict[int, list[Lease]] = {}
+        for lease in leases:
+            by_len.setdefault(lease_ms or lease.lease_ms, []).append(lease)
+        verdicts: dict[str, bool] = {}
+        for ms, group in by_len.items():
+            args: list[Any] = [ms]
+            for lease in group:
+                args.extend((lease.id, lease.attempts, lease.nonce))
+            for lease, v in zip(group, self.scripts.extend(self._k, args)):
+                verdicts[lease.id] = v == 1
+        out = [verdicts[lease.id] for lease in leases]
+        return out
+
+    def reap(self, limit: int = 1000) -> tuple[int, int]:
+        """Expired leases back to their lanes (or dead): returns (returned, dead)."""
+        returned, dead = self.scripts.reap(self._k, [limit])
+        return int(returned), int(dead)
+
+    def promote(self, limit: int = 1000) -> tuple[int, float | None]:
+        """Due delayed jobs into their lanes: (moved, seconds until the next is due or None)."""
+        moved, next_due = self.scripts.promote(self._k, [limit])
+        return int(moved), (None if int(next_due) < 0 else int(next_due) / 1000)
+
+    def park(self, timeout: float, client: Any = None) -> bool:
+        """Block on the wake key for up to timeout seconds; True if a token was taken."""
+        conn = client or self.client
+        return conn.blpop([self.keys.wake], timeout=max(timeout, 0.001)) is not None
+
+    def push_wake(self) -> None:
+        """Hand a readiness token on (bounded like the ones the scripts push)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.rpush(self.keys.wake, "1")
+        pipe.ltrim(self.keys.wake, 0, 15)
+        pipe.execute()
+
+    # -- admin ------------------------------------------------------------------------
+    def pause(self) -> None:
+        self.scripts.pause(self._k, ["1"])
+
+    def resume(self) -> None:
+        self.scripts.pause(self._k, ["0"])
+
+    def pause_group(self, group: str) -> bool:
+        return self.scripts.pause_group(self._k, [check_group(group), "1"]) == 1
+
+    def resume_group(self, group: str) -> bool:
+        return self.scripts.pause_group(self._k, [check_group(group), "0"]) == 1
+
+    def set_group_limit(self, group: str, limit: int | None) -> None:
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise InvalidArgument(f"a group limit is an integer >= 1 or None, not {limit!r}")
+        self.scripts.limit(self._k, [check_group(group), "" if limit is None else limit])
+
+    def set_group_weight(self, group: str, weight: int) -> None:
+        if not isinstance(weight, int) or weight < 1:
+            raise InvalidArgument(f"a group weight is an integer >= 1, not {weight!r}")
+        self.scripts.weight(self._k, [check_group(group), weight])
+
+    def cancel(self, job_id: str) -> str:
+        """'cancelled', 'missing', 'active' (running jobs are not interrupted) or 'finished'."""
+        verdict = int(self.scripts.cancel(self._k, [check_job_id(job_id)]))
+        if verdict not in CANCEL_VERDICTS:  # pragma: no cover
+            raise ScriptError(f"cancel answered {verdict}")
+        return CANCEL_VERDICTS[verdict]
+
+    def requeue_dead(self, job_id: str | None = None) -> int:
+        """Bring one dead job (or all of them) back with fresh attempts; returns the count."""
+        if job_id is not None:
+            return int(self.scripts.requeue(self._k, [check_job_id(job_id)]))
+        total = 0
+        while n := int(self.scripts.requeue(self._k, [])):
+            total += n
+        return total
+
+    def dead_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The most recent dead jobs, newest first, each a job() view."""
+        ids = self.client.zrevrange(self.keys.dead, 0, max(limit, 1) - 1)
+        return [j for j in (self.job(i) for i in ids) if j is not None]
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        """A read-only view of a job row, or None once it expired (or never was)."""
+        row = self.client.hgetall(self.keys.job(check_job_id(job_id)))
+        if not row:
+            return None
+        view: dict[str, Any] = {"id": job_id}
+        for field in ("state", "task", "group", "error", "result"):
+            view[field] = row.get(field)
+        for field in ("attempts", "max", "created", "started", "finished"):
+            view[field] = int(row[field]) if field in row else None
+        view["max_attempts"] = view.pop("max")
+        return view
+
+    def status(self, job_id: str) -> str | None:
+        return self.client.hget(self.keys.job(job_id), "state")
+
+    def groups(self) -> set[str]:
+        """Every group the queue knows of: with a lane, in flight, or configured."""
+        k = self.keys
+        found = {k.group_of_lane(key)
+                 for key in self.client.scan_iter(match=k.lane_pattern, count=1000)}
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hkeys(k.gactive)
+        pipe.hkeys(k.glimit)
+        pipe.hkeys(k.gweight)
+        pipe.smembers(k.gpaused)
+        for names in pipe.execute():
+            found.update(names)
+        return found
+
+    def stats(self) -> dict[str, Any]:
+        """Per group pending / active / limit / weight / paused, and queue totals."""
+        k = self.keys
+        groups = sorted(self.groups())
+        pipe = self.client.pipeline(transaction=False)
+        for g in groups:
+            pipe.zcard(k.lane(g))
+        pipe.hgetall(k.gactive)
+        pipe.hgetall(k.glimit)
+        pipe.hgetall(k.gweight)
+        pipe.smembers(k.gpaused)
+        pipe.exists(k.paused)
+        pipe.zcard(k.delayed)
+        pipe.zcard(k.dead)
+        pipe.zcard(k.active)
+        pipe.llen(k.ring)
+        replies = pipe.execute()
+        pending = replies[: len(groups)]
+        gactive, glimit, gweight, gpaused, paused, delayed, dead, active, ring = \
+            replies[len(groups):]
+        per_group = {
+            g: {"pending": n, "active": int(gactive.get(g, 0)),
+                "limit": int(glimit[g]) if g in glimit else None,
+                "weight": int(gweight.get(g, 1)), "paused": g in gpaused}
+            for g, n in zip(groups, pending)
+        }
+        return {
+            "queue": self.name, "paused": bool(paused), "pending": sum(pending),
+            "active": active, "delayed": delayed, "dead": dead, "ring": ring,
+            "groups": per_group,
+        }
+
+    def purge(self) -> int:
+        """Delete every key of the queue (jobs, lanes, books, flags); returns keys removed."""
+        removed = 0
+        batch: list[str] = []
+        for key in self.client.scan_iter(match=self.keys.all_pattern, count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                removed += self.client.unlink(*batch)
+                batch = []
+        if batch:
+            removed += self.client.unlink(*batch)
+        return removed

@@ -1,0 +1,76 @@
+"""Loads the Lua verbs from ``lua/``, composes each with the shared prelude, runs them by SHA.
+
+redis-py's ``Script`` computes the SHA on the client, runs EVALSHA and reloads the source on
+NOSCRIPT, so a ``SCRIPT FLUSH`` or a restarted server costs one extra round trip, no error.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .keys import FIXED
+
+VERBS = (
+    "enqueue", "claim", "ack", "retry", "release", "extend", "reap", "promote",
+    "pause", "pause_group", "limit", "weight", "cancel", "requeue",
+)
+
+
+def lua_dir() -> Path:
+    """The folder of Lua sources: inside the installed package, or the checkout's ``lua/``."""
+    packaged = Path(str(resources.files("emqtasks"))) / "lua"
+    if packaged.is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parent.parent / "lua"
+    if checkout.is_dir():
+        return checkout
+    raise ConfigError("emqtasks is installed without its lua/ folder")
+
+
+def _prelude() -> str:
+    names = ", ".join(f"K_{k}" for k in FIXED)
+    values = ", ".join(f"KEYS[{i}]" for i in range(1, len(FIXED) + 1))
+    base = f"local BASE = string.sub(KEYS[1], 1, -{len(FIXED[0]) + 1})"
+    return f"local {names} = {values}\n{base}\n"
+
+
+def _check_header(name: str, text: str) -> None:
+    head = text.split("\n\n", 1)[0]
+    if not head.startswith(f"-- {name}:") or "KEYS" not in head or "Reply" not in head:
+        raise ConfigError(f"lua/{name}.lua must open with its contract (name, KEYS, Reply)")
+
+
+@functools.lru_cache(maxsize=None)
+def source(name: str) -> str:
+    """The full text sent to Redis for one verb: prelude, shared helpers, the verb."""
+    folder = lua_dir()
+    text = (folder / f"{name}.lua").read_text()
+    _check_header(name, text)
+    return _prelude() + (folder / "_common.lua").read_text() + "\n" + text
+
+
+class Scripts:
+    """One redis-py ``Script`` per verb, bound to a client."""
+
+    def __init__(self, client: Any) -> None:
+        for name in VERBS:
+            setattr(self, name, client.register_script(source(name)))
+
+    enqueue: Any
+    claim: Any
+    ack: Any
+    retry: Any
+    release: Any
+    extend: Any
+    reap: Any
+    promote: Any
+    pause: Any
+    pause_group: Any
+    limit: Any
+    weight: Any
+    cancel: Any
+    requeue: Any

@@ -1,0 +1,133 @@
+-- _common.lua: helpers shared by the verbs; the loader puts this file in front of each.
+--
+-- Before this file the loader declares the queue's fixed keys (emqtasks/keys.py FIXED):
+--   K_ring (list)  K_active (zset)  K_gactive (hash)  K_glimit (hash)  K_gweight (hash)
+--   K_gturn (hash) K_gpaused (set)  K_paused (string) K_delayed (zset) K_dead (zset)
+--   K_wake (list)
+-- and BASE, the queue's hash-tagged prefix "emq:{q}:" cut from KEYS[1]. The only keys a
+-- script forms itself are job rows (BASE .. 'job:' .. id) and lanes
+-- (BASE .. 'g:' .. group .. ':pending'): both carry the queue's tag, so one slot.
+--
+-- Ring membership is derived, never searched: a group is on the ring exactly when its lane
+-- is non-empty, it is not paused and it is under its limit. Every verb that changes one of
+-- those three notes the transition and pushes or removes the group once.
+
+local WAKE_CAP = 16
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function job_key(id) return BASE .. 'job:' .. id end
+local function lane_key(g) return BASE .. 'g:' .. g .. ':pending' end
+
+-- A readiness token for a parked master; the list stays short whatever the traffic.
+local function wake()
+  if redis.call('LLEN', K_wake) < WAKE_CAP then redis.call('RPUSH', K_wake, '1') end
+end
+
+local function under_limit(g)
+  local lim = redis.call('HGET', K_glimit, g)
+  if not lim then return true end
+  return tonumber(redis.call('HGET', K_gactive, g) or '0') < tonumber(lim)
+end
+
+local function serviceable(g)
+  return redis.call('ZCARD', lane_key(g)) > 0
+    and redis.call('SISMEMBER', K_gpaused, g) == 0
+    and under_limit(g)
+end
+
+local function ring_enter(g)
+  redis.call('RPUSH', K_ring, g)
+  redis.call('HDEL', K_gturn, g)
+  wake()
+end
+
+-- from_tail: where the group is known to stand (just rotated to the tail, or still at the
+-- head), so LREM finds it in one step; nil scans the whole ring (admin verbs only).
+local function ring_leave(g, from_tail)
+  local count = 0
+  if from_tail == true then count = -1 elseif from_tail == false then count = 1 end
+  redis.call('LREM', K_ring, count, g)
+  redis.call('HDEL', K_gturn, g)
+end
+
+-- Add an id to its lane; a lane that just became non-empty may join the ring.
+local function lane_push(g, id, score)
+  local lane = lane_key(g)
+  redis.call('ZADD', lane, score, id)
+  if redis.call('ZCARD', lane) == 1
+    and redis.call('SISMEMBER', K_gpaused, g) == 0 and under_limit(g) then
+    ring_enter(g)
+  end
+end
+
+-- One job of group g left flight: the books drop, and a group held back only by its
+-- limit returns to the ring.
+local function active_drop(g)
+  local act = redis.call('HINCRBY', K_gactive, g, -1)
+  if act <= 0 then redis.call('HDEL', K_gactive, g) end
+  local lim = redis.call('HGET', K_glimit, g)
+  if lim and act + 1 >= tonumber(lim) and act < tonumber(lim)
+    and redis.call('ZCARD', lane_key(g)) > 0
+    and redis.call('SISMEMBER', K_gpaused, g) == 0 then
+    ring_enter(g)
+  end
+end
+
+-- The fence: the row is active and the caller holds the current attempts and nonce.
+-- Returns the row's group, max attempts and result ttl, or nil when stale.
+local function fenced(id, attempts, nonce)
+  local row = redis.call('HMGET', job_key(id), 'state', 'attempts', 'nonce', 'group', 'max', 'ttl')
+  if row[1] ~= 'active' or row[2] ~= attempts or row[3] ~= nonce then return nil end
+  return row
+end
+
+-- Rotate the ring for a claim of g (the head). A weighted group keeps the head for
+-- `weight` consecutive claims (deficit round robin). Returns true if g moved to the tail.
+local function ring_turn(g)
+  local w = tonumber(redis.call('HGET', K_gweight, g) or '1')
+  if w > 1 and redis.call('HINCRBY', K_gturn, g, 1) < w then return false end
+  if w > 1 then redis.call('HDEL', K_gturn, g) end
+  redis.call('LMOVE', K_ring, K_ring, 'LEFT', 'RIGHT')
+  return true
+end
+
+-- Claim one job: turn the ring one step, pop the head of that lane, lease it.
+-- Returns {id, task, payload, attempts, nonce, group, lease_ms} or nil when nothing is
+-- serviceable. Ghosts (ids whose row is gone) and stale ring entries are skipped, at most
+-- 64 of them per call; past that a wake is pushed so a worker comes back for the rest.
+local function claim_one(nonce, now)
+  for _ = 1, 64 do
+    local g = redis.call('LINDEX', K_ring, 0)
+    if not g then return nil end
+    local lane = lane_key(g)
+    local popped = redis.call('ZPOPMIN', lane)
+    if #popped == 0 then
+      ring_leave(g, false)
+    else
+      local id = popped[1]
+      local jk = job_key(id)
+      local row = redis.call('HMGET', jk, 'task', 'payload', 'lease', 'state')
+      if not row[4] then
+        if redis.call('ZCARD', lane) == 0 then ring_leave(g, false) end
+      else
+        local rotated = ring_turn(g)
+        local att = redis.call('HINCRBY', jk, 'attempts', 1)
+        local lease = tonumber(row[3])
+        redis.call('HSET', jk, 'state', 'active', 'nonce', nonce, 'started', now)
+        redis.call('ZADD', K_active, now + lease, id)
+        local act = redis.call('HINCRBY', K_gactive, g, 1)
+        local lim = redis.call('HGET', K_glimit, g)
+        if (lim and act >= tonumber(lim)) or redis.call('ZCARD', lane) == 0 then
+          ring_leave(g, rotated)
+        end
+        return {id, row[1], row[2], att, nonce, g, lease}
+      end
+    end
+  end
+  wake()
+  return nil
+end

@@ -1,0 +1,38 @@
+-- ack: complete a leased job (fenced), store its result, and optionally claim the next job
+-- in the same call, so a busy worker pays one script call per job.
+--
+-- KEYS: the queue's fixed keys (see _common.lua).
+-- ARGV[1]  id
+-- ARGV[2]  attempts, the token read at claim time
+-- ARGV[3]  nonce, drawn at claim time
+-- ARGV[4]  result (JSON text)
+-- ARGV[5]  next: '' for none, else the nonce for the next claim
+-- Reply: {verdict, next_job}: verdict 1 done, 0 stale (nothing was written: no result, no
+--   books); next_job as in claim.lua, or false when none was asked or none is serviceable.
+-- Side effects: removes the id from `active`, state done with result and finish time; the
+--   row expires after its ttl (deleted at once when ttl is 0); gactive-1, and a group held
+--   back by its limit returns to the ring with a wake.
+
+local id = ARGV[1]
+local verdict = 0
+local now = now_ms()
+local row = fenced(id, ARGV[2], ARGV[3])
+if row then
+  local jk = job_key(id)
+  redis.call('ZREM', K_active, id)
+  local ttl = tonumber(row[6] or '0')
+  if ttl > 0 then
+    redis.call('HSET', jk, 'state', 'done', 'result', ARGV[4], 'finished', now)
+    redis.call('HDEL', jk, 'payload')
+    redis.call('EXPIRE', jk, ttl)
+  else
+    redis.call('DEL', jk)
+  end
+  active_drop(row[4])
+  verdict = 1
+end
+local next_job = false
+if ARGV[5] ~= '' and redis.call('EXISTS', K_paused) == 0 then
+  next_job = claim_one(ARGV[5], now) or false
+end
+return {verdict, next_job}

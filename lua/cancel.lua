@@ -1,0 +1,30 @@
+-- cancel: withdraw a job that is not running.
+--
+-- KEYS: the queue's fixed keys (see _common.lua).
+-- ARGV[1]  id
+-- Reply: 1 cancelled; 0 no such job; -1 running (a leased job is not interrupted);
+--   -2 already finished (done or cancelled).
+-- Side effects: the id leaves its lane (an emptied lane leaves the ring), `delayed` or
+--   `dead`; state cancelled; the row expires after its ttl.
+
+local id = ARGV[1]
+local jk = job_key(id)
+local row = redis.call('HMGET', jk, 'state', 'group', 'ttl')
+local state, g = row[1], row[2]
+if not state then return 0 end
+if state == 'active' then return -1 end
+if state == 'done' or state == 'cancelled' then return -2 end
+if state == 'pending' then
+  local was = serviceable(g)
+  redis.call('ZREM', lane_key(g), id)
+  if was and not serviceable(g) then ring_leave(g, nil) end
+elseif state == 'delayed' then
+  redis.call('ZREM', K_delayed, id)
+elseif state == 'dead' then
+  redis.call('ZREM', K_dead, id)
+end
+redis.call('HSET', jk, 'state', 'cancelled', 'finished', now_ms())
+redis.call('HDEL', jk, 'payload')
+local ttl = tonumber(row[3] or '0')
+if ttl > 0 then redis.call('EXPIRE', jk, ttl) else redis.call('DEL', jk) end
+return 1

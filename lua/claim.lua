@@ -1,0 +1,19 @@
+-- claim: lease up to n jobs, each from the next turn of the ring (fair however many).
+--
+-- KEYS: the queue's fixed keys (see _common.lua).
+-- ARGV[1]  n, the most jobs to claim (n turns of the ring)
+-- ARGV[2]  nonce prefix, random per call; job i gets nonce prefix .. ':' .. i
+-- Reply: an array of up to n jobs, each {id, task, payload, attempts, nonce, group, lease_ms};
+--   empty when the queue is paused or nothing is serviceable.
+-- Side effects: per job, attempts+1, state active, `active` score now+lease, gactive+1;
+--   a group at its limit or with an empty lane leaves the ring.
+
+if redis.call('EXISTS', K_paused) == 1 then return {} end
+local now = now_ms()
+local out = {}
+for i = 1, tonumber(ARGV[1]) do
+  local job = claim_one(ARGV[2] .. ':' .. i, now)
+  if not job then break end
+  out[#out + 1] = job
+end
+return out

@@ -1,0 +1,19 @@
+-- limit: set or clear a group's concurrency limit.
+--
+-- KEYS: the queue's fixed keys (see _common.lua).
+-- ARGV[1]  group
+-- ARGV[2]  the limit (an integer >= 1), or '' to clear it
+-- Reply: 1.
+-- Side effects: `glimit`; the group leaves the ring if it is now at its limit, or rejoins
+--   it with a wake when the new limit frees it.
+
+local g = ARGV[1]
+local was = serviceable(g)
+if ARGV[2] == '' then
+  redis.call('HDEL', K_glimit, g)
+else
+  redis.call('HSET', K_glimit, g, ARGV[2])
+end
+local now_ok = serviceable(g)
+if was and not now_ok then ring_leave(g, nil) elseif now_ok and not was then ring_enter(g) end
+return 1

@@ -1,0 +1,14 @@
+-- pause: set or clear the queue-wide pause flag (claims answer empty while it is set).
+--
+-- KEYS: the queue's fixed keys (see _common.lua).
+-- ARGV[1]  '1' pause, '0' resume
+-- Reply: 1.
+-- Side effects: sets or deletes `paused`; a resume with work on the ring pushes a wake.
+
+if ARGV[1] == '1' then
+  redis.call('SET', K_paused, '1')
+else
+  redis.call('DEL', K_paused)
+  if redis.call('LLEN', K_ring) > 0 then wake() end
+end
+return 1

@@ -1,0 +1,20 @@
+-- pause_group: park one lane (it keeps its backlog and its in-flight work) or unpark it.
+--
+-- KEYS: the queue's fixed keys (see _common.lua).
+-- ARGV[1]  group
+-- ARGV[2]  '1' pause, '0' resume
+-- Reply: 1 changed, 0 already so.
+-- Side effects: `gpaused` membership; the group leaves the ring, or rejoins it with a wake
+--   when it is serviceable again.
+
+local g = ARGV[1]
+local was = serviceable(g)
+local changed
+if ARGV[2] == '1' then
+  changed = redis.call('SADD', K_gpaused, g)
+else
+  changed = redis.call('SREM', K_gpaused, g)
+end
+local now_ok = serviceable(g)
+if was and not now_ok then ring_leave(g, nil) elseif now_ok and not was then ring_enter(g) end
+return changed

@@ -1,0 +1,30 @@
+-- reap: return jobs whose lease expired to their lane, or to `dead` when out of attempts.
+--
+-- KEYS: the queue's fixed keys (see _common.lua).
+-- ARGV[1]  limit, the most expired leases handled in this call
+-- Reply: {returned, dead} counts.
+-- Side effects: per expired id, removed from `active`, gactive-1; state pending and back in
+--   its lane with its original enqueue time as score (ahead of newer work), or state dead
+--   with error "lease expired" in `dead`; groups rejoin the ring with a wake.
+
+local now = now_ms()
+local ids = redis.call('ZRANGEBYSCORE', K_active, '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+local returned, dead = 0, 0
+for _, id in ipairs(ids) do
+  redis.call('ZREM', K_active, id)
+  local jk = job_key(id)
+  local row = redis.call('HMGET', jk, 'group', 'attempts', 'max', 'created')
+  if row[1] then
+    active_drop(row[1])
+    if tonumber(row[2]) >= tonumber(row[3]) then
+      redis.call('HSET', jk, 'state', 'dead', 'error', 'lease expired', 'finished', now)
+      redis.call('ZADD', K_dead, now, id)
+      dead = dead + 1
+    else
+      redis.call('HSET', jk, 'state', 'pending', 'error', 'lease expired')
+      lane_push(row[1], id, tonumber(row[4]))
+      returned = returned + 1
+    end
+  end
+end
+return {returned, dead}

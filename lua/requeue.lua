@@ -1,0 +1,24 @@
+-- requeue: bring dead jobs back to their lanes with fresh attempts.
+--
+-- KEYS: the queue's fixed keys (see _common.lua).
+-- ARGV[1..] ids; with none, the oldest 500 of `dead`
+-- Reply: the number requeued (ids not in `dead` are passed over).
+-- Side effects: per id, out of `dead`; attempts 0, state pending, into its lane with score
+--   now; groups join the ring with a wake.
+
+local ids = ARGV
+if #ids == 0 then ids = redis.call('ZRANGE', K_dead, 0, 499) end
+local now = now_ms()
+local n = 0
+for _, id in ipairs(ids) do
+  if redis.call('ZREM', K_dead, id) == 1 then
+    local jk = job_key(id)
+    local g = redis.call('HGET', jk, 'group')
+    if g then
+      redis.call('HSET', jk, 'state', 'pending', 'attempts', 0)
+      lane_push(g, id, now)
+      n = n + 1
+    end
+  end
+end
+return n

@@ -1,0 +1,31 @@
+-- retry: fail a leased job (fenced): into `delayed` for a retry, or into `dead` when it has
+-- used its attempts (or when the caller says the failure is final).
+--
+-- KEYS: the queue's fixed keys (see _common.lua).
+-- ARGV[1]  id
+-- ARGV[2]  attempts token
+-- ARGV[3]  nonce token
+-- ARGV[4]  error text (type, message, traceback)
+-- ARGV[5]  delay ms before the retry; '' means the row's own fixed delay
+-- ARGV[6]  '1' to dead-letter now whatever the attempts left (a job that can never run)
+-- Reply: 1 retry scheduled, 2 dead, 0 stale (nothing was written).
+-- Side effects: removes the id from `active`; gactive-1 (a group held back by its limit
+--   returns to the ring with a wake); state delayed or dead, the error on the row.
+
+local id = ARGV[1]
+local row = fenced(id, ARGV[2], ARGV[3])
+if not row then return 0 end
+local jk = job_key(id)
+local now = now_ms()
+redis.call('ZREM', K_active, id)
+active_drop(row[4])
+if ARGV[6] == '1' or tonumber(row[2]) >= tonumber(row[5]) then
+  redis.call('HSET', jk, 'state', 'dead', 'error', ARGV[4], 'finished', now)
+  redis.call('ZADD', K_dead, now, id)
+  return 2
+end
+local delay = tonumber(ARGV[5])
+if not delay then delay = tonumber(redis.call('HGET', jk, 'delay') or '0') end
+redis.call('HSET', jk, 'state', 'delayed', 'error', ARGV[4])
+redis.call('ZADD', K_delayed, now + delay, id)
+return 1

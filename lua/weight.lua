@@ -1,0 +1,15 @@
+-- weight: set a group's weight, the consecutive claims it gets per turn of the ring.
+--
+-- KEYS: the queue's fixed keys (see _common.lua).
+-- ARGV[1]  group
+-- ARGV[2]  weight, an integer >= 1 (1 is the default and is stored as absent)
+-- Reply: 1.
+-- Side effects: `gweight`; the group's current turn count restarts.
+
+if ARGV[2] == '1' then
+  redis.call('HDEL', K_gweight, ARGV[1])
+else
+  redis.call('HSET', K_gweight, ARGV[1], ARGV[2])
+end
+redis.call('HDEL', K_gturn, ARGV[1])
+return 1

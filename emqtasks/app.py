@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -129,13 +130,52 @@ class Task:
             return DEFAULT_GROUP
         if isinstance(g, str):
             return g
+        # The call as made, if it fits the group function; else the task's arguments by
+        # name, so ``lambda tenant, **_: tenant`` serves ``build_report.delay("acme", 42)``.
+        call = (args, kwargs) if _fits(g, args, kwargs) else _by_name(self.spec.fn, args, kwargs)
         try:
-            return g(*args, **kwargs)  # type: ignore[no-any-return]
+            return g(*call[0], **call[1])  # type: ignore[no-any-return]
         except Exception as exc:
             raise InvalidGroup(f"the group function of {self.name} failed: {exc!r}") from exc
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
+
+
+def _fits(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to inspect: call it as made
+        return True
+    return True
+
+
+def _by_name(fn: Callable[..., Any], args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A call's arguments bound to the task's parameters, passed by name where they can be."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return args, kwargs
+    params = bound.signature.parameters
+    star = any(params[n].kind is inspect.Parameter.VAR_POSITIONAL and v
+               for n, v in bound.arguments.items())
+    pos: list[Any] = []
+    named: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        kind = params[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            pos.extend(value)
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        elif kind is inspect.Parameter.POSITIONAL_ONLY or (
+                star and kind is inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            pos.append(value)
+        else:
+            named[name] = value
+    return tuple(pos), named
 
 
 def _split_call(call: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -12,6 +12,7 @@ from .scripts import Scripts
 
 ENQUEUED, DUPLICATE, BAD_ID = 1, 0, -1
 RETRIED, DEAD, STALE = 1, 2, 0
+WAKE_WORK, WAKE_DUE = "1", "d"
 CANCEL_VERDICTS = {1: "cancelled", 0: "missing", -1: "active", -2: "finished"}
 
 
@@ -130,10 +131,14 @@ class Queue:
         moved, next_due = self.scripts.promote(self._k, [limit])
         return int(moved), (None if int(next_due) < 0 else int(next_due) / 1000)
 
-    def park(self, timeout: float, client: Any = None) -> bool:
-        """Block on the wake key for up to timeout seconds; True if a token was taken."""
-        conn = client or self.client
-        return conn.blpop([self.keys.wake], timeout=max(timeout, 0.001)) is not None
+    def park(self, timeout: float) -> str | None:
+        """Block on the wake key for up to timeout seconds.
+
+        Returns None on timeout, WAKE_WORK when work became claimable, WAKE_DUE when
+        `delayed` got a new earliest entry (re-read when to promote).
+        """
+        reply = self.client.blpop([self.keys.wake], timeout=max(timeout, 0.001))
+        return None if reply is None else reply[1]
 
     def push_wake(self) -> None:
         """Hand a readiness token on (bounded like the ones the scripts push)."""

@@ -18,7 +18,7 @@ def dumps_args(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any], limit:
         text = _encode({"v": VERSION, "a": list(args), "k": kwargs})
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"task arguments are not JSON-encodable: {exc}") from None
-    if len(text) > limit and len(text.encode("utf-8")) > limit:
+    if len(text) > limit or len(text.encode("utf-8")) > limit:
         raise PayloadTooLarge(f"payload of {len(text.encode('utf-8'))} bytes is over the "
                               f"{limit}-byte limit")
     return text

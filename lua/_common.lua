@@ -23,8 +23,19 @@ local function job_key(id) return BASE .. 'job:' .. id end
 local function lane_key(g) return BASE .. 'g:' .. g .. ':pending' end
 
 -- A readiness token for a parked master; the list stays short whatever the traffic.
-local function wake()
-  if redis.call('LLEN', K_wake) < WAKE_CAP then redis.call('RPUSH', K_wake, '1') end
+-- Token '1': work is claimable. Token 'd': `delayed` has a new earliest entry, so a parked
+-- master re-reads when to promote instead of sleeping past it.
+-- 'd' tokens may fill only half the list, so there is always room for a '1'.
+local function wake(token)
+  local cap = WAKE_CAP
+  if token == 'd' then cap = WAKE_CAP / 2 end
+  if redis.call('LLEN', K_wake) < cap then redis.call('RPUSH', K_wake, token or '1') end
+end
+
+-- Schedule an id in `delayed`; if it is now the earliest entry, tell the parked masters.
+local function delay_push(id, due)
+  redis.call('ZADD', K_delayed, due, id)
+  if redis.call('ZRANGE', K_delayed, 0, 0)[1] == id then wake('d') end
 end
 
 local function under_limit(g)

@@ -36,7 +36,7 @@ for i = 0, n - 1 do
         'attempts', 0, 'max', ARGV[o + 5], 'lease', ARGV[o + 6], 'delay', ARGV[o + 7],
         'ttl', ARGV[o + 8], 'created', now)
       if countdown > 0 then
-        redis.call('ZADD', K_delayed, now + countdown, id)
+        delay_push(id, now + countdown)
       else
         lane_push(g, id, now)
       end

@@ -27,5 +27,5 @@ end
 local delay = tonumber(ARGV[5])
 if not delay then delay = tonumber(redis.call('HGET', jk, 'delay') or '0') end
 redis.call('HSET', jk, 'state', 'delayed', 'error', ARGV[4])
-redis.call('ZADD', K_delayed, now + delay, id)
+delay_push(id, now + delay)
 return 1

@@ -1,0 +1,184 @@
+"""The ``emqtasks`` command: the worker and the admin verbs, with shared options in one place."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+import redis
+
+from . import __version__
+from .app import all_apps, connect, default_app
+from .config import Settings, WorkerSettings
+from .errors import EmqError
+from .queue import Queue
+
+EXIT_USAGE = 2
+
+
+class CliError(click.ClickException):
+    """One line on stderr and exit code 2."""
+
+    exit_code = EXIT_USAGE
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"emqtasks: error: {self.format_message()}", err=True)
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + netloc))
+
+
+def queue_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--redis-url and -Q, for every command (defaults: EMQ_REDIS_URL, EMQ_QUEUE)."""
+    fn = click.option("--redis-url", envvar="EMQ_REDIS_URL", default=None,
+                      help="Redis URL [env EMQ_REDIS_URL; default redis://127.0.0.1:6379/0]")(fn)
+    fn = click.option("-Q", "--queue", envvar="EMQ_QUEUE", default=None,
+                      help="queue name [env EMQ_QUEUE; default 'default']")(fn)
+    return fn
+
+
+def settings_for(redis_url: str | None, queue: str | None,
+                 base: dict[str, Any] | None = None) -> Settings:
+    base = base or {}
+    try:
+        return Settings.from_env({}, redis_url=redis_url or base.get("redis_url"),
+                                 queue=queue or base.get("queue"))
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
+
+
+def open_queue(settings: Settings) -> Queue:
+    """A queue on a server known to answer; a clear error naming the URL if it does not."""
+    try:
+        client = connect(settings.redis_url)
+        client.ping()
+    except (redis.exceptions.RedisError, ValueError, OSError) as exc:
+        raise CliError(f"cannot reach Redis at {redacted(settings.redis_url)}: {exc}") from None
+    return Queue(client, settings.queue)
+
+
+@click.group()
+@click.version_option(__version__, prog_name="emqtasks")
+def main() -> None:
+    """emqtasks: fair background tasks on Redis."""
+
+
+@main.command()
+@click.option("-A", "--app", "modules", multiple=True, required=True,
+              help="module that registers tasks (repeatable), e.g. app.tasks")
+@click.option("-c", "--concurrency", type=click.IntRange(1, 512), default=None,
+              help="child processes [default: number of CPUs]")
+@queue_options
+@click.option("--loglevel", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--max-tasks-per-child", type=click.IntRange(0), default=0, show_default=True,
+              help="replace a child after this many jobs (0: never)")
+@click.option("--time-limit", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="kill a job's child after this many seconds and retry it (0: none; "
+                   "a task's own time_limit wins)")
+@click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="seconds running jobs get to finish after SIGTERM / Ctrl-C")
+@click.option("--tick", type=click.FloatRange(0.05), default=5.0, show_default=True,
+              help="reap expired leases and promote due jobs at least this often (s)")
+def worker(modules: tuple[str, ...], concurrency: int | None, redis_url: str | None,
+           queue: str | None, loglevel: str, max_tasks_per_child: int, time_limit: float,
+           grace: float, tick: float) -> None:
+    """Run a master and N forked children on one queue."""
+    logging.basicConfig(level=loglevel.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s emqtasks[%(process)d] %(message)s")
+    import_modules(modules)
+    apps = [a for a in all_apps() if a.tasks and a is not default_app]
+    settings = settings_for(redis_url, queue, apps[0].explicit if len(apps) == 1 else None)
+    for app in {default_app, *apps}:
+        app.configure(redis_url=settings.redis_url)
+    if default_app.settings.queue != settings.queue and not apps:
+        default_app.configure(queue=settings.queue)
+    probe = open_queue(settings)
+    warn_about_eviction(probe)
+    wsettings = WorkerSettings(concurrency=concurrency or os.cpu_count() or 1, tick=tick,
+                               max_tasks_per_child=max_tasks_per_child,
+                               time_limit=time_limit, grace=grace)
+    from .registry import REGISTRY
+
+    logging.getLogger("emqtasks.worker").info(
+        "emqtasks %s: queue %r, concurrency %d, %d tasks registered (%s), redis %s",
+        __version__, settings.queue, wsettings.concurrency, len(REGISTRY),
+        ", ".join(REGISTRY.names()), redacted(settings.redis_url))
+    probe.client.close()
+    from .master import Master
+
+    url, name = settings.redis_url, settings.queue
+    code = Master(lambda: Queue(connect(url), name), wsettings).run()
+    sys.exit(code)
+
+
+def import_modules(modules: tuple[str, ...]) -> None:
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())   # `-A app.tasks` from the project folder, as Celery
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:   # noqa: BLE001 - any import failure is the user's to see
+            raise CliError(f"cannot import module {name!r}: {type(exc).__name__}: {exc}") \
+                from None
+
+
+def warn_about_eviction(queue: Queue) -> None:
+    try:
+        policy = queue.client.config_get("maxmemory-policy").get("maxmemory-policy")
+    except redis.exceptions.RedisError:
+        return   # CONFIG is often disabled on managed servers
+    if policy and policy != "noeviction":
+        logging.getLogger("emqtasks.worker").warning(
+            "maxmemory-policy is %r: Redis may evict queue keys and lose jobs; "
+            "set it to 'noeviction'", policy)
+
+
+@main.command()
+@queue_options
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def stats(redis_url: str | None, queue: str | None, as_json: bool) -> None:
+    """Lanes, in-flight jobs, limits, weights, pauses, delayed and dead counts."""
+    data = run_admin(redis_url, queue, lambda q: q.stats())
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(f"queue {data['queue']}{' (PAUSED)' if data['paused'] else ''}: "
+               f"{data['pending']} pending, {data['active']} active, "
+               f"{data['delayed']} delayed, {data['dead']} dead, {data['ring']} on the ring")
+    if data["groups"]:
+        click.echo(f"{'group':<24} {'pending':>8} {'active':>7} {'limit':>6} {'weight':>6}  paused")
+        for g, row in data["groups"].items():
+            limit = "-" if row["limit"] is None else row["limit"]
+            click.echo(f"{g[:24]:<24} {row['pending']:>8} {row['active']:>7} {limit!s:>6} "
+                       f"{row['weight']:>6}  {'yes' if row['paused'] else ''}")
+
+
+def run_admin(redis_url: str | None, queue: str | None, verb: Callable[[Queue], Any]) -> Any:
+    q = open_queue(settings_for(redis_url, queue))
+    try:
+        return verb(q)
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
+    except redis.exceptions.RedisError as exc:
+        raise CliError(f"Redis error: {exc}") from None
+    finally:
+        q.client.close()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,348 @@
+"""The master (the metronome): park on the wake key, fan readiness, renew, supervise, stop.
+
+Two threads. The park thread owns the only blocking Redis call: it reaps and promotes on
+the tick, and while some child is idle it parks on BLPOP of the wake key for as long as
+nothing is due; a token it takes becomes a byte on the wake pipe. The main thread never
+blocks on Redis: it selects over the children's pipes and sentinels, the wake pipe and the
+signal pipe, fans readiness to idle children, renews leases, enforces time limits, fails
+the job of a dead child and replaces it, and runs the shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import multiprocess
+
+from .child import GO, GOT_WORK, IDLE, STOP, Child
+from .config import WorkerSettings
+from .errors import TimeLimitExceeded, WorkerLost
+from .queue import WAKE_DUE, Lease, Queue
+from .resilience import TRANSIENT, Outage
+from .slots import Running, Slots
+
+log = logging.getLogger("emqtasks.worker")
+_ctx = multiprocess.get_context("fork")
+
+
+class ChildHandle:
+    """The master's view of one child process."""
+
+    def __init__(self, index: int, process: Any, pipe: Any) -> None:
+        self.index = index
+        self.process = process
+        self.pipe = pipe
+        self.idle = True
+        self.kill_reason: str | None = None
+        self.renewed: dict[tuple[str, str], float] = {}
+
+
+class Master:
+    """Runs a pool of N children on one queue until told to stop."""
+
+    def __init__(self, make_queue: Callable[[], Queue], settings: WorkerSettings) -> None:
+        self.make_queue = make_queue
+        self.settings = settings
+        self.queue = make_queue()
+        self.outage = Outage(log, "master", stop=lambda: self._hard_stop)
+        self.slots = Slots(settings.concurrency)
+        self.children: list[ChildHandle | None] = [None] * settings.concurrency
+        self.selector = selectors.DefaultSelector()
+        self.has_idle = threading.Event()
+        self.park_stop = threading.Event()
+        self.stats = {"started": 0, "died": 0, "replaced": 0, "time_limited": 0}
+        self._stopping = False
+        self._hard_stop = False
+        self._grace_deadline = 0.0
+        self._signal_r, self._signal_w = os.pipe()
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._signal_r, self._signal_w, self._wake_r, self._wake_w):
+            os.set_blocking(fd, False)
+
+    # -- lifecycle --------------------------------------------------------------------
+    def run(self) -> int:
+        self._install_signals()
+        # Recover and promote before anyone claims; also proves the scripts run.
+        self._reap(self.queue)
+        self._promote(self.queue)
+        for index in range(self.settings.concurrency):
+            self._spawn(index)
+        self.selector.register(self._signal_r, selectors.EVENT_READ, "signal")
+        self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        park = threading.Thread(target=self._park_loop, name="emq-park", daemon=True)
+        park.start()
+        self._fan()  # work may already be waiting: a restarted pool must not need a wake
+        try:
+            while self._alive_children():
+                self._step()
+        finally:
+            self.park_stop.set()
+            self.has_idle.set()
+            park.join(timeout=1.0)
+        log.info("stopped: %(started)d children started, %(died)d died, "
+                 "%(time_limited)d killed at their time limit", self.stats)
+        return 0
+
+    def _install_signals(self) -> None:
+        def on_signal(signum: int, _frame: Any) -> None:
+            os.write(self._signal_w, bytes([signum]))   # the main loop dispatches
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def _spawn(self, index: int) -> None:
+        master_end, child_end = _ctx.Pipe(duplex=True)
+        self.slots.reset(index)
+        child = Child(index, child_end, self.slots, self.make_queue, os.getpid(),
+                      self.settings.max_tasks_per_child, self.settings.time_limit)
+        others = [h.pipe.fileno() for h in self.children if h is not None]
+        process = _ctx.Process(target=_child_entry, args=(child, master_end.fileno(), others),
+                               name=f"emqtasks-child-{index}", daemon=False)
+        signals = {signal.SIGINT, signal.SIGTERM}
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        child_end.close()
+        handle = ChildHandle(index, process, master_end)
+        self.children[index] = handle
+        self.selector.register(master_end, selectors.EVENT_READ, ("pipe", index))
+        self.selector.register(process.sentinel, selectors.EVENT_READ, ("exit", index))
+        self.stats["started"] += 1
+        self.has_idle.set()
+
+    def _alive_children(self) -> bool:
+        return any(h is not None for h in self.children)
+
+    # -- the main loop ----------------------------------------------------------------
+    def _step(self) -> None:
+        busy = any(h is not None and not h.idle for h in self.children)
+        timeout = 0.1 if (busy or self._stopping) else 1.0
+        for key, _ in self.selector.select(timeout):
+            tag = key.data
+            if tag == "signal":
+                self._on_signals()
+            elif tag == "wake":
+                self._on_wake()
+            elif tag[0] == "pipe":
+                self._on_message(tag[1])
+            elif tag[0] == "exit":
+                self._on_exit(tag[1])
+        self._supervise_running()
+        if self._stopping and not self._hard_stop and time.monotonic() > self._grace_deadline:
+            log.warning("grace period over: stopping children now")
+            self._kill_all()
+
+    def _on_signals(self) -> None:
+        try:
+            received = os.read(self._signal_r, 64)
+        except BlockingIOError:
+            return
+        for signum in received:
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                if not self._stopping:
+                    self._begin_warm_stop(signal.Signals(signum).name)
+                elif signum == signal.SIGINT:
+                    log.warning("second interrupt: stopping children now")
+                    self._kill_all()
+
+    def _begin_warm_stop(self, why: str) -> None:
+        log.info("%s: finishing running jobs (grace %.1fs)", why, self.settings.grace)
+        self._stopping = True
+        self._grace_deadline = time.monotonic() + self.settings.grace
+        self.slots.set_stopping()
+        self.park_stop.set()
+        self.has_idle.set()
+        for h in self.children:
+            if h is not None and h.idle:
+                _send(h.pipe, STOP)
+
+    def _on_wake(self) -> None:
+        try:
+            os.read(self._wake_r, 64)
+        except BlockingIOError:
+            return
+        if self._stopping:
+            self._call(self.queue.push_wake)   # not ours to use: hand it on
+            return
+        self._fan()
+
+    def _fan(self) -> None:
+        for h in self.children:
+            if h is not None and h.idle and h.process.is_alive():
+                h.idle = False
+                _send(h.pipe, GO)
+        self.has_idle.clear()
+
+    def _on_message(self, index: int) -> None:
+        h = self.children[index]
+        if h is None:
+            return
+        try:
+            message = h.pipe.recv_bytes()
+        except (EOFError, OSError):
+            self.selector.unregister(h.pipe)
+            return
+        if message == IDLE:
+            h.idle = True
+            if self._stopping:
+                _send(h.pipe, STOP)
+            else:
+                self.has_idle.set()
+        elif message == GOT_WORK and not any(c is not None and c.idle for c in self.children):
+            # Every child is busy and work was there: let another master have a look too.
+            self._call(self.queue.push_wake)
+
+    def _on_exit(self, index: int) -> None:
+        h = self.children[index]
+        if h is None:
+            return
+        self.selector.unregister(h.process.sentinel)
+        try:
+            self.selector.unregister(h.pipe)
+        except (KeyError, ValueError):
+            pass
+        h.process.join(timeout=1.0)
+        code = h.process.exitcode
+        running = self.slots.read(index)
+        if running is not None:
+            self._settle_lost_job(h, running, code)
+        elif code not in (0, None):
+            log.warning("child %d (pid %s) exited with %s", index, h.process.pid, code)
+        h.pipe.close()
+        self.children[index] = None
+        if not self._stopping:
+            self.stats["replaced"] += 1
+            self._spawn(index)
+            # No wake may be coming for work the old child left in the lanes.
+            self.children[index].idle = False  # type: ignore[union-attr]
+            _send(self.children[index].pipe, GO)  # type: ignore[union-attr]
+
+    def _settle_lost_job(self, h: ChildHandle, running: Running, code: int | None) -> None:
+        lease = running.lease
+        if self._stopping and h.kill_reason is None:
+            ok = self._call(self.queue.release, lease, "released: worker stopped mid-job")
+            log.warning("job %s released back to its lane at shutdown (%s)", lease.id,
+                        "ok" if ok else "already settled")
+            return
+        self.stats["died"] += 1
+        if h.kill_reason is not None:
+            error = h.kill_reason
+        else:
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            error = (f"{WorkerLost.__name__}: child pid {h.process.pid} died "
+                     f"({how}) while running the job")
+        verdict = self._call(self.queue.retry, lease, error, None, False)
+        log.warning("job %s failed, %s: %s", lease.id,
+                    {1: "retry", 2: "dead", 0: "stale"}[verdict], error)
+
+    # -- leases and limits --------------------------------------------------------------
+    def _supervise_running(self) -> None:
+        now = time.monotonic()
+        due: list[Lease] = []
+        for h in self.children:
+            if h is None or h.idle:
+                continue
+            running = self.slots.read(h.index)
+            if running is None:
+                h.renewed.clear()
+                continue
+            lease = running.lease
+            if running.time_limit > 0 and now - running.started > running.time_limit \
+                    and h.kill_reason is None:
+                h.kill_reason = (f"{TimeLimitExceeded.__name__}: ran past its time limit "
+                                 f"of {running.time_limit:g}s")
+                self.stats["time_limited"] += 1
+                h.process.kill()
+                continue
+            key = (lease.id, lease.nonce)
+            last = h.renewed.get(key, running.started)
+            every = self.settings.renew_every or lease.lease_ms / 3000
+            if now - last >= every:
+                h.renewed = {key: now}
+                due.append(lease)
+        if due:
+            self._call(self.queue.extend, due)
+
+    def _kill_all(self) -> None:
+        self._hard_stop = True
+        for h in self.children:
+            if h is not None and h.process.is_alive():
+                h.process.kill()
+
+    # -- the park thread -----------------------------------------------------------------
+    def _park_loop(self) -> None:
+        queue = self.make_queue()   # its own connection: BLPOP holds it
+        outage = Outage(log, "park", stop=self.park_stop.is_set)
+        tick = self.settings.tick
+        next_reap = time.monotonic() + tick
+        next_promote = next_reap
+        while not self.park_stop.is_set():
+            try:
+                now = time.monotonic()
+                if now >= next_reap:
+                    outage.call(self._reap, queue)
+                    next_reap = now + tick
+                if now >= next_promote:
+                    due_in = outage.call(self._promote, queue)
+                    # While children are busy nobody parks to hear of new delayed work,
+                    # so look at least every second; an idle pool hears it on the wake key.
+                    look = tick if self.has_idle.is_set() else min(tick, 1.0)
+                    next_promote = now + min(look, due_in if due_in is not None else look)
+                horizon = max(min(next_reap, next_promote) - time.monotonic(), 0.001)
+                if not self.has_idle.wait(horizon) or self.park_stop.is_set():
+                    continue
+                token = outage.call(queue.park, horizon)
+                if token == WAKE_DUE:
+                    next_promote = 0.0
+                elif token is not None:
+                    if self.park_stop.is_set():
+                        outage.call(queue.push_wake)
+                        break
+                    self.has_idle.clear()
+                    os.write(self._wake_w, b"w")
+            except TRANSIENT:
+                continue   # only when stopping; the outage already logged it
+            except Exception:
+                log.exception("park loop error; carrying on")
+                self.park_stop.wait(1.0)
+
+    def _reap(self, queue: Queue) -> None:
+        returned, dead = queue.reap()
+        if returned or dead:
+            log.info("reaped expired leases: %d back to their lanes, %d dead", returned, dead)
+
+    def _promote(self, queue: Queue) -> float | None:
+        """Promote every due job; returns seconds until the next is due (None: none)."""
+        _, due_in = queue.promote()
+        while due_in == 0:
+            _, due_in = queue.promote()
+        return due_in
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self.outage.call(fn, *args)
+
+
+def _send(pipe: Any, message: bytes) -> None:
+    try:
+        pipe.send_bytes(message)
+    except (BrokenPipeError, OSError):
+        pass   # the child is gone; its sentinel tells the rest
+
+
+def _child_entry(child: Child, master_end_fd: int, others: list[int]) -> None:
+    for fd in [master_end_fd, *others]:
+        try:
+            os.close(fd)   # so our master's death reads as EOF, and so do siblings'
+        except OSError:
+            pass
+    child.main()

@@ -15,7 +15,7 @@ import redis
 from . import serialization
 from .config import Settings
 from .errors import InvalidArgument, InvalidGroup, TaskFailed
-from .keys import DEFAULT_GROUP, check_group, new_job_id
+from .keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
 from .queue import DUPLICATE, NewJob, Queue
 from .registry import REGISTRY, GroupSpec, TaskSpec
 
@@ -93,50 +93,18 @@ class Task:
                     countdown: float | None = None,
                     eta: datetime | float | None = None) -> JobHandle:
         """Enqueue one call. ``eta`` is a datetime or a UNIX timestamp; both go via delayed."""
-        job = self._new_job(tuple(args), kwargs or {}, job_id, group, countdown, eta)
-        queue = self.app.queue(self.spec.queue)
-        verdict = queue.enqueue_many([job])[0]
-        return JobHandle(queue, job.id, verdict == DUPLICATE)
+        return self.app.send_task(self, args, kwargs, job_id=job_id, group=group,
+                                  countdown=countdown, eta=eta)
 
     def map(self, calls: Iterable[Any]) -> list[JobHandle]:
         """Enqueue many calls in one round trip; each item a tuple of args or a dict of kwargs."""
-        jobs = [self._new_job(*_split_call(c), None, None, None, None) for c in calls]
+        limit = self.app.settings.max_payload_bytes
+        jobs = [build_job(self.spec, *_split_call(c), limit=limit) for c in calls]
         if not jobs:
             return []
         queue = self.app.queue(self.spec.queue)
         verdicts = queue.enqueue_many(jobs)
         return [JobHandle(queue, j.id, v == DUPLICATE) for j, v in zip(jobs, verdicts)]
-
-    def _new_job(self, args: tuple[Any, ...], kwargs: dict[str, Any], job_id: str | None,
-                 group: str | None, countdown: float | None,
-                 eta: datetime | float | None) -> NewJob:
-        spec = self.spec
-        payload = serialization.dumps_args(args, kwargs, self.app.settings.max_payload_bytes)
-        return NewJob(
-            id=job_id if job_id is not None else new_job_id(),
-            task=spec.name,
-            payload=payload,
-            group=check_group(group if group is not None else self._group_of(args, kwargs)),
-            max_attempts=spec.max_attempts,
-            lease_ms=int(spec.lease * 1000),
-            delay_ms=int(spec.retry_delay * 1000),
-            ttl=spec.result_ttl,
-            countdown_ms=_countdown_ms(countdown, eta),
-        )
-
-    def _group_of(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        g = self.spec.group
-        if g is None:
-            return DEFAULT_GROUP
-        if isinstance(g, str):
-            return g
-        # The call as made, if it fits the group function; else the task's arguments by
-        # name, so ``lambda tenant, **_: tenant`` serves ``build_report.delay("acme", 42)``.
-        call = (args, kwargs) if _fits(g, args, kwargs) else _by_name(self.spec.fn, args, kwargs)
-        try:
-            return g(*call[0], **call[1])  # type: ignore[no-any-return]
-        except Exception as exc:
-            raise InvalidGroup(f"the group function of {self.name} failed: {exc!r}") from exc
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
@@ -176,6 +144,39 @@ def _by_name(fn: Callable[..., Any], args: tuple[Any, ...],
         else:
             named[name] = value
     return tuple(pos), named
+
+
+def build_job(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any], *, limit: int,
+              job_id: str | None = None, group: str | None = None,
+              countdown: float | None = None, eta: datetime | float | None = None) -> NewJob:
+    """The row of one call of a task, gated: raises before anything is written."""
+    payload = serialization.dumps_args(args, kwargs, limit)
+    return NewJob(
+        id=check_job_id(job_id) if job_id is not None else new_job_id(),
+        task=spec.name,
+        payload=payload,
+        group=check_group(group if group is not None else _group_of(spec, args, kwargs)),
+        max_attempts=spec.max_attempts,
+        lease_ms=int(spec.lease * 1000),
+        delay_ms=int(spec.retry_delay * 1000),
+        ttl=spec.result_ttl,
+        countdown_ms=_countdown_ms(countdown, eta),
+    )
+
+
+def _group_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    g = spec.group
+    if g is None:
+        return DEFAULT_GROUP
+    if isinstance(g, str):
+        return g
+    # The call as made, if it fits the group function; else the task's arguments by name,
+    # so ``lambda tenant, **_: tenant`` serves ``build_report.delay("acme", 42)``.
+    call = (args, kwargs) if _fits(g, args, kwargs) else _by_name(spec.fn, args, kwargs)
+    try:
+        return g(*call[0], **call[1])  # type: ignore[no-any-return]
+    except Exception as exc:
+        raise InvalidGroup(f"the group function of {spec.name} failed: {exc!r}") from exc
 
 
 def _split_call(call: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -275,6 +276,28 @@ class App:
 
         return register(fn) if fn is not None else register
 
+    def send_task(self, task: str | Task, args: Iterable[Any] = (),
+                  kwargs: dict[str, Any] | None = None, *, job_id: str | None = None,
+                  group: str | None = None, countdown: float | None = None,
+                  eta: datetime | float | None = None, queue: str | None = None) -> JobHandle:
+        """Enqueue a call by task name (or Task) on this app's server.
+
+        A name registered in this process keeps its options (group function, attempts,
+        lease...); an unknown name is sent with the defaults of ``@task``, for a worker
+        elsewhere that knows it.
+        """
+        if isinstance(task, Task):
+            spec = task.spec
+        elif task in REGISTRY:
+            spec = REGISTRY.get(task).spec
+        else:
+            spec = TaskSpec(name=task, fn=_not_here)
+        job = build_job(spec, tuple(args), kwargs or {}, limit=self.settings.max_payload_bytes,
+                        job_id=job_id, group=group, countdown=countdown, eta=eta)
+        q = self.queue(queue or spec.queue)
+        verdict = q.enqueue_many([job])[0]
+        return JobHandle(q, job.id, verdict == DUPLICATE)
+
     # -- admin verbs on the app's queue ------------------------------------------------------
     def pause(self) -> None:
         self.queue().pause()
@@ -311,6 +334,10 @@ class App:
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         return self.queue().job(job_id)
+
+
+def _not_here(*_args: Any, **_kwargs: Any) -> None:
+    raise RuntimeError("this task is registered in another process")
 
 
 default_app = App()

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from . import serialization
+from . import embedded, serialization
 from .config import Settings
 from .errors import InvalidArgument, InvalidGroup, TaskFailed
 from .keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
@@ -24,8 +24,11 @@ _apps: list[App] = []
 
 
 def connect(url: str) -> Any:
-    """A redis-py client for a URL, with replies decoded as text."""
-    return redis.Redis.from_url(url, decode_responses=True)
+    """A redis-py client for a URL, with replies decoded as text.
+
+    ``embedded`` / ``embedded:PATH`` start (or reuse) the embedded development server.
+    """
+    return redis.Redis.from_url(embedded.resolve(url), decode_responses=True)
 
 
 class JobHandle:
@@ -46,28 +49,29 @@ class JobHandle:
         return self._queue.job(self.id)
 
     def get(self, timeout: float | None = None, poll: float | None = None) -> Any:
-        """The task's return value; TaskFailed if it died; TimeoutError past the timeout.
+        """The task's return value; TaskFailed if it died or was cancelled; TimeoutError.
 
-        Waits with a backoff from 5 ms to ``poll`` (default 0.5 s) between looks.
+        Blocks on the job's own notification key (one BLPOP per ``poll`` seconds, default
+        5), so a waiting client costs the server next to nothing.
         """
+        q = self._queue
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause, ceiling = 0.005, poll or 0.5
+        chunk = poll or 5.0
+        registered = False
         while True:
-            row = self._queue.client.hmget(self._queue.keys.job(self.id),
-                                           "state", "result", "error")
-            state = row[0]
+            state, result, error = q.outcome(self.id, register=not registered)
+            registered = True
             if state == "done":
-                return serialization.loads_result(row[1])
-            if state == "dead":
-                raise TaskFailed(self.id, row[2])
-            if state == "cancelled":
-                raise TaskFailed(self.id, "cancelled")
+                return serialization.loads_result(result)
+            if state in ("dead", "cancelled"):
+                raise TaskFailed(self.id, error if state == "dead" else "cancelled")
             if state is None:
-                raise TaskFailed(self.id, "the job row is gone (expired, purged or never was)")
-            if deadline is not None and time.monotonic() + pause > deadline:
+                raise TaskFailed(self.id, "the job row is gone (expired, purged, never "
+                                          "existed, or result_ttl=0)")
+            left = chunk if deadline is None else min(chunk, deadline - time.monotonic())
+            if left <= 0:
                 raise TimeoutError(f"job {self.id} still {state} after {timeout}s")
-            time.sleep(pause)
-            pause = min(pause * 2, ceiling)
+            q.wait_done(self.id, left)
 
     def __repr__(self) -> str:
         return f"<JobHandle {self.id}{' duplicate' if self.duplicate else ''}>"

@@ -104,9 +104,10 @@ def worker(modules: tuple[str, ...], concurrency: int | None, redis_url: str | N
     apps = [a for a in all_apps() if a.tasks and a is not default_app]
     settings = settings_for(redis_url, queue, apps[0].explicit if len(apps) == 1 else None)
     for app in {default_app, *apps}:
-        app.configure(redis_url=settings.redis_url)
-    if default_app.settings.queue != settings.queue and not apps:
-        default_app.configure(queue=settings.queue)
+        # Tasks that enqueue more work reach this worker's server, and its queue unless
+        # their app names one of its own.
+        app.configure(redis_url=settings.redis_url,
+                      queue=None if app.explicit["queue"] else settings.queue)
     probe = open_queue(settings)
     warn_about_eviction(probe)
     wsettings = WorkerSettings(concurrency=concurrency or os.cpu_count() or 1, tick=tick,
@@ -179,6 +180,71 @@ def run_admin(redis_url: str | None, queue: str | None, verb: Callable[[Queue], 
     finally:
         q.client.close()
 
+
+from .bench import bench  # noqa: E402 - registered last: bench imports nothing of cli at load
+
+main.add_command(bench)
+
+
+from . import cli_admin  # noqa: E402,F401  (registers the admin commands)
+
+@main.group()
+def embedded() -> None:
+    """The bundled development server (EMQ_REDIS_URL=embedded or embedded:PATH)."""
+
+
+def _embedded_server(path: str | None) -> Any:
+    from .embedded import DEFAULT_FOLDER, EmbeddedServer, folder_of
+
+    try:
+        return EmbeddedServer(folder_of(f"embedded:{path or DEFAULT_FOLDER}"))
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
+
+
+_folder_option = click.option("--path", default=None,
+                              help="folder of the server [default ./.emqtasks]")
+
+
+@embedded.command("start")
+@_folder_option
+def embedded_start(path: str | None) -> None:
+    """Start it (or find it running) and print its URL."""
+    server = _embedded_server(path)
+    try:
+        click.echo(server.ensure())
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
+
+
+@embedded.command("stop")
+@_folder_option
+def embedded_stop(path: str | None) -> None:
+    """Shut it down; its append-only file keeps every job for the next start."""
+    server = _embedded_server(path)
+    click.echo("stopped" if server.stop() else "not running")
+
+
+@embedded.command("status")
+@_folder_option
+def embedded_status(path: str | None) -> None:
+    """Say whether it runs, where, and how many keys it holds."""
+    info = _embedded_server(path).status()
+    if info["running"]:
+        click.echo(f"running: {info['url']} (pid {info['pid']}, redis {info['version']}, "
+                   f"{info['keys']} keys)")
+    else:
+        click.echo(f"not running (folder {info['folder']})")
+        sys.exit(1)
+
+
+def _register_commands() -> None:
+    from .demo import demo
+
+    main.add_command(demo)
+
+
+_register_commands()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

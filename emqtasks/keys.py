@@ -93,6 +93,10 @@ class QueueKeys:
     def job(self, job_id: str) -> str:
         return f"{self.base}job:{job_id}"
 
+    def done(self, job_id: str) -> str:
+        """The list a finishing verb pushes to, for clients blocked in ``get()``."""
+        return f"{self.base}done:{job_id}"
+
     def lane(self, group: str) -> str:
         return f"{self.base}g:{group}:pending"
 

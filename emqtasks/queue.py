@@ -204,6 +204,18 @@ class Queue:
         view["max_attempts"] = view.pop("max")
         return view
 
+    def outcome(self, job_id: str, register: bool = False) -> tuple[str | None, str | None,
+                                                                      str | None]:
+        """(state, result JSON, error) of a job; with register, count the caller as a waiter
+        so the verb that ends the job pushes a token on ``keys.done(job_id)``."""
+        state, result, error = self.scripts.wait(self._k, [job_id, "1" if register else "0"])
+        return state, result, error
+
+    def wait_done(self, job_id: str, timeout: float) -> bool:
+        """Block until the job's end is announced or timeout passes (one BLPOP)."""
+        return self.client.blpop([self.keys.done(job_id)], timeout=max(timeout, 0.001)) \
+            is not None
+
     def status(self, job_id: str) -> str | None:
         return self.client.hget(self.keys.job(job_id), "state")
 

@@ -16,7 +16,7 @@ from .keys import FIXED
 
 VERBS = (
     "enqueue", "claim", "ack", "retry", "release", "extend", "reap", "promote",
-    "pause", "pause_group", "limit", "weight", "cancel", "requeue",
+    "pause", "pause_group", "limit", "weight", "cancel", "requeue", "wait",
 )
 
 
@@ -74,3 +74,4 @@ class Scripts:
     weight: Any
     cancel: Any
     requeue: Any
+    wait: Any

@@ -5,8 +5,9 @@
 --   K_gturn (hash) K_gpaused (set)  K_paused (string) K_delayed (zset) K_dead (zset)
 --   K_wake (list)
 -- and BASE, the queue's hash-tagged prefix "emq:{q}:" cut from KEYS[1]. The only keys a
--- script forms itself are job rows (BASE .. 'job:' .. id) and lanes
--- (BASE .. 'g:' .. group .. ':pending'): both carry the queue's tag, so one slot.
+-- script forms itself are job rows (BASE .. 'job:' .. id), lanes
+-- (BASE .. 'g:' .. group .. ':pending') and result notifications (BASE .. 'done:' .. id):
+-- all carry the queue's tag, so one slot.
 --
 -- Ring membership is derived, never searched: a group is on the ring exactly when its lane
 -- is non-empty, it is not paused and it is under its limit. Every verb that changes one of
@@ -36,6 +37,17 @@ end
 local function delay_push(id, due)
   redis.call('ZADD', K_delayed, due, id)
   if redis.call('ZRANGE', K_delayed, 0, 0)[1] == id then wake('d') end
+end
+
+-- A job reached an end (done, dead, cancelled): wake each client blocked in get() on it.
+-- `waiters` on the row counts them; a client registers before it looks, so none is missed.
+local function notify(id, waiters)
+  local n = math.min(tonumber(waiters or '0') or 0, 100)
+  if n > 0 then
+    local key = BASE .. 'done:' .. id
+    for _ = 1, n do redis.call('RPUSH', key, '1') end
+    redis.call('EXPIRE', key, 60)
+  end
 end
 
 local function under_limit(g)
@@ -89,9 +101,10 @@ local function active_drop(g)
 end
 
 -- The fence: the row is active and the caller holds the current attempts and nonce.
--- Returns the row's group, max attempts and result ttl, or nil when stale.
+-- Returns {state, attempts, nonce, group, max, ttl, waiters}, or nil when stale.
 local function fenced(id, attempts, nonce)
-  local row = redis.call('HMGET', job_key(id), 'state', 'attempts', 'nonce', 'group', 'max', 'ttl')
+  local row = redis.call('HMGET', job_key(id), 'state', 'attempts', 'nonce', 'group', 'max', 'ttl',
+    'waiters')
   if row[1] ~= 'active' or row[2] ~= attempts or row[3] ~= nonce then return nil end
   return row
 end

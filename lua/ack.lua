@@ -29,6 +29,7 @@ if row then
     redis.call('DEL', jk)
   end
   active_drop(row[4])
+  notify(id, row[7])
   verdict = 1
 end
 local next_job = false

@@ -9,7 +9,7 @@
 
 local id = ARGV[1]
 local jk = job_key(id)
-local row = redis.call('HMGET', jk, 'state', 'group', 'ttl')
+local row = redis.call('HMGET', jk, 'state', 'group', 'ttl', 'waiters')
 local state, g = row[1], row[2]
 if not state then return 0 end
 if state == 'active' then return -1 end
@@ -25,6 +25,7 @@ elseif state == 'dead' then
 end
 redis.call('HSET', jk, 'state', 'cancelled', 'finished', now_ms())
 redis.call('HDEL', jk, 'payload')
+notify(id, row[4])
 local ttl = tonumber(row[3] or '0')
 if ttl > 0 then redis.call('EXPIRE', jk, ttl) else redis.call('DEL', jk) end
 return 1

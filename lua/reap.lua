@@ -13,12 +13,13 @@ local returned, dead = 0, 0
 for _, id in ipairs(ids) do
   redis.call('ZREM', K_active, id)
   local jk = job_key(id)
-  local row = redis.call('HMGET', jk, 'group', 'attempts', 'max', 'created')
+  local row = redis.call('HMGET', jk, 'group', 'attempts', 'max', 'created', 'waiters')
   if row[1] then
     active_drop(row[1])
     if tonumber(row[2]) >= tonumber(row[3]) then
       redis.call('HSET', jk, 'state', 'dead', 'error', 'lease expired', 'finished', now)
       redis.call('ZADD', K_dead, now, id)
+      notify(id, row[5])
       dead = dead + 1
     else
       redis.call('HSET', jk, 'state', 'pending', 'error', 'lease expired')

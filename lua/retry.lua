@@ -22,6 +22,7 @@ active_drop(row[4])
 if ARGV[6] == '1' or tonumber(row[2]) >= tonumber(row[5]) then
   redis.call('HSET', jk, 'state', 'dead', 'error', ARGV[4], 'finished', now)
   redis.call('ZADD', K_dead, now, id)
+  notify(id, row[7])
   return 2
 end
 local delay = tonumber(ARGV[5])

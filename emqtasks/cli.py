@@ -188,6 +188,34 @@ main.add_command(bench)
 
 from . import cli_admin  # noqa: E402,F401  (registers the admin commands)
 
+@main.command("check")
+@queue_options
+@click.option("--repair", is_flag=True, help="rebuild ring and gactive, restore lost jobs")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def check_command(redis_url: str | None, queue: str | None, repair: bool, as_json: bool) -> None:
+    """Check the queue's invariants (exit 1 on a violation); --repair mends what it can."""
+    from .check import check, repair as do_repair
+
+    def verb(q: Queue) -> tuple[Any, Any]:
+        mended = do_repair(q) if repair else None
+        return check(q), mended
+
+    report, mended = run_admin(redis_url, queue, verb)
+    if as_json:
+        click.echo(json.dumps({"ok": report.ok, "violations": report.violations,
+                               "jobs": report.jobs, "groups": report.groups,
+                               "repaired": mended}, indent=2))
+    else:
+        if mended is not None:
+            click.echo(f"repaired: {mended[0]} groups on the ring, {mended[1]} jobs restored")
+        for line in report.violations:
+            click.echo(f"violation: {line}")
+        click.echo(f"{'ok' if report.ok else 'BROKEN'}: {report.jobs} job rows, "
+                   f"{report.groups} groups, {len(report.violations)} violations")
+    if not report.ok:
+        sys.exit(1)
+
+
 @main.group()
 def embedded() -> None:
     """The bundled development server (EMQ_REDIS_URL=embedded or embedded:PATH)."""

@@ -17,6 +17,7 @@ from .keys import FIXED
 VERBS = (
     "enqueue", "claim", "ack", "retry", "release", "extend", "reap", "promote",
     "pause", "pause_group", "limit", "weight", "cancel", "requeue", "wait",
+    "repair",
 )
 
 
@@ -75,3 +76,4 @@ class Scripts:
     cancel: Any
     requeue: Any
     wait: Any
+    repair: Any

@@ -1,0 +1,123 @@
+"""The invariant checker: reads a queue and reports every violation of DESIGN's invariants.
+
+Read a quiet queue (no worker running) for an exact answer: the structures are read in one
+MULTI snapshot, but the job rows are scanned after it, so a live queue can show passing
+differences. ``repair`` rebuilds the derived structures (ring, gactive) and puts back jobs
+that no structure holds.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .queue import Queue
+
+WAKE_CAP = 16
+_PLACES = {"pending": "lane", "active": "active", "delayed": "delayed", "dead": "dead"}
+
+
+@dataclass
+class Report:
+    """What the checker found; ``ok`` when no invariant is broken."""
+
+    violations: list[str] = field(default_factory=list)
+    jobs: int = 0
+    groups: int = 0
+    lost: list[str] = field(default_factory=list)   # rows that wait in no structure
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def add(self, message: str) -> None:
+        self.violations.append(message)
+
+
+def _snapshot(queue: Queue) -> tuple[list[str], dict[str, list[str]], dict[str, Any]]:
+    k = queue.keys
+    groups = sorted(queue.groups())
+    pipe = queue.client.pipeline(transaction=True)
+    for g in groups:
+        pipe.zrange(k.lane(g), 0, -1)
+    for name in ("ring", "active", "delayed", "dead"):
+        getattr(pipe, "lrange" if name == "ring" else "zrange")(getattr(k, name), 0, -1)
+    pipe.hgetall(k.gactive)
+    pipe.hgetall(k.glimit)
+    pipe.smembers(k.gpaused)
+    pipe.llen(k.wake)
+    replies = pipe.execute()
+    lanes = dict(zip(groups, replies[: len(groups)]))
+    ring, active, delayed, dead, gactive, glimit, gpaused, wake = replies[len(groups):]
+    books = {"ring": ring, "active": active, "delayed": delayed, "dead": dead,
+             "gactive": gactive, "glimit": glimit, "gpaused": gpaused, "wake": wake}
+    return groups, lanes, books
+
+
+def _rows(queue: Queue) -> dict[str, tuple[str | None, str | None]]:
+    base = queue.keys.job("")
+    keys = list(queue.client.scan_iter(match=base + "*", count=1000))
+    pipe = queue.client.pipeline(transaction=False)
+    for key in keys:
+        pipe.hmget(key, "state", "group")
+    return {key[len(base):]: tuple(row) for key, row in zip(keys, pipe.execute())}
+
+
+def check(queue: Queue) -> Report:
+    """Every violation of the invariants on this queue, as readable lines."""
+    groups, lanes, b = _snapshot(queue)
+    rows = _rows(queue)
+    report = Report(jobs=len(rows), groups=len(groups))
+    where: dict[str, list[str]] = {}
+    for g, ids in lanes.items():
+        for i in ids:
+            where.setdefault(i, []).append(f"lane {g}")
+    for name in ("active", "delayed", "dead"):
+        for i in b[name]:
+            where.setdefault(i, []).append(name)
+    for job_id, places in where.items():
+        if len(places) > 1:
+            report.add(f"job {job_id} is in {len(places)} places: {', '.join(places)}")
+        if job_id not in rows:
+            report.add(f"job {job_id} is in {places[0]} but its row is gone (a ghost)")
+            continue
+        state, group = rows[job_id]
+        expected = _PLACES.get(state or "")
+        if expected is None or not places[0].startswith(expected):
+            report.add(f"job {job_id} is in {places[0]} but its state is {state}")
+        elif expected == "lane" and places[0] != f"lane {group}":
+            report.add(f"job {job_id} of group {group} sits in {places[0]}")
+    for job_id, (state, _group) in rows.items():
+        if state in _PLACES and job_id not in where:
+            report.lost.append(job_id)
+            report.add(f"job {job_id} is {state} but no structure holds it (lost)")
+    in_flight = Counter(rows[i][1] for i in b["active"] if i in rows)
+    for g in set(in_flight) | set(b["gactive"]):
+        if int(b["gactive"].get(g, 0)) != in_flight.get(g, 0):
+            report.add(f"gactive of {g} is {b['gactive'].get(g, 0)} but {in_flight.get(g, 0)} "
+                       f"of its jobs are active")
+    on_ring = Counter(b["ring"])
+    for g, n in on_ring.items():
+        if n > 1:
+            report.add(f"group {g} is on the ring {n} times")
+    for g in set(groups) | set(on_ring):
+        limit = b["glimit"].get(g)
+        serviceable = (bool(lanes.get(g)) and g not in b["gpaused"]
+                       and (limit is None or in_flight.get(g, 0) < int(limit)))
+        if serviceable and g not in on_ring:
+            report.add(f"group {g} is serviceable but not on the ring")
+        elif g in on_ring and not serviceable:
+            report.add(f"group {g} is on the ring but not serviceable")
+    if b["wake"] > WAKE_CAP:
+        report.add(f"the wake list holds {b['wake']} tokens (bound {WAKE_CAP})")
+    return report
+
+
+def repair(queue: Queue) -> tuple[int, int]:
+    """Rebuild ring and gactive and restore lost jobs; returns (groups on ring, restored)."""
+    report = check(queue)
+    groups = sorted(queue.groups())
+    ringed, restored = queue.scripts.repair(queue.keys.fixed,
+                                            [len(groups), *groups, *report.lost])
+    return int(ringed), int(restored)

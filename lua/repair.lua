@@ -1,0 +1,47 @@
+-- repair: rebuild the derived structures (ring, gactive, gturn, wake) from the lanes, the
+-- active set and the rows, and put back jobs whose row says they wait but no structure
+-- holds them (what a server restart without full persistence can leave behind).
+--
+-- KEYS: the queue's fixed keys (see _common.lua).
+-- ARGV[1]  n, the number of groups that follow
+-- ARGV[2 .. n+1]  every group known to the queue (lanes, books, settings)
+-- ARGV[n+2 ..]  ids of rows in state pending, delayed or active that no structure holds
+-- Reply: {groups_on_ring, jobs_restored}.
+-- Side effects: `ring`, `gactive` and `gturn` rewritten; restored ids into their lane, or
+--   `delayed` (due now), or `active` (lease expired now, for the reaper); ids in `active`
+--   whose row is gone are dropped; a wake when the ring is not empty.
+
+local n = tonumber(ARGV[1])
+redis.call('DEL', K_ring, K_gactive, K_gturn)
+local restored = 0
+local now = now_ms()
+for i = n + 2, #ARGV do
+  local id = ARGV[i]
+  local row = redis.call('HMGET', job_key(id), 'state', 'group', 'created')
+  if row[1] == 'pending' and row[2] then
+    if not redis.call('ZSCORE', lane_key(row[2]), id) then
+      redis.call('ZADD', lane_key(row[2]), tonumber(row[3] or now), id)
+      restored = restored + 1
+    end
+  elseif row[1] == 'delayed' and not redis.call('ZSCORE', K_delayed, id) then
+    redis.call('ZADD', K_delayed, now, id)
+    restored = restored + 1
+  elseif row[1] == 'active' and not redis.call('ZSCORE', K_active, id) then
+    redis.call('ZADD', K_active, now, id)   -- an expired lease: the next reap returns it
+    restored = restored + 1
+  end
+end
+local active = redis.call('ZRANGE', K_active, 0, -1)
+for _, id in ipairs(active) do
+  local g = redis.call('HGET', job_key(id), 'group')
+  if g then redis.call('HINCRBY', K_gactive, g, 1) else redis.call('ZREM', K_active, id) end
+end
+local ringed = 0
+for i = 2, n + 1 do
+  if serviceable(ARGV[i]) then
+    redis.call('RPUSH', K_ring, ARGV[i])
+    ringed = ringed + 1
+  end
+end
+if ringed > 0 then wake() end
+return {ringed, restored}

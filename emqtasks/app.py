@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import sys
 import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
@@ -23,12 +25,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 _apps: list[App] = []
 
 
+#: Longer than any blocking call emqtasks makes (parks and result waits are capped at
+#: MAX_BLOCK), so a BLPOP never trips the socket timeout, yet a dead peer is noticed.
+SOCKET_TIMEOUT = 30.0
+MAX_BLOCK = 20.0
+
+
 def connect(url: str) -> Any:
     """A redis-py client for a URL, with replies decoded as text.
 
     ``embedded`` / ``embedded:PATH`` start (or reuse) the embedded development server.
     """
-    return redis.Redis.from_url(embedded.resolve(url), decode_responses=True)
+    return redis.Redis.from_url(embedded.resolve(url), decode_responses=True,
+                                socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=5.0)
 
 
 class JobHandle:
@@ -56,7 +65,7 @@ class JobHandle:
         """
         q = self._queue
         deadline = None if timeout is None else time.monotonic() + timeout
-        chunk = poll or 5.0
+        chunk = min(poll or 5.0, MAX_BLOCK)
         registered = False
         while True:
             state, result, error = q.outcome(self.id, register=not registered)
@@ -269,7 +278,7 @@ class App:
             if max_attempts < 1 or lease <= 0 or retry_delay < 0 or result_ttl < 0:
                 raise InvalidArgument("max_attempts >= 1, lease > 0, retry_delay >= 0 and "
                                       "result_ttl >= 0 are required")
-            spec = TaskSpec(name=name or f"{f.__module__}.{f.__qualname__}", fn=f,
+            spec = TaskSpec(name=name or f"{_module_name(f)}.{f.__qualname__}", fn=f,
                             group=group, max_attempts=max_attempts, retry_delay=retry_delay,
                             lease=lease, queue=queue, time_limit=time_limit,
                             result_ttl=int(result_ttl))
@@ -338,6 +347,20 @@ class App:
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         return self.queue().job(job_id)
+
+
+def _module_name(fn: Callable[..., Any]) -> str:
+    """The importable name of fn's module, also when it runs as a script (``__main__``), so
+    the producer script and a worker that imports the same file agree on task names."""
+    module = fn.__module__
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        return str(spec.name)
+    path = getattr(main, "__file__", None)
+    return Path(path).stem if path else module
 
 
 def _not_here(*_args: Any, **_kwargs: Any) -> None:

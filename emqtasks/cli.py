@@ -92,7 +92,7 @@ def main() -> None:
                    "a task's own time_limit wins)")
 @click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True,
               help="seconds running jobs get to finish after SIGTERM / Ctrl-C")
-@click.option("--tick", type=click.FloatRange(0.05), default=5.0, show_default=True,
+@click.option("--tick", type=click.FloatRange(0.05, 20.0), default=5.0, show_default=True,
               help="reap expired leases and promote due jobs at least this often (s)")
 def worker(modules: tuple[str, ...], concurrency: int | None, redis_url: str | None,
            queue: str | None, loglevel: str, max_tasks_per_child: int, time_limit: float,
@@ -149,26 +149,6 @@ def warn_about_eviction(queue: Queue) -> None:
             "set it to 'noeviction'", policy)
 
 
-@main.command()
-@queue_options
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def stats(redis_url: str | None, queue: str | None, as_json: bool) -> None:
-    """Lanes, in-flight jobs, limits, weights, pauses, delayed and dead counts."""
-    data = run_admin(redis_url, queue, lambda q: q.stats())
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
-        return
-    click.echo(f"queue {data['queue']}{' (PAUSED)' if data['paused'] else ''}: "
-               f"{data['pending']} pending, {data['active']} active, "
-               f"{data['delayed']} delayed, {data['dead']} dead, {data['ring']} on the ring")
-    if data["groups"]:
-        click.echo(f"{'group':<24} {'pending':>8} {'active':>7} {'limit':>6} {'weight':>6}  paused")
-        for g, row in data["groups"].items():
-            limit = "-" if row["limit"] is None else row["limit"]
-            click.echo(f"{g[:24]:<24} {row['pending']:>8} {row['active']:>7} {limit!s:>6} "
-                       f"{row['weight']:>6}  {'yes' if row['paused'] else ''}")
-
-
 def run_admin(redis_url: str | None, queue: str | None, verb: Callable[[Queue], Any]) -> Any:
     q = open_queue(settings_for(redis_url, queue))
     try:
@@ -179,41 +159,6 @@ def run_admin(redis_url: str | None, queue: str | None, verb: Callable[[Queue], 
         raise CliError(f"Redis error: {exc}") from None
     finally:
         q.client.close()
-
-
-from .bench import bench  # noqa: E402 - registered last: bench imports nothing of cli at load
-
-main.add_command(bench)
-
-
-from . import cli_admin  # noqa: E402,F401  (registers the admin commands)
-
-@main.command("check")
-@queue_options
-@click.option("--repair", is_flag=True, help="rebuild ring and gactive, restore lost jobs")
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def check_command(redis_url: str | None, queue: str | None, repair: bool, as_json: bool) -> None:
-    """Check the queue's invariants (exit 1 on a violation); --repair mends what it can."""
-    from .check import check, repair as do_repair
-
-    def verb(q: Queue) -> tuple[Any, Any]:
-        mended = do_repair(q) if repair else None
-        return check(q), mended
-
-    report, mended = run_admin(redis_url, queue, verb)
-    if as_json:
-        click.echo(json.dumps({"ok": report.ok, "violations": report.violations,
-                               "jobs": report.jobs, "groups": report.groups,
-                               "repaired": mended}, indent=2))
-    else:
-        if mended is not None:
-            click.echo(f"repaired: {mended[0]} groups on the ring, {mended[1]} jobs restored")
-        for line in report.violations:
-            click.echo(f"violation: {line}")
-        click.echo(f"{'ok' if report.ok else 'BROKEN'}: {report.jobs} job rows, "
-                   f"{report.groups} groups, {len(report.violations)} violations")
-    if not report.ok:
-        sys.exit(1)
 
 
 @main.group()
@@ -266,13 +211,24 @@ def embedded_status(path: str | None) -> None:
         sys.exit(1)
 
 
-def _register_commands() -> None:
-    from .demo import demo
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                "help_option_names": []})
+@click.pass_context
+def demo(ctx: click.Context) -> None:
+    """Watch a flood from one tenant not starve the others (embedded server by default)."""
+    # Imported only when run: its tasks must not be registered in every worker.
+    from .demo import demo as command
 
-    main.add_command(demo)
+    command.main(ctx.args, prog_name="emqtasks demo")
 
+# The admin verbs and the benchmark live in their own modules and register on `main`.
+from . import bench, cli_admin  # noqa: E402,F401
 
-_register_commands()
+main.add_command(bench.bench)
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    # Run the package's copy of the group (`python -m emqtasks.cli` would otherwise run this
+    # file as a second module, on which the other modules registered nothing).
+    from emqtasks.cli import main as package_main
+
+    package_main()

@@ -123,22 +123,35 @@ class Task:
         return f"<Task {self.name}>"
 
 
-def _fits(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+@functools.lru_cache(maxsize=1024)
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    """Cached: enqueue is a hot path and inspect.signature is not cheap."""
     try:
-        inspect.signature(fn).bind(*args, **kwargs)
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def _fits(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    sig = _signature(fn)
+    if sig is None:   # no signature to inspect: call it as made
+        return True
+    try:
+        sig.bind(*args, **kwargs)
     except TypeError:
         return False
-    except ValueError:  # no signature to inspect: call it as made
-        return True
     return True
 
 
 def _by_name(fn: Callable[..., Any], args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """A call's arguments bound to the task's parameters, passed by name where they can be."""
+    sig = _signature(fn)
     try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
-    except (TypeError, ValueError):
+        bound = sig.bind(*args, **kwargs) if sig is not None else None
+    except TypeError:
+        bound = None
+    if bound is None:
         return args, kwargs
     params = bound.signature.parameters
     star = any(params[n].kind is inspect.Parameter.VAR_POSITIONAL and v

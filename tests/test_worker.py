@@ -237,10 +237,11 @@ def test_the_worker_rides_out_a_redis_restart(private_redis, queue_name) -> None
         assert app.send_task(wt.needs_two, (1, 1)).get(timeout=10) == 2
         private_redis.restart()   # SIGKILL and start again: the data is gone, the port same
         app.close()
+        # (A blip this short may be absorbed by redis-py's own reconnect, logged or not.)
         h = app.send_task(wt.needs_two, (2, 2))
         assert h.get(timeout=30) == 4
-        assert "Redis unavailable" in w.output()
-        w.stop()
+        assert w.proc.poll() is None
+        assert w.stop() == 0
     app.close()
 
 

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import redis
 
 from . import embedded, serialization
+from .cluster import connect_cluster, is_cluster_url
 from .config import Settings
 from .errors import InvalidArgument, InvalidGroup, TaskFailed
 from .keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
@@ -34,8 +35,12 @@ MAX_BLOCK = 20.0
 def connect(url: str) -> Any:
     """A redis-py client for a URL, with replies decoded as text.
 
-    ``embedded`` / ``embedded:PATH`` start (or reuse) the embedded development server.
+    ``embedded`` / ``embedded:PATH`` start (or reuse) the embedded development server;
+    ``redis+cluster://host:port[,host:port...]`` gives a Redis Cluster client (cluster.py).
     """
+    if is_cluster_url(url):
+        return connect_cluster(url, decode_responses=True, socket_timeout=SOCKET_TIMEOUT,
+                               socket_connect_timeout=5.0)
     return redis.Redis.from_url(embedded.resolve(url), decode_responses=True,
                                 socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=5.0)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -30,6 +31,8 @@ import click
 import redis
 
 from .app import App, connect
+from .config import WorkerSettings
+from .errors import EmqError
 from .localserver import LocalRedis
 
 CHUNK = 1000            # jobs per batch enqueue (one round trip each)
@@ -53,16 +56,18 @@ class Sizes:
     flood: int
     many_groups: int
     trials: int             # fairness drills of each kind per run
+    tick: float             # the worker's --tick: the idle figure is measured over 2 ticks
 
     @classmethod
     def of(cls, concurrency: int, jobs: int | None, runs: int | None, quick: bool) -> Sizes:
         if quick:
             jobs = jobs or 2_000
             return cls(concurrency, jobs, min(500, jobs), runs or 1, 20, 2.0, 1_000,
-                       min(MANY_GROUPS, jobs), 3)
+                       min(MANY_GROUPS, jobs), 3, 1.0)
         jobs = jobs or 20_000
-        return cls(concurrency, jobs, min(5_000, jobs), runs or 3, 50, 5.0, 5_000,
-                   min(MANY_GROUPS, jobs), 1)
+        tick = WorkerSettings().tick   # the production default, so idle cost is what users get
+        return cls(concurrency, jobs, min(5_000, jobs), runs or 3, 50, 2 * tick, 5_000,
+                   min(MANY_GROUPS, jobs), 1, tick)
 
 
 # -- measuring ----------------------------------------------------------------------------
@@ -162,7 +167,7 @@ class WorkerProcess:
     """An ``emqtasks worker`` on one queue, with bounded start and stop."""
 
     def __init__(self, redis_url: str, queue: str, concurrency: int, client: Any,
-                 log_dir: Path) -> None:
+                 log_dir: Path, tick: float = 1.0) -> None:
         self.name = f"emqbench-{queue}"
         self.queue = queue
         self.concurrency = concurrency
@@ -171,7 +176,7 @@ class WorkerProcess:
         self.log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         cmd = [sys.executable, "-m", "emqtasks.cli", "worker", "-A", "emqtasks.bench_tasks",
                "-c", str(concurrency), "-Q", queue,
-               "--redis-url", with_client_name(redis_url, self.name), "--tick", "1"]
+               "--redis-url", with_client_name(redis_url, self.name), "--tick", f"{tick:g}"]
         env = {k: v for k, v in os.environ.items() if k not in ("EMQ_REDIS_URL", "EMQ_QUEUE")}
         self.started = time.monotonic()
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
@@ -195,9 +200,8 @@ class WorkerProcess:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return []
-        lines = [ln for ln in text.splitlines()
-                 if " WARNING " in ln or " ERROR " in ln or "Traceback" in ln]
-        return lines
+        return [ln for ln in text.splitlines()
+                if " WARNING " in ln or " ERROR " in ln or "Traceback" in ln]
 
     def connections(self) -> list[dict[str, Any]]:
         return [c for c in self.client.client_list() if c.get("name") == self.name]
@@ -279,7 +283,7 @@ class Bench:
     @contextmanager
     def worker(self, app: App) -> Iterator[WorkerProcess]:
         w = WorkerProcess(self.url, app.settings.queue, self.sizes.concurrency, self.client,
-                          self.log_dir)
+                          self.log_dir, tick=self.sizes.tick)
         try:
             w.wait_up()
             assert w.start_seconds is not None
@@ -376,6 +380,14 @@ def scenario_latency_and_idle(b: Bench) -> dict[str, float | None]:
     s = b.sizes
     with b.queue() as (app, tasks), b.worker(app) as w:
         key, stamp = b.key(app, "stamps"), tasks["stamp"]
+        # Warm up: a burst wakes every child, so each opens its task connection untimed.
+        warm = 4 * s.concurrency
+        stamp.map([(key,)] * warm)
+        for _ in range(warm):
+            if b.client.blpop([key], timeout=10) is None:
+                raise BenchError("the warm-up jobs of the wake-latency scenario did not run:\n"
+                                 + w.output())
+        time.sleep(0.2)
         latencies: list[float] = []
         before = b.meter.snapshot()
         for _ in range(s.latency_samples):
@@ -565,6 +577,8 @@ def run_all(b: Bench) -> list[Row]:
             median(col(many, "enqueue")), "jobs/s", col(many, "enqueue")),
         Row("drain_many_groups_jobs_s", f"8  drain -c {c}, {n:,} jobs in {mg} groups",
             median(col(many, "drain")), "jobs/s", col(many, "drain")),
+        Row("drain_many_groups_cmds_per_job", f"8  Redis commands per job (drain, {mg} groups)",
+            median(col(many, "cmds")), "cmds/job", col(many, "cmds"), 1),
         Row("drain_many_groups_cpu_us_per_job", f"8  Redis CPU per job (drain, {mg} groups)",
             median(col(many, "cpu_us")), "us/job", col(many, "cpu_us"), 1),
     ]
@@ -601,39 +615,36 @@ def render(rows: list[Row], header: str) -> str:
               help="runs per scenario, medians reported [default: 3; 1 with --quick]")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
 @click.option("--quick", is_flag=True, help="small sizes: a smoke test of ~15 s")
+@click.option("--cluster", is_flag=True,
+              help="only the shard scaling: 1, 2, 3 queues drained at once on one server vs "
+                   "a 3-master Redis Cluster (-c 4 per worker unless given; 10000 jobs per "
+                   "queue; --redis-url may name a redis+cluster:// cluster)")
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
-          as_json: bool, quick: bool) -> None:
+          as_json: bool, quick: bool, cluster: bool) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
+    if cluster:   # its own scenario and report: see bench_cluster.py
+        from . import bench_cluster
+
+        source = click.get_current_context().get_parameter_source("concurrency")
+        bench_cluster.run(redis_url, 4 if source is click.core.ParameterSource.DEFAULT
+                          else concurrency, jobs or (1_000 if quick else 10_000),
+                          runs or (1 if quick else 3), as_json)
+        return
     sizes = Sizes.of(concurrency, jobs, runs, quick)
     began = time.monotonic()
-    server: LocalRedis | None = None
+    # SIGTERM unwinds like Ctrl-C, so the worker, the queue and the server are cleaned up.
+    old_term = signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
-        if redis_url is None:
-            server = LocalRedis().start()
-            url = server.url
-        else:
-            url = redis_url
-        try:
-            probe = connect(url)
-            version = probe.info("server").get("redis_version", "?")
-            probe.close()
-        except (redis.exceptions.RedisError, ValueError, OSError) as exc:
-            raise BenchError(f"cannot reach Redis at {_redacted(url)}: {exc}") from None
-        b = Bench(url, sizes, shared=redis_url is not None)
-        say(f"emqtasks bench: redis {version} at {_redacted(url)}"
-            f"{'' if b.shared else ' (private)'}, -c {concurrency}, {sizes.jobs} jobs, "
-            f"{sizes.runs} run(s); worker logs in {b.log_dir}")
-        try:
-            rows = run_all(b)
-        finally:
-            b.client.close()
+        b, version, rows = _measure(redis_url, sizes)
     finally:
-        if server is not None:
-            server.close()
+        signal.signal(signal.SIGTERM, old_term)
     elapsed = time.monotonic() - began
     if b.shared:
         b.notes.insert(0, "--redis-url given: INFO commandstats / cpu count every client of "
                           "that server, so other traffic inflates the Redis-side figures")
+    if not b.notes and not b.worker_problems:
+        shutil.rmtree(b.log_dir, ignore_errors=True)
+    starts, stops = median(list(b.worker_starts)), median(list(b.worker_stops))
     if as_json:
         click.echo(json.dumps({
             "redis_version": version, "private_server": not b.shared,
@@ -641,25 +652,58 @@ def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int |
             "figures": {r.key: r.figure for r in rows},
             "rows": [{"key": r.key, "scenario": r.scenario.split("  ", 1)[-1].strip(),
                       "figure": r.figure, "unit": r.unit, "runs": r.runs} for r in rows],
-            "worker_start_s": median(list(b.worker_starts)),
-            "worker_stop_s": median(list(b.worker_stops)),
+            "worker_start_s": starts, "worker_stop_s": stops,
             "notes": b.notes, "worker_problems": b.worker_problems[:50],
         }, indent=2))
         return
     click.echo(render(rows, f"emqtasks bench: redis {version}, -c {concurrency}, "
                             f"median of {sizes.runs} run(s), {elapsed:.0f}s"))
-    click.echo(f"worker start (to parked) median {median(list(b.worker_starts)) or 0:.2f}s, "
-               f"stop median {median(list(b.worker_stops)) or 0:.2f}s")
+    click.echo(f"worker start (to parked) median {starts or 0:.2f}s, "
+               f"stop (SIGTERM to exit) median {stops or 0:.2f}s")
     for note in b.notes:
         click.echo(f"note: {note}")
     if b.worker_problems:
-        click.echo(f"worker logged {len(b.worker_problems)} warning(s)/error(s); first ones:")
+        click.echo(f"the workers logged {len(b.worker_problems)} warning(s)/error(s) "
+                   f"(logs in {b.log_dir}); the first ones:")
         for line in b.worker_problems[:10]:
             click.echo(f"  {line}")
 
 
+def _measure(redis_url: str | None, sizes: Sizes) -> tuple[Bench, str, list[Row]]:
+    """Every scenario on the given server, or on a private one started and stopped here."""
+    server: LocalRedis | None = None
+    try:
+        try:
+            server = None if redis_url else LocalRedis().start()
+        except EmqError as exc:
+            raise BenchError(f"cannot start a private redis-server: {exc}") from None
+        url = server.url if server is not None else str(redis_url)
+        try:
+            probe = connect(url)
+            version = str(probe.info("server").get("redis_version", "?"))
+            probe.close()
+        except (redis.exceptions.RedisError, ValueError, OSError) as exc:
+            raise BenchError(f"cannot reach Redis at {_redacted(url)}: {exc}") from None
+        b = Bench(url, sizes, shared=server is None)
+        say(f"emqtasks bench: redis {version} at {_redacted(url)}"
+            f"{'' if b.shared else ' (private)'}, -c {sizes.concurrency}, {sizes.jobs} jobs, "
+            f"{sizes.runs} run(s); worker logs in {b.log_dir}")
+        try:
+            return b, version, run_all(b)
+        except redis.exceptions.RedisError as exc:
+            raise BenchError(f"Redis error during the bench: {exc}") from None
+        finally:
+            b.client.close()
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _exit_on_signal(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
 
 def _redacted(url: str) -> str:
-    from .cli import redacted   # here, not at the top: cli imports this module
+    from .cli import redacted  # here, not at the top: cli imports this module
 
     return redacted(url)

@@ -57,7 +57,7 @@ def _snapshot(queue: Queue) -> tuple[list[str], dict[str, list[str]], dict[str, 
 
 def _rows(queue: Queue) -> dict[str, tuple[str | None, str | None]]:
     base = queue.keys.job("")
-    keys = list(queue.client.scan_iter(match=base + "*", count=1000))
+    keys = list(queue.scan(base + "*"))
     pipe = queue.client.pipeline(transaction=False)
     for key in keys:
         pipe.hmget(key, "state", "group")

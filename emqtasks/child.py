@@ -27,7 +27,7 @@ from .slots import Slots
 log = logging.getLogger("emqtasks.child")
 
 GO, STOP = b"go", b"stop"          # master -> child
-GOT_WORK, IDLE = b"g", b"i"        # child -> master
+GOT_WORK, IDLE = b"g", b"i"        # child -> master: "claimed, and more is waiting" / idle
 
 
 @dataclass(frozen=True)
@@ -163,6 +163,7 @@ class Child:
         self.runner = Runner(queue, REGISTRY, self.default_time_limit)
         self.outage = Outage(log, f"child {self.index}", stop=self._should_stop)
         self.runner.call = self.outage.call
+        self.outage.call(queue.client.ping)   # connect now: the first wake pays no handshake
         while not self._should_stop():
             try:
                 message = self.pipe.recv_bytes()
@@ -190,7 +191,8 @@ class Child:
         leases = self.outage.call(queue.claim, 1)
         if not leases:
             return
-        self.pipe.send_bytes(GOT_WORK)
+        if leases[0].more:
+            self.pipe.send_bytes(GOT_WORK)   # there is more: the master recruits a sibling
         lease: Lease | None = leases[0]
         while lease is not None:
             slots.start(index, lease, runner.time_limit(lease))

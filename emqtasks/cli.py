@@ -16,6 +16,7 @@ import redis
 
 from . import __version__
 from .app import all_apps, connect, default_app
+from .cluster import node_kwargs
 from .config import Settings, WorkerSettings
 from .errors import EmqError
 from .queue import Queue
@@ -92,7 +93,8 @@ def main() -> None:
                    "a task's own time_limit wins)")
 @click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True,
               help="seconds running jobs get to finish after SIGTERM / Ctrl-C")
-@click.option("--tick", type=click.FloatRange(0.05, 20.0), default=5.0, show_default=True,
+@click.option("--tick", type=click.FloatRange(0.05, 20.0), default=WorkerSettings.tick,
+              show_default=True,
               help="reap expired leases and promote due jobs at least this often (s)")
 def worker(modules: tuple[str, ...], concurrency: int | None, redis_url: str | None,
            queue: str | None, loglevel: str, max_tasks_per_child: int, time_limit: float,
@@ -140,7 +142,10 @@ def import_modules(modules: tuple[str, ...]) -> None:
 
 def warn_about_eviction(queue: Queue) -> None:
     try:
-        policy = queue.client.config_get("maxmemory-policy").get("maxmemory-policy")
+        # On a cluster: the node that serves the queue's slot (cluster.node_kwargs).
+        policy = queue.client.config_get(
+            "maxmemory-policy", **node_kwargs(queue.client, queue.keys.ring)
+        ).get("maxmemory-policy")
     except redis.exceptions.RedisError:
         return   # CONFIG is often disabled on managed servers
     if policy and policy != "noeviction":

@@ -44,7 +44,7 @@ class WorkerSettings:
     """How a worker pool runs. Intervals are seconds."""
 
     concurrency: int = os.cpu_count() or 1
-    tick: float = 5.0                 # reap + promote at least this often; the longest park
+    tick: float = 10.0                # reap + promote at least this often; the longest park
     max_tasks_per_child: int = 0      # 0: children live for ever
     time_limit: float = 0.0           # 0: no limit unless the task sets one
     grace: float = 30.0               # how long a warm shutdown lets running jobs finish

@@ -33,6 +33,9 @@ FIXED = (
     "delayed",   # zset: retries and countdowns, score = due time (ms, server clock)
     "dead",      # zset: jobs that used up their attempts, score = time of death
     "wake",      # list: readiness tokens, bounded
+    "guard",     # never written: on a cluster, while the queue's slot migrates, a script
+                 # that declares a missing key is refused (TRYAGAIN) instead of running on
+                 # a half-moved queue; see cluster.py
 )
 
 

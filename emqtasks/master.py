@@ -81,7 +81,11 @@ class Master:
         self._fan()  # work may already be waiting: a restarted pool must not need a wake
         try:
             while self._alive_children():
-                self._step()
+                try:
+                    self._step()
+                except Exception:   # e.g. an OOM reply to a renewal: keep supervising
+                    log.exception("master loop error; carrying on")
+                    time.sleep(0.5)
         finally:
             self.park_stop.set()
             self.has_idle.set()
@@ -176,12 +180,21 @@ class Master:
             return
         self._fan()
 
-    def _fan(self) -> None:
+    def _fan(self) -> bool:
+        """Wake one idle child; it recruits the next by reporting GOT_WORK, so a lone job
+        costs one claim, and a burst still has every child busy within a few claims.
+        False when no child was idle."""
+        woken = False
         for h in self.children:
             if h is not None and h.idle and h.process.is_alive():
+                if woken:
+                    self.has_idle.set()   # more idle children: keep listening for wakes
+                    return True
                 h.idle = False
                 _send(h.pipe, GO)
+                woken = True
         self.has_idle.clear()
+        return woken
 
     def _on_message(self, index: int) -> None:
         h = self.children[index]
@@ -198,8 +211,8 @@ class Master:
                 _send(h.pipe, STOP)
             else:
                 self.has_idle.set()
-        elif message == GOT_WORK and not any(c is not None and c.idle for c in self.children):
-            # Every child is busy and work was there: let another master have a look too.
+        elif message == GOT_WORK and not self._stopping and not self._fan():
+            # More work than this pool can take: let another master have a look too.
             self._call(self.queue.push_wake)
 
     def _on_exit(self, index: int) -> None:
@@ -293,11 +306,18 @@ class Master:
                     outage.call(self._reap, queue)
                     next_reap = now + tick
                 if now >= next_promote:
-                    due_in = outage.call(self._promote, queue)
+                    due_in, claimable = outage.call(self._promote, queue)
                     # While children are busy nobody parks to hear of new delayed work,
                     # so look at least every second; an idle pool hears it on the wake key.
                     look = tick if self.has_idle.is_set() else min(tick, 1.0)
                     next_promote = now + min(look, due_in if due_in is not None else look)
+                    if claimable and self.has_idle.is_set() and not self.park_stop.is_set():
+                        # Work waits on the ring while a child idles: its wake token was
+                        # lost (a BLPOP reply dropped with the connection, a master killed
+                        # holding it). Tokens are hints; the ring is the truth.
+                        self.has_idle.clear()
+                        os.write(self._wake_w, b"w")
+                        continue
                 horizon = max(min(next_reap, next_promote) - time.monotonic(), 0.001)
                 if not self.has_idle.wait(horizon) or self.park_stop.is_set():
                     continue
@@ -321,12 +341,13 @@ class Master:
         if returned or dead:
             log.info("reaped expired leases: %d back to their lanes, %d dead", returned, dead)
 
-    def _promote(self, queue: Queue) -> float | None:
-        """Promote every due job; returns seconds until the next is due (None: none)."""
-        _, due_in = queue.promote()
+    def _promote(self, queue: Queue) -> tuple[float | None, bool]:
+        """Promote every due job; returns (seconds until the next is due or None, whether
+        a claim would find work now)."""
+        _, due_in, claimable = queue.promote_and_look()
         while due_in == 0:
-            _, due_in = queue.promote()
-        return due_in
+            _, due_in, claimable = queue.promote_and_look()
+        return due_in, claimable
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         return self.outage.call(fn, *args)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+from .cluster import scan_keys
 from .errors import InvalidArgument, InvalidJobId, ScriptError
 from .keys import QueueKeys, check_group, check_job_id
 from .scripts import Scripts
@@ -40,10 +41,12 @@ class Lease(NamedTuple):
     nonce: str
     group: str
     lease_ms: int
+    more: bool = False    # other work was serviceable when this job was claimed
 
     @classmethod
     def from_reply(cls, row: Sequence[Any]) -> Lease:
-        return cls(row[0], row[1], row[2] or "", int(row[3]), row[4], row[5], int(row[6]))
+        return cls(row[0], row[1], row[2] or "", int(row[3]), row[4], row[5], int(row[6]),
+                   bool(row[7]))
 
 
 def _nonce() -> str:
@@ -128,8 +131,14 @@ class Queue:
 
     def promote(self, limit: int = 1000) -> tuple[int, float | None]:
         """Due delayed jobs into their lanes: (moved, seconds until the next is due or None)."""
-        moved, next_due = self.scripts.promote(self._k, [limit])
-        return int(moved), (None if int(next_due) < 0 else int(next_due) / 1000)
+        moved, due_in, _ = self.promote_and_look(limit)
+        return moved, due_in
+
+    def promote_and_look(self, limit: int = 1000) -> tuple[int, float | None, bool]:
+        """promote(), and whether a claim would now find work (ring not empty, not paused)."""
+        moved, next_due, claimable = self.scripts.promote(self._k, [limit])
+        return (int(moved), (None if int(next_due) < 0 else int(next_due) / 1000),
+                int(claimable) == 1)
 
     def park(self, timeout: float) -> str | None:
         """Block on the wake key for up to timeout seconds.
@@ -219,11 +228,15 @@ class Queue:
     def status(self, job_id: str) -> str | None:
         return self.client.hget(self.keys.job(job_id), "state")
 
+    def scan(self, match: str) -> Iterator[str]:
+        """Keys of this queue matching a pattern, by SCAN of the server that holds the queue
+        (on a cluster, only the node serving its slot: see cluster.scan_keys)."""
+        return scan_keys(self.client, match, self.keys.ring)
+
     def groups(self) -> set[str]:
         """Every group the queue knows of: with a lane, in flight, or configured."""
         k = self.keys
-        found = {k.group_of_lane(key)
-                 for key in self.client.scan_iter(match=k.lane_pattern, count=1000)}
+        found = {k.group_of_lane(key) for key in self.scan(k.lane_pattern)}
         pipe = self.client.pipeline(transaction=False)
         pipe.hkeys(k.gactive)
         pipe.hkeys(k.glimit)
@@ -269,7 +282,7 @@ class Queue:
         """Delete every key of the queue (jobs, lanes, books, flags); returns keys removed."""
         removed = 0
         batch: list[str] = []
-        for key in self.client.scan_iter(match=self.keys.all_pattern, count=1000):
+        for key in self.scan(self.keys.all_pattern):
             batch.append(key)
             if len(batch) >= 500:
                 removed += self.client.unlink(*batch)

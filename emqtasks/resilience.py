@@ -12,8 +12,12 @@ import tenacity
 T = TypeVar("T")
 
 #: Errors that pass: a dropped connection, a restarting or loading server, a failover.
+#: On a Redis Cluster also: ClusterError (CLUSTERDOWN and MASTERDOWN are kinds of it, and
+#: redis-py raises it bare when MOVED/ASK/TRYAGAIN redirections outlast its retries, as
+#: while a queue's slot migrates) and SlotNotCoveredError (a slot map read mid-failover).
 TRANSIENT = (rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError, rex.ReadOnlyError,
-             rex.TryAgainError, rex.ClusterDownError, rex.MasterDownError)
+             rex.TryAgainError, rex.ClusterDownError, rex.MasterDownError, rex.ClusterError,
+             rex.SlotNotCoveredError)
 
 
 class Outage:

@@ -1,7 +1,10 @@
 """Loads the Lua verbs from ``lua/``, composes each with the shared prelude, runs them by SHA.
 
-redis-py's ``Script`` computes the SHA on the client, runs EVALSHA and reloads the source on
-NOSCRIPT, so a ``SCRIPT FLUSH`` or a restarted server costs one extra round trip, no error.
+Each verb computes its SHA on the client and runs EVALSHA; on NOSCRIPT it sends the source
+with EVAL, which loads and runs it in one command (and caches it for the next EVALSHA). So a
+``SCRIPT FLUSH`` or a restarted server costs one extra round trip, no error -- even when the
+cache is flushed again right after the reload, which redis-py's own SCRIPT LOAD-then-EVALSHA
+fallback does not survive.
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ import functools
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from .errors import ConfigError
 from .keys import FIXED
@@ -54,12 +60,29 @@ def source(name: str) -> str:
     return _prelude() + (folder / "_common.lua").read_text() + "\n" + text
 
 
+class Verb(Script):
+    """A redis-py ``Script`` whose NOSCRIPT fallback is EVAL of the source: no window
+    between a reload and the run for another SCRIPT FLUSH to fail the call."""
+
+    def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        from redis.client import Pipeline
+
+        client = self.registered_client if client is None else client
+        if isinstance(client, Pipeline):   # pipelines load their scripts before EXEC
+            return super().__call__(keys, args, client)
+        keys, args = list(keys or ()), list(args or ())
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return client.eval(self.script, len(keys), *keys, *args)
+
+
 class Scripts:
-    """One redis-py ``Script`` per verb, bound to a client."""
+    """One ``Verb`` per verb, bound to a client."""
 
     def __init__(self, client: Any) -> None:
         for name in VERBS:
-            setattr(self, name, client.register_script(source(name)))
+            setattr(self, name, Verb(client, source(name)))
 
     enqueue: Any
     claim: Any

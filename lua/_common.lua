@@ -3,7 +3,8 @@
 -- Before this file the loader declares the queue's fixed keys (emqtasks/keys.py FIXED):
 --   K_ring (list)  K_active (zset)  K_gactive (hash)  K_glimit (hash)  K_gweight (hash)
 --   K_gturn (hash) K_gpaused (set)  K_paused (string) K_delayed (zset) K_dead (zset)
---   K_wake (list)
+--   K_wake (list)  K_guard (never written: declared so that while the queue's Redis Cluster
+--   slot migrates every script is refused with TRYAGAIN, never run on a half-moved queue)
 -- and BASE, the queue's hash-tagged prefix "emq:{q}:" cut from KEYS[1]. The only keys a
 -- script forms itself are job rows (BASE .. 'job:' .. id), lanes
 -- (BASE .. 'g:' .. group .. ':pending') and result notifications (BASE .. 'done:' .. id):
@@ -120,7 +121,7 @@ local function ring_turn(g)
 end
 
 -- Claim one job: turn the ring one step, pop the head of that lane, lease it.
--- Returns {id, task, payload, attempts, nonce, group, lease_ms} or nil when nothing is
+-- Returns {id, task, payload, attempts, nonce, group, lease_ms, more} or nil when nothing is
 -- serviceable. Ghosts (ids whose row is gone) and stale ring entries are skipped, at most
 -- 64 of them per call; past that a wake is pushed so a worker comes back for the rest.
 local function claim_one(nonce, now)
@@ -148,7 +149,11 @@ local function claim_one(nonce, now)
         if (lim and act >= tonumber(lim)) or redis.call('ZCARD', lane) == 0 then
           ring_leave(g, rotated)
         end
-        return {id, row[1], row[2], att, nonce, g, lease}
+        -- more: 1 when other work is serviceable right now, so the claimant's master
+        -- wakes another child (or another master) only when there is something to take.
+        local more = 0
+        if redis.call('LLEN', K_ring) > 0 then more = 1 end
+        return {id, row[1], row[2], att, nonce, g, lease, more}
       end
     end
   end

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
-import sys
 import inspect
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -249,7 +249,7 @@ class App:
     @property
     def settings(self) -> Settings:
         if self._settings is None:
-            self._settings = Settings.from_env(**self._explicit)
+            self._settings = Settings.from_env(None, **self._explicit)
         return self._settings
 
     @property

@@ -92,11 +92,11 @@ def check(queue: Queue) -> Report:
         if state in _PLACES and job_id not in where:
             report.lost.append(job_id)
             report.add(f"job {job_id} is {state} but no structure holds it (lost)")
-    in_flight = Counter(rows[i][1] for i in b["active"] if i in rows)
-    for g in set(in_flight) | set(b["gactive"]):
-        if int(b["gactive"].get(g, 0)) != in_flight.get(g, 0):
-            report.add(f"gactive of {g} is {b['gactive'].get(g, 0)} but {in_flight.get(g, 0)} "
-                       f"of its jobs are active")
+    in_flight: Counter[str | None] = Counter(rows[i][1] for i in b["active"] if i in rows)
+    for holder in set(in_flight) | set(b["gactive"]):
+        booked, counted = int(b["gactive"].get(holder, 0)), in_flight.get(holder, 0)
+        if booked != counted:
+            report.add(f"gactive of {holder} is {booked} but {counted} of its jobs are active")
     on_ring = Counter(b["ring"])
     for g, n in on_ring.items():
         if n > 1:

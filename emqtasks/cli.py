@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import os
 import sys
@@ -135,7 +134,7 @@ def import_modules(modules: tuple[str, ...]) -> None:
     for name in modules:
         try:
             importlib.import_module(name)
-        except Exception as exc:   # noqa: BLE001 - any import failure is the user's to see
+        except Exception as exc:
             raise CliError(f"cannot import module {name!r}: {type(exc).__name__}: {exc}") \
                 from None
 

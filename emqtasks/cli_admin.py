@@ -307,7 +307,8 @@ def stats(redis_url: str | None, queue: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def check_command(redis_url: str | None, queue: str | None, repair: bool, as_json: bool) -> None:
     """Check the queue's invariants (exit 1 on a violation); --repair mends what it can."""
-    from .check import check, repair as do_repair
+    from .check import check
+    from .check import repair as do_repair
 
     def verb(q: Queue) -> tuple[Any, Any]:
         mended = do_repair(q) if repair else None

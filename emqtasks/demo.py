@@ -136,7 +136,8 @@ class Demo:
         click.echo(f"\n{total} jobs in {elapsed:.1f}s: {total / elapsed:,.0f} jobs/s "
                    f"at -c {self.concurrency}")
         flood_waits = self._waits(FLOOD)
-        click.echo(f"{FLOOD:<10} (the flood) waited median {statistics.median(flood_waits):8.1f} ms,"
+        median = statistics.median(flood_waits)
+        click.echo(f"{FLOOD:<10} (the flood) waited median {median:8.1f} ms,"
                    f" max {max(flood_waits):8.1f} ms")
         for t in self.quiet:
             w = self._waits(t)

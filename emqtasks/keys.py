@@ -89,9 +89,11 @@ class QueueKeys:
         self.name = check_queue_name(name)
         self.base = f"emq:{{{name}}}:"
         self.fixed = tuple(self.base + k for k in FIXED)
-        for k in ("ring", "active", "delayed", "dead", "wake", "gactive", "glimit",
-                  "gweight", "gpaused", "paused"):
-            setattr(self, k, self.base + k)
+        b = self.base
+        self.ring, self.active, self.delayed, self.dead = b + "ring", b + "active", \
+            b + "delayed", b + "dead"
+        self.wake, self.paused, self.gpaused = b + "wake", b + "paused", b + "gpaused"
+        self.gactive, self.glimit, self.gweight = b + "gactive", b + "glimit", b + "gweight"
 
     def job(self, job_id: str) -> str:
         return f"{self.base}job:{job_id}"

@@ -62,7 +62,8 @@ class LocalRedis:
                     pass
                 except redis.exceptions.ConnectionError:
                     if self.proc is not None and self.proc.poll() is not None:
-                        raise ConfigError(f"redis-server exited with {self.proc.returncode}")
+                        raise ConfigError(
+                            f"redis-server exited with {self.proc.returncode}") from None
                 if time.monotonic() > deadline:
                     raise ConfigError(f"redis-server on port {self.port} not ready")
                 time.sleep(0.02)

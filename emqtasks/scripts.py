@@ -51,7 +51,7 @@ def _check_header(name: str, text: str) -> None:
         raise ConfigError(f"lua/{name}.lua must open with its contract (name, KEYS, Reply)")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def source(name: str) -> str:
     """The full text sent to Redis for one verb: prelude, shared helpers, the verb."""
     folder = lua_dir()

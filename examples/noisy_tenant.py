@@ -30,8 +30,8 @@ def main() -> None:
         print(f"served {', '.join(served)} while spammy waits with {waiting} jobs parked")
         app.resume_group("spammy")                  # back on the ring, with a wake
         spam[-1].get(timeout=60)
-        print(f"after resume: spammy has {app.stats()['groups'].get('spammy', {}).get('pending', 0)}"
-              " pending")
+        left = app.stats()["groups"].get("spammy", {}).get("pending", 0)
+        print(f"after resume: spammy has {left} pending")
     app.purge()
 
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import time
 
-from helpers import assert_invariants, drain_wake, expire_now, make_task, ring, server_ms, \
-    wake_tokens
+from helpers import (
+    assert_invariants,
+    drain_wake,
+    expire_now,
+    make_task,
+    ring,
+    server_ms,
+    wake_tokens,
+)
 
 from emqtasks.queue import STALE
 

@@ -16,7 +16,8 @@ HERE = Path(__file__).resolve().parent
 class WorkerProc:
     def __init__(self, redis_url: str, queue: str, *extra: str, concurrency: int = 2,
                  tick: float = 0.2, modules: tuple[str, ...] = ("worker_tasks",)) -> None:
-        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"emq-worker-{queue}-{time.time_ns()}.log"
+        log_dir = Path(os.environ.get("TMPDIR", "/tmp"))
+        self.log_path = log_dir / f"emq-worker-{queue}-{time.time_ns()}.log"
         cmd = [sys.executable, "-m", "emqtasks.cli", "worker", "-c", str(concurrency),
                "-Q", queue, "--redis-url", redis_url, "--tick", str(tick), *extra]
         for m in modules:

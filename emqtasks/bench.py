@@ -31,6 +31,7 @@ import click
 import redis
 
 from .app import App, connect
+from .cluster import is_cluster_url
 from .config import WorkerSettings
 from .errors import EmqError
 from .localserver import LocalRedis
@@ -630,6 +631,9 @@ def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int |
                           else concurrency, jobs or (1_000 if quick else 10_000),
                           runs or (1 if quick else 3), as_json)
         return
+    if redis_url and is_cluster_url(redis_url):
+        raise BenchError("a redis+cluster:// URL takes --cluster: the other scenarios meter "
+                         "one server (INFO, CLIENT LIST)")
     sizes = Sizes.of(concurrency, jobs, runs, quick)
     began = time.monotonic()
     # SIGTERM unwinds like Ctrl-C, so the worker, the queue and the server are cleaned up.

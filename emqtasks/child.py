@@ -89,7 +89,7 @@ class Runner:
             value = fn(*args, **kwargs)
         except Retry as exc:
             return None, self._fail(lease, _describe(exc), delay=exc.delay)
-        except BaseException as exc:  # noqa: BLE001 - SystemExit in a task is its failure
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return None, self._fail(lease, _describe(exc))
@@ -159,11 +159,13 @@ class Child:
         _die_with_parent()
         if os.getppid() != self.master_pid:
             return
-        queue = self.make_queue()
-        self.runner = Runner(queue, REGISTRY, self.default_time_limit)
         self.outage = Outage(log, f"child {self.index}", stop=self._should_stop)
+        # A cluster client connects as it is made: ride out a server that is down now,
+        # rather than die and be respawned in a tight loop.
+        queue = self.outage.call(self.make_queue)
+        self.runner = Runner(queue, REGISTRY, self.default_time_limit)
         self.runner.call = self.outage.call
-        self.outage.call(queue.client.ping)   # connect now: the first wake pays no handshake
+        self.outage.call(queue.ping)   # connect now: the first wake pays no handshake
         while not self._should_stop():
             try:
                 message = self.pipe.recv_bytes()

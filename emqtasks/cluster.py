@@ -8,8 +8,9 @@ spread over the shards.
 
 What does differ is the handful of calls that are not about one key: SCAN (a cluster has
 one keyspace per node; a queue's keys are all on the node that serves its slot) and
-server-level commands such as CONFIG GET (asked of that same node). Those go through
-:func:`scan_keys` and :func:`node_kwargs`, which pass through unchanged for a plain client.
+server-level commands such as PING and CONFIG GET (asked of that same node). Those go
+through :func:`scan_keys` and :func:`node_kwargs` (used by ``Queue.scan``, ``Queue.ping``
+and the worker's eviction check), which change nothing for a plain client.
 
 URL: ``redis+cluster://[user:password@]host:port[,host:port...][/0][?option=value&...]``
 (``rediss+cluster://`` for TLS). Every host:port is a startup node; one reachable node is
@@ -22,10 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote
 
 from redis.cluster import ClusterNode, RedisCluster
-from redis.exceptions import ConnectionError, RedisClusterException
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
 
 from .errors import ConfigError
 
@@ -47,7 +49,7 @@ def is_cluster_url(url: str) -> bool:
 
 def parse_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     """(startup nodes as (host, port), client keyword arguments) of a cluster URL."""
-    scheme, rest = url.split("://", 1)
+    scheme, _, rest = url.partition("://")
     if scheme.lower() not in SCHEMES:
         raise ClusterUrlError(f"not a cluster URL (want {' or '.join(SCHEMES)}://): {url!r}")
     netloc, _, tail = rest.partition("/")
@@ -117,7 +119,7 @@ def connect_cluster(url: str, **defaults: Any) -> RedisCluster:
     try:
         return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], **options)
     except RedisClusterException as exc:
-        raise ConnectionError(f"no Redis Cluster node answered: {exc}") from exc
+        raise RedisConnectionError(f"no Redis Cluster node answered: {exc}") from exc
 
 
 def is_cluster(client: Any) -> bool:

@@ -175,6 +175,13 @@ class LocalCluster:
             proc.kill()
             proc.wait(10)
 
+    def restart(self, port: int) -> None:
+        """Start a killed node again on its port; it rejoins from its nodes-PORT.conf (its
+        data is gone: no persistence)."""
+        self.kill(port)
+        self._spawn(port, self.bus[port])
+        self._wait_ping(port, time.monotonic() + 10)
+
     def __enter__(self) -> LocalCluster:
         return self.start()
 
@@ -208,11 +215,9 @@ class LocalCluster:
         raise ConfigError(f"slot {slot} is not served")
 
     def replica_of(self, master: int) -> int:
+        """The port of a healthy replica of ``master`` (from its CLUSTER NODES)."""
         with self.node(master) as c:
-            for row in c.execute_command("CLUSTER", "NODES").splitlines():
-                fields = row.split()
-                if "myself" in fields[2]:
-                    my_id = fields[0]
+            my_id = c.execute_command("CLUSTER", "MYID")
             for row in c.execute_command("CLUSTER", "NODES").splitlines():
                 fields = row.split()
                 if fields[3] == my_id and "slave" in fields[2] and "fail" not in fields[2]:

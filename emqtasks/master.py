@@ -138,7 +138,7 @@ class Master:
             elif tag == "wake":
                 self._on_wake()
             elif tag[0] == "pipe":
-                self._on_message(tag[1])
+                self._on_message(tag[1], key.fileobj)
             elif tag[0] == "exit":
                 self._on_exit(tag[1])
         self._supervise_running()
@@ -196,9 +196,11 @@ class Master:
         self.has_idle.clear()
         return woken
 
-    def _on_message(self, index: int) -> None:
+    def _on_message(self, index: int, pipe: Any = None) -> None:
         h = self.children[index]
-        if h is None:
+        if h is None or (pipe is not None and pipe is not h.pipe):
+            # The EOF of a child that exited and was replaced earlier in this same select
+            # batch: reading the replacement's pipe here would block the main loop.
             return
         try:
             message = h.pipe.recv_bytes()

@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from .cluster import scan_keys
+from .cluster import node_kwargs, scan_keys
 from .errors import InvalidArgument, InvalidJobId, ScriptError
 from .keys import QueueKeys, check_group, check_job_id
 from .scripts import Scripts
@@ -227,6 +227,11 @@ class Queue:
 
     def status(self, job_id: str) -> str | None:
         return self.client.hget(self.keys.job(job_id), "state")
+
+    def ping(self) -> bool:
+        """One round trip to the server holding the queue (on a cluster, the node serving
+        its slot), so the connection a first claim would need is open."""
+        return bool(self.client.ping(**node_kwargs(self.client, self.keys.ring)))
 
     def scan(self, match: str) -> Iterator[str]:
         """Keys of this queue matching a pattern, by SCAN of the server that holds the queue

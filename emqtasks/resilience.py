@@ -14,10 +14,13 @@ T = TypeVar("T")
 #: Errors that pass: a dropped connection, a restarting or loading server, a failover.
 #: On a Redis Cluster also: ClusterError (CLUSTERDOWN and MASTERDOWN are kinds of it, and
 #: redis-py raises it bare when MOVED/ASK/TRYAGAIN redirections outlast its retries, as
-#: while a queue's slot migrates) and SlotNotCoveredError (a slot map read mid-failover).
+#: while a queue's slot migrates) and RedisClusterException: the cluster client's "cannot be
+#: connected" when no node answers (the cluster's ConnectionError) and SlotNotCoveredError
+#: (a slot map read mid-failover). Its other kinds (CROSSSLOT in a transaction, a malformed
+#: pipeline) cannot come from a queue's calls, whose keys all hash to the queue's one slot.
 TRANSIENT = (rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError, rex.ReadOnlyError,
              rex.TryAgainError, rex.ClusterDownError, rex.MasterDownError, rex.ClusterError,
-             rex.SlotNotCoveredError)
+             rex.RedisClusterException)
 
 
 class Outage:

@@ -470,7 +470,7 @@ def _fairness_drill(b: Bench, app: App, seq: Any, name: str,
         figure = number - 1 if paused else after_mark
         if not paused and number > flood:
             b.notes.append(f"fairness ({name}): the flood drained before the quiet job came")
-    except Exception as exc:  # noqa: BLE001 - reported with the figures, not fatal
+    except Exception as exc:
         b.notes.append(f"fairness ({name}): the quiet job did not finish: {exc!r}; "
                        f"{_short_stats(app)}")
     if b.wait_count(key, flood + 1, timeout=30 + flood / 200)[0] is None:

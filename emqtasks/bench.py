@@ -115,6 +115,21 @@ def _proc_cpu(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks
 
 
+def tree_pss_mb(root: int) -> float | None:
+    """Proportional set size of a process and its children, MB (shared pages split between
+    the processes sharing them), from /proc/PID/smaps_rollup; None where unreadable."""
+    try:
+        kids = Path(f"/proc/{root}/task/{root}/children").read_text().split()
+        total_kb = 0
+        for pid in [root, *map(int, kids)]:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total_kb += int(line.split()[1])
+        return total_kb / 1024
+    except (OSError, ValueError):
+        return None
+
+
 def tree_cpu(root: int) -> float:
     """CPU seconds used so far by a process and its living descendants (Linux; else 0)."""
     if not Path("/proc").is_dir():
@@ -410,7 +425,9 @@ def scenario_latency_and_idle(b: Bench) -> dict[str, float | None]:
         time.sleep(s.idle_seconds)
         after, cpu1, seconds = b.meter.snapshot(), w.cpu(), time.monotonic() - began
         d = b.meter.delta(before, after)
+        pss = tree_pss_mb(w.proc.pid)
     return {
+        "idle_pss_mb": pss,
         "p50": statistics.median(latencies) if latencies else None,
         "p90": percentile(latencies, 0.9) if latencies else None,
         "max": max(latencies) if latencies else None,
@@ -568,6 +585,8 @@ def run_all(b: Bench) -> list[Row]:
             median(col(idle, "idle_round_trips")), "calls/s", col(idle, "idle_round_trips"), 1),
         Row("idle_worker_cpu_ms_per_s", "6  idle worker CPU (master + children)",
             median(col(idle, "idle_worker_cpu_ms")), "ms/s", col(idle, "idle_worker_cpu_ms"), 1),
+        Row("idle_pss_mb", f"6  memory of master + {c} idle children (PSS)",
+            median(col(idle, "idle_pss_mb")), "MB", col(idle, "idle_pss_mb"), 1),
         Row("fairness_flood_before_quiet", f"7  flood jobs started before quiet ({s.flood:,} "
             "backlog, target < 10)", median(col(fair, "backlog")), "jobs", col(fair, "backlog")),
         Row("fairness_flood_leased_before_quiet", "7    flood jobs leased in an earlier ms "

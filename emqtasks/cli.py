@@ -124,7 +124,9 @@ def worker(modules: tuple[str, ...], concurrency: int | None, redis_url: str | N
     from .master import Master
 
     url, name = settings.redis_url, settings.queue
-    code = Master(lambda: Queue(connect(url), name), wsettings).run()
+    # Each Queue the master makes serves one thread (its main loop, its park thread, one
+    # child), so each holds a single connection.
+    code = Master(lambda: Queue(connect(url, single_thread=True), name), wsettings).run()
     sys.exit(code)
 
 

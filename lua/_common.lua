@@ -135,24 +135,24 @@ local function claim_one(nonce, now)
     else
       local id = popped[1]
       local jk = job_key(id)
-      local row = redis.call('HMGET', jk, 'task', 'payload', 'lease', 'state')
+      local row = redis.call('HMGET', jk, 'task', 'payload', 'lease', 'state', 'attempts')
       if not row[4] then
         if redis.call('ZCARD', lane) == 0 then ring_leave(g, false) end
       else
         local rotated = ring_turn(g)
-        local att = redis.call('HINCRBY', jk, 'attempts', 1)
+        local att = tonumber(row[5]) + 1
         local lease = tonumber(row[3])
-        redis.call('HSET', jk, 'state', 'active', 'nonce', nonce, 'started', now)
+        redis.call('HSET', jk, 'state', 'active', 'attempts', att, 'nonce', nonce, 'started', now)
         redis.call('ZADD', K_active, now + lease, id)
         local act = redis.call('HINCRBY', K_gactive, g, 1)
         local lim = redis.call('HGET', K_glimit, g)
-        if (lim and act >= tonumber(lim)) or redis.call('ZCARD', lane) == 0 then
-          ring_leave(g, rotated)
-        end
         -- more: 1 when other work is serviceable right now, so the claimant's master
         -- wakes another child (or another master) only when there is something to take.
-        local more = 0
-        if redis.call('LLEN', K_ring) > 0 then more = 1 end
+        local more = 1
+        if (lim and act >= tonumber(lim)) or redis.call('ZCARD', lane) == 0 then
+          ring_leave(g, rotated)
+          if redis.call('LLEN', K_ring) == 0 then more = 0 end
+        end
         return {id, row[1], row[2], att, nonce, g, lease, more}
       end
     end

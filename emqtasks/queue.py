@@ -154,6 +154,7 @@ class Queue:
         pipe = self.client.pipeline(transaction=False)
         pipe.rpush(self.keys.wake, "1")
         pipe.ltrim(self.keys.wake, 0, 15)
+        pipe.expire(self.keys.wake, 60)
         pipe.execute()
 
     # -- admin ------------------------------------------------------------------------

@@ -15,6 +15,7 @@
 -- those three notes the transition and pushes or removes the group once.
 
 local WAKE_CAP = 16
+local WAKE_TTL = 60
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -31,7 +32,12 @@ local function lane_key(g) return BASE .. 'g:' .. g .. ':pending' end
 local function wake(token)
   local cap = WAKE_CAP
   if token == 'd' then cap = WAKE_CAP / 2 end
-  if redis.call('LLEN', K_wake) < cap then redis.call('RPUSH', K_wake, token or '1') end
+  if redis.call('LLEN', K_wake) < cap then
+    redis.call('RPUSH', K_wake, token or '1')
+    -- Tokens are hints (the ring is the truth, and every master re-reads it each tick):
+    -- one nobody took within a minute may go, so an idle queue keeps no stray key.
+    redis.call('EXPIRE', K_wake, WAKE_TTL)
+  end
 end
 
 -- Schedule an id in `delayed`; if it is now the earliest entry, tell the parked masters.

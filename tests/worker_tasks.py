@@ -66,3 +66,8 @@ def slow_limited(tag: str) -> None:
 @task(name="t.needs_two")
 def needs_two(a: int, b: int) -> int:
     return a + b
+
+
+@task(name="t.short_lived", group=lambda tag: tag, result_ttl=1)
+def short_lived(tag: str) -> str:
+    return tag

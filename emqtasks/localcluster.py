@@ -10,6 +10,7 @@ with ``CLUSTER FAILOVER`` (a coordinated, lossless switch); ``kill`` is a crash.
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -20,21 +21,23 @@ import redis
 from redis.cluster import key_slot
 
 from .errors import ConfigError
-from .localserver import free_port
+from .localserver import find_binary, free_port, server_version
 
 
 class LocalCluster:
     """``masters`` shards, each with ``replicas`` replicas; all on 127.0.0.1."""
 
     def __init__(self, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 1000) -> None:
-        server = shutil.which("redis-server")
+        server = find_binary("redis-server")
         if server is None:
             raise ConfigError("a local cluster needs redis-server on PATH "
                               "(apt-get install redis-server)")
-        cli = shutil.which("redis-cli")   # without it the cluster is formed by hand
+        cli = find_binary("redis-cli")   # without it the cluster is formed by hand
         if masters < 3:
             raise ConfigError("a cluster needs at least 3 masters (redis-cli refuses fewer)")
         self.server, self.cli = server, cli
+        # Before 7.0 the bus port is always port + 10000 (no --cluster-port).
+        self.fixed_bus = server_version(server) < (7, 0)
         self.n_masters, self.replicas = masters, replicas
         self.node_timeout_ms = node_timeout_ms
         self.dir = Path(tempfile.mkdtemp(prefix="emq-cluster-"))
@@ -47,7 +50,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         taken: set[int] = set()
         for _ in range(self.n_masters * (1 + self.replicas)):
-            port, bus = _two_free_ports(taken)
+            port, bus = _ports_plus_10000(taken) if self.fixed_bus else _two_free_ports(taken)
             self.ports.append(port)
             self.bus[port] = bus
             self._spawn(port, bus)
@@ -102,7 +105,8 @@ class LocalCluster:
                     time.sleep(0.05)
 
     def _spawn(self, port: int, bus: int) -> None:
-        cmd = [self.server, "--port", str(port), "--cluster-port", str(bus),
+        bus_arg = [] if self.fixed_bus else ["--cluster-port", str(bus)]
+        cmd = [self.server, "--port", str(port), *bus_arg,
                "--bind", "127.0.0.1", "--protected-mode", "no",
                "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
                "--cluster-node-timeout", str(self.node_timeout_ms),
@@ -244,6 +248,21 @@ def _owners(client: redis.Redis) -> dict[tuple[int, int], int]:
     for row in client.execute_command("CLUSTER", "SLOTS"):
         out[(int(row[0]), int(row[1]))] = int(row[2][1])
     return out
+
+
+def _ports_plus_10000(taken: set[int]) -> tuple[int, int]:
+    """A client port whose bus port (port + 10000, fixed before Redis 7) is free too."""
+    for _ in range(1000):
+        port = free_port()
+        if port + 10000 <= 65535 and port not in taken and port + 10000 not in taken:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            taken.update((port, port + 10000))
+            return port, port + 10000
+    raise ConfigError("no free port pair (p, p + 10000) for a cluster node")
 
 
 def _two_free_ports(taken: set[int]) -> tuple[int, int]:

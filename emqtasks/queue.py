@@ -49,6 +49,12 @@ class Lease(NamedTuple):
                    bool(row[7]))
 
 
+def _block_seconds(timeout: float) -> float:
+    """A BLPOP timeout that never means "for ever": Redis 6.2 truncates seconds x 1000 to
+    whole ms, so 0.001 can become 0, which blocks indefinitely."""
+    return max(timeout, 0.01)
+
+
 def _nonce() -> str:
     return os.urandom(8).hex()
 
@@ -146,7 +152,7 @@ class Queue:
         Returns None on timeout, WAKE_WORK when work became claimable, WAKE_DUE when
         `delayed` got a new earliest entry (re-read when to promote).
         """
-        reply = self.client.blpop([self.keys.wake], timeout=max(timeout, 0.001))
+        reply = self.client.blpop([self.keys.wake], timeout=_block_seconds(timeout))
         return None if reply is None else reply[1]
 
     def push_wake(self) -> None:
@@ -223,8 +229,8 @@ class Queue:
 
     def wait_done(self, job_id: str, timeout: float) -> bool:
         """Block until the job's end is announced or timeout passes (one BLPOP)."""
-        return self.client.blpop([self.keys.done(job_id)], timeout=max(timeout, 0.001)) \
-            is not None
+        return self.client.blpop([self.keys.done(job_id)],
+                                 timeout=_block_seconds(timeout)) is not None
 
     def status(self, job_id: str) -> str | None:
         return self.client.hget(self.keys.job(job_id), "state")

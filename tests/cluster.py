@@ -8,7 +8,6 @@ queue names placed on chosen shards.
 
 from __future__ import annotations
 
-import shutil
 import uuid
 
 import pytest
@@ -16,6 +15,7 @@ from redis.cluster import key_slot
 
 from emqtasks.keys import QueueKeys
 from emqtasks.localcluster import LocalCluster
+from emqtasks.localserver import find_binary
 
 
 class ClusterServers(LocalCluster):
@@ -26,7 +26,7 @@ class ClusterServers(LocalCluster):
 
     @classmethod
     def start_or_skip(cls, timeout: float = 30.0) -> ClusterServers:
-        if shutil.which("redis-server") is None:
+        if find_binary("redis-server") is None:
             pytest.skip("no redis-server binary on PATH: cannot start a Redis Cluster")
         return cls().start(timeout)
 

@@ -21,7 +21,7 @@ import redis
 from redis.cluster import key_slot
 
 from .errors import ConfigError
-from .localserver import find_binary, free_port, server_version
+from .localserver import find_binary, free_port, server_version, wait_ready
 
 
 class LocalCluster:
@@ -118,22 +118,7 @@ class LocalCluster:
                                             stderr=subprocess.DEVNULL)
 
     def _wait_ping(self, port: int, deadline: float) -> None:
-        client = redis.Redis(port=port, socket_connect_timeout=0.5, socket_timeout=2.0)
-        try:
-            while True:
-                try:
-                    if client.ping():
-                        return
-                except redis.exceptions.ConnectionError:
-                    proc = self.procs.get(port)
-                    if proc is not None and proc.poll() is not None:
-                        raise ConfigError(f"redis-server on {port} exited with "
-                                          f"{proc.returncode}") from None
-                if time.monotonic() > deadline:
-                    raise ConfigError(f"redis-server on port {port} not ready")
-                time.sleep(0.02)
-        finally:
-            client.close()
+        wait_ready(port, self.procs.get(port), deadline)
 
     def wait_stable(self, timeout: float = 15.0, replicas: int | None = None) -> None:
         """Until every live node says cluster_state:ok, all agree on the slot owners, and

@@ -52,6 +52,28 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_ready(port: int, proc: subprocess.Popen[bytes] | None, deadline: float) -> None:
+    """Until the server on port answers PING (loading counts as not yet); a clear error if
+    its process exits or the deadline passes."""
+    client = redis.Redis(port=port, socket_connect_timeout=0.5, socket_timeout=2.0)
+    try:
+        while True:
+            try:
+                if client.ping():
+                    return
+            except redis.exceptions.BusyLoadingError:
+                pass
+            except redis.exceptions.ConnectionError:
+                if proc is not None and proc.poll() is not None:
+                    raise ConfigError(f"redis-server on {port} exited with "
+                                      f"{proc.returncode}") from None
+            if time.monotonic() > deadline:
+                raise ConfigError(f"redis-server on port {port} not ready")
+            time.sleep(0.02)
+    finally:
+        client.close()
+
+
 class LocalRedis:
     """Starts ``redis-server`` from PATH; stop(), kill() and restart() for fault tests."""
 
@@ -82,24 +104,7 @@ class LocalRedis:
         return self
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
-        try:
-            while True:
-                try:
-                    if client.ping():
-                        return
-                except redis.exceptions.BusyLoadingError:
-                    pass
-                except redis.exceptions.ConnectionError:
-                    if self.proc is not None and self.proc.poll() is not None:
-                        raise ConfigError(
-                            f"redis-server exited with {self.proc.returncode}") from None
-                if time.monotonic() > deadline:
-                    raise ConfigError(f"redis-server on port {self.port} not ready")
-                time.sleep(0.02)
-        finally:
-            client.close()
+        wait_ready(self.port, self.proc, time.monotonic() + timeout)
 
     def client(self, **kwargs: Any) -> redis.Redis:
         return redis.Redis(port=self.port, decode_responses=True, **kwargs)

@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from .app import App
+from .embedded import is_embedded
 
 demo_app = App()
 FLOOD = "bigcorp"
@@ -146,6 +147,9 @@ class Demo:
                            f"max {max(w):8.1f} ms  ({len(w)} jobs)")
         click.echo("The quiet tenants were served within a turn of the ring while the flood "
                    "drained: fairness without polling.")
+        if is_embedded(self.redis_url):
+            click.echo("The embedded server keeps running for your next command "
+                       "(`emqtasks embedded stop` stops it).")
 
     def _waits(self, tenant: str) -> list[float]:
         return [float(x) for x in demo_app.client.lrange(_k(f"wait:{tenant}"), 0, -1)]

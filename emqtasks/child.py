@@ -159,7 +159,10 @@ class Child:
         _die_with_parent()
         if os.getppid() != self.master_pid:
             return
-        self.outage = Outage(log, f"child {self.index}", stop=self._should_stop)
+        # Keep retrying Redis through a warm stop (the ack of the last job must land); give
+        # up only when the master is gone.
+        self.outage = Outage(log, f"child {self.index}",
+                             stop=lambda: os.getppid() != self.master_pid)
         # A cluster client connects as it is made: ride out a server that is down now,
         # rather than die and be respawned in a tight loop.
         queue = self.outage.call(self.make_queue)
@@ -190,6 +193,8 @@ class Child:
 
     def _drain(self) -> None:
         queue, runner, slots, index = self.runner.queue, self.runner, self.slots, self.index
+        if self._should_stop():
+            return
         leases = self.outage.call(queue.claim, 1)
         if not leases:
             return
@@ -199,7 +204,8 @@ class Child:
         while lease is not None:
             slots.start(index, lease, runner.time_limit(lease))
             result, outcome = runner.execute(lease)
-            slots.clear(index)
+            # The slot keeps the lease until its outcome is written: a child that dies in
+            # between has its job retried through the fence (stale if the ack landed).
             self.done += 1
             more = not self._should_stop()
             if outcome is None:
@@ -209,3 +215,4 @@ class Child:
                 lease = claimed[0] if claimed else None
             else:
                 lease = None
+        slots.clear(index)

@@ -40,6 +40,8 @@ class ChildHandle:
         self.process = process
         self.pipe = pipe
         self.idle = True
+        self.born = time.monotonic()
+        self.backoff = 0.25
         self.kill_reason: str | None = None
         self.renewed: dict[tuple[str, str], float] = {}
 
@@ -51,7 +53,7 @@ class Master:
         self.make_queue = make_queue
         self.settings = settings
         self.queue = make_queue()
-        self.outage = Outage(log, "master", stop=lambda: self._hard_stop)
+        self.outage = Outage(log, "master", stop=self._give_up)
         self.slots = Slots(settings.concurrency)
         self.children: list[ChildHandle | None] = [None] * settings.concurrency
         self.selector = selectors.DefaultSelector()
@@ -60,6 +62,8 @@ class Master:
         self.stats = {"started": 0, "died": 0, "replaced": 0, "time_limited": 0}
         self._stopping = False
         self._hard_stop = False
+        self._respawn_at: dict[int, tuple[float, float]] = {}   # index -> (when, backoff)
+        self._term_at = 0.0   # when the first SIGTERM / SIGINT arrived (set by the handler)
         self._grace_deadline = 0.0
         self._signal_r, self._signal_w = os.pipe()
         self._wake_r, self._wake_w = os.pipe()
@@ -96,13 +100,19 @@ class Master:
 
     def _install_signals(self) -> None:
         def on_signal(signum: int, _frame: Any) -> None:
-            os.write(self._signal_w, bytes([signum]))   # the main loop dispatches
+            # The main loop dispatches; the flags only let a Redis retry loop that holds
+            # the main thread give up (see _give_up), so a stop works during an outage.
+            if not self._term_at:
+                self._term_at = time.monotonic()
+            elif signum == signal.SIGINT:
+                self._hard_stop = True
+            os.write(self._signal_w, bytes([signum]))
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGCHLD, lambda *_: None)
 
-    def _spawn(self, index: int) -> None:
+    def _spawn(self, index: int, backoff: float = 0.25) -> None:
         master_end, child_end = _ctx.Pipe(duplex=True)
         self.slots.reset(index)
         child = Child(index, child_end, self.slots, self.make_queue, os.getpid(),
@@ -118,14 +128,28 @@ class Master:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
         child_end.close()
         handle = ChildHandle(index, process, master_end)
+        handle.backoff = backoff
         self.children[index] = handle
         self.selector.register(master_end, selectors.EVENT_READ, ("pipe", index))
         self.selector.register(process.sentinel, selectors.EVENT_READ, ("exit", index))
         self.stats["started"] += 1
         self.has_idle.set()
 
+    def _give_up(self) -> bool:
+        """Stop retrying Redis: a hard stop, or a stop asked for and its grace run out."""
+        return self._hard_stop or (
+            bool(self._term_at) and time.monotonic() > self._term_at + self.settings.grace)
+
     def _alive_children(self) -> bool:
-        return any(h is not None for h in self.children)
+        return any(h is not None for h in self.children) or (
+            bool(self._respawn_at) and not self._stopping)
+
+    def _note_idle(self) -> None:
+        """has_idle says whether the park thread may take a wake: some child is idle."""
+        if any(h is not None and h.idle for h in self.children):
+            self.has_idle.set()
+        else:
+            self.has_idle.clear()
 
     # -- the main loop ----------------------------------------------------------------
     def _step(self) -> None:
@@ -142,6 +166,7 @@ class Master:
             elif tag[0] == "exit":
                 self._on_exit(tag[1])
         self._supervise_running()
+        self._respawn_due()
         if self._stopping and not self._hard_stop and time.monotonic() > self._grace_deadline:
             log.warning("grace period over: stopping children now")
             self._kill_all()
@@ -175,10 +200,8 @@ class Master:
             os.read(self._wake_r, 64)
         except BlockingIOError:
             return
-        if self._stopping:
+        if self._stopping or not self._fan():
             self._call(self.queue.push_wake)   # not ours to use: hand it on
-            return
-        self._fan()
 
     def _fan(self) -> bool:
         """Wake one idle child; it recruits the next by reporting GOT_WORK, so a lone job
@@ -229,22 +252,41 @@ class Master:
         h.process.join(timeout=1.0)
         code = h.process.exitcode
         running = self.slots.read(index)
-        if running is not None:
-            self._settle_lost_job(h, running, code)
-        elif code not in (0, None):
-            log.warning("child %d (pid %s) exited with %s", index, h.process.pid, code)
-        h.pipe.close()
-        self.children[index] = None
+        try:
+            if running is not None:
+                self._settle_lost_job(h, running, code)
+            elif code not in (0, None):
+                log.warning("child %d (pid %s) exited with %s", index, h.process.pid, code)
+        except Exception:
+            log.exception("could not settle the job of child %d; its lease will expire", index)
+        finally:
+            h.pipe.close()
+            self.children[index] = None
         if not self._stopping:
+            # A child that dies young with no job (a refused AUTH, a broken import) must
+            # not be forked again in a tight loop: wait, doubling up to 10 s.
+            lived = time.monotonic() - h.born
+            delay = 0.0 if lived > 5 or running is not None else min(10.0, h.backoff * 2)
+            self._respawn_at[index] = (time.monotonic() + delay, delay or 0.25)
+
+    def _respawn_due(self) -> None:
+        now = time.monotonic()
+        for index, (when, backoff) in list(self._respawn_at.items()):
+            if now < when or self._stopping:
+                continue
+            del self._respawn_at[index]
             self.stats["replaced"] += 1
-            self._spawn(index)
+            self._spawn(index, backoff)
             # No wake may be coming for work the old child left in the lanes.
-            self.children[index].idle = False  # type: ignore[union-attr]
-            _send(self.children[index].pipe, GO)  # type: ignore[union-attr]
+            child = self.children[index]
+            assert child is not None
+            child.idle = False
+            _send(child.pipe, GO)
+            self._note_idle()
 
     def _settle_lost_job(self, h: ChildHandle, running: Running, code: int | None) -> None:
         lease = running.lease
-        if self._stopping and h.kill_reason is None:
+        if self._hard_stop and h.kill_reason is None:
             ok = self._call(self.queue.release, lease, "released: worker stopped mid-job")
             log.warning("job %s released back to its lane at shutdown (%s)", lease.id,
                         "ok" if ok else "already settled")
@@ -265,8 +307,8 @@ class Master:
         now = time.monotonic()
         due: list[Lease] = []
         for h in self.children:
-            if h is None or h.idle:
-                continue
+            if h is None or h.idle or not h.process.is_alive():
+                continue   # a dead child's job is settled by _on_exit, never renewed
             running = self.slots.read(h.index)
             if running is None:
                 h.renewed.clear()

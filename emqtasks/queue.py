@@ -197,10 +197,11 @@ class Queue:
         """Bring one dead job (or all of them) back with fresh attempts; returns the count."""
         if job_id is not None:
             return int(self.scripts.requeue(self._k, [check_job_id(job_id)]))
-        total = 0
-        while n := int(self.scripts.requeue(self._k, [])):
-            total += n
-        return total
+        # The dead jobs of now, in pages: a job that dies again while this runs waits for
+        # the next requeue instead of looping here for ever.
+        snapshot = self.client.zrange(self.keys.dead, 0, -1)
+        return sum(int(self.scripts.requeue(self._k, snapshot[i:i + 500]))
+                   for i in range(0, len(snapshot), 500))
 
     def dead_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The most recent dead jobs, newest first, each a job() view."""

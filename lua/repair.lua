@@ -12,6 +12,14 @@
 --   whose row is gone are dropped; a wake when the ring is not empty.
 
 local n = tonumber(ARGV[1])
+-- Candidates for the ring: the groups the caller found, those on the ring now (one may have
+-- become serviceable since the caller looked), and the groups of restored jobs.
+local candidates, seen = {}, {}
+local function candidate(g)
+  if g and not seen[g] then seen[g] = true; candidates[#candidates + 1] = g end
+end
+for i = 2, n + 1 do candidate(ARGV[i]) end
+for _, g in ipairs(redis.call('LRANGE', K_ring, 0, -1)) do candidate(g) end
 redis.call('DEL', K_ring, K_gactive, K_gturn)
 local restored = 0
 local now = now_ms()
@@ -23,6 +31,7 @@ for i = n + 2, #ARGV do
       redis.call('ZADD', lane_key(row[2]), tonumber(row[3] or now), id)
       restored = restored + 1
     end
+    candidate(row[2])
   elseif row[1] == 'delayed' and not redis.call('ZSCORE', K_delayed, id) then
     redis.call('ZADD', K_delayed, now, id)
     restored = restored + 1
@@ -37,9 +46,9 @@ for _, id in ipairs(active) do
   if g then redis.call('HINCRBY', K_gactive, g, 1) else redis.call('ZREM', K_active, id) end
 end
 local ringed = 0
-for i = 2, n + 1 do
-  if serviceable(ARGV[i]) then
-    redis.call('RPUSH', K_ring, ARGV[i])
+for _, g in ipairs(candidates) do
+  if serviceable(g) then
+    redis.call('RPUSH', K_ring, g)
     ringed = ringed + 1
   end
 end

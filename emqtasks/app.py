@@ -18,7 +18,7 @@ from . import embedded, serialization
 from .cluster import connect_cluster, is_cluster_url
 from .config import Settings
 from .errors import InvalidArgument, InvalidGroup, TaskFailed
-from .keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
+from .keys import DEFAULT_GROUP, check_group, check_job_id, check_queue_name, new_job_id
 from .queue import DUPLICATE, NewJob, Queue
 from .registry import REGISTRY, GroupSpec, TaskSpec
 
@@ -30,6 +30,10 @@ _apps: list[App] = []
 #: MAX_BLOCK), so a BLPOP never trips the socket timeout, yet a dead peer is noticed.
 SOCKET_TIMEOUT = 30.0
 MAX_BLOCK = 20.0
+ENCODING_ERRORS = "surrogateescape"
+#: What a ``rediss://`` client checks unless its URL says otherwise (redis-py's own defaults
+#: today, stated here so a change of library default cannot turn them off).
+TLS_DEFAULTS = {"ssl_cert_reqs": "required", "ssl_check_hostname": True}
 
 
 def connect(url: str, single_thread: bool = False) -> Any:
@@ -39,13 +43,23 @@ def connect(url: str, single_thread: bool = False) -> Any:
     ``redis+cluster://host:port[,host:port...]`` gives a Redis Cluster client (cluster.py).
     ``single_thread`` keeps one connection instead of a pool checkout per command (about a
     sixth of a worker child's time per job); only for a client one thread uses.
+
+    Replies decode with ``surrogateescape``: a row holding bytes that are not UTF-8 (written
+    by something other than emqtasks) reads back with them as lone surrogates instead of
+    failing the whole reply, so a worker can dead-letter that job (serialization.loads_args
+    refuses such a payload) rather than crash on every claim of it.
+    ``rediss://`` verifies the server's certificate and host name unless the URL's
+    ``ssl_cert_reqs`` / ``ssl_check_hostname`` say otherwise.
     """
+    tls = TLS_DEFAULTS if url.lower().startswith(("rediss://", "rediss+cluster://")) else {}
     if is_cluster_url(url):
         return connect_cluster(url, decode_responses=True, socket_timeout=SOCKET_TIMEOUT,
-                               socket_connect_timeout=5.0)
+                               socket_connect_timeout=5.0, encoding_errors=ENCODING_ERRORS,
+                               **tls)
     return redis.Redis.from_url(embedded.resolve(url), decode_responses=True,
+                                encoding_errors=ENCODING_ERRORS,
                                 socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=5.0,
-                                single_connection_client=single_thread)
+                                single_connection_client=single_thread, **tls)
 
 
 class JobHandle:
@@ -276,7 +290,7 @@ class App:
 
     def queue(self, name: str | None = None) -> Queue:
         """The verbs of a queue on this app's server (default: the app's queue)."""
-        name = name or self.settings.queue
+        name = self.settings.queue if name is None else name   # "" is refused, not defaulted
         q = self._queues.get(name)
         if q is None:
             q = self._queues[name] = Queue(self.client, name)
@@ -299,6 +313,8 @@ class App:
             if max_attempts < 1 or lease <= 0 or retry_delay < 0 or result_ttl < 0:
                 raise InvalidArgument("max_attempts >= 1, lease > 0, retry_delay >= 0 and "
                                       "result_ttl >= 0 are required")
+            if queue is not None:
+                check_queue_name(queue)   # at registration, not at the first delay()
             spec = TaskSpec(name=name or f"{_module_name(f)}.{f.__qualname__}", fn=f,
                             group=group, max_attempts=max_attempts, retry_delay=retry_delay,
                             lease=lease, queue=queue, time_limit=time_limit,
@@ -328,7 +344,7 @@ class App:
             spec = TaskSpec(name=task, fn=_not_here)
         job = build_job(spec, tuple(args), kwargs or {}, limit=self.settings.max_payload_bytes,
                         job_id=job_id, group=group, countdown=countdown, eta=eta)
-        q = self.queue(queue or spec.queue)
+        q = self.queue(queue if queue is not None else spec.queue)
         verdict = q.enqueue_many([job])[0]
         return JobHandle(q, job.id, verdict == DUPLICATE)
 

@@ -640,9 +640,19 @@ def render(rows: list[Row], header: str) -> str:
               help="only the shard scaling: 1, 2, 3 queues drained at once on one server vs "
                    "a 3-master Redis Cluster (-c 4 per worker unless given; 10000 jobs per "
                    "queue; --redis-url may name a redis+cluster:// cluster)")
+@click.option("--peers", is_flag=True,
+              help="the same workloads on Huey and Dramatiq too, side by side, where they "
+                   "are installed (pip install 'emqtasks[peers]'); ratios emqtasks/peer")
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
-          as_json: bool, quick: bool, cluster: bool) -> None:
+          as_json: bool, quick: bool, cluster: bool, peers: bool) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
+    if peers:   # its own scenarios and report: see bench_peers.py
+        if cluster:
+            raise BenchError("--peers and --cluster are separate benches: give one")
+        from . import bench_peers
+
+        bench_peers.run(redis_url, concurrency, jobs, runs, as_json, quick)
+        return
     if cluster:   # its own scenario and report: see bench_cluster.py
         from . import bench_cluster
 

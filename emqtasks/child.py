@@ -18,13 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import serialization
-from .errors import Retry, SerializationError, UnknownTask
+from .errors import Retry, SerializationError, TimeLimitExceeded, UnknownTask
 from .queue import Lease, Queue
 from .registry import REGISTRY, Registry
 from .resilience import Outage
 from .slots import Slots
 
 log = logging.getLogger("emqtasks.child")
+
+#: The most of an error message (or task name) a failure log line quotes.
+LOG_TEXT_MAX = 300
 
 GO, STOP = b"go", b"stop"          # master -> child
 GOT_WORK, IDLE = b"g", b"i"        # child -> master: "claimed, and more is waiting" / idle
@@ -50,6 +53,10 @@ class Runner:
         self._signatures: dict[str, inspect.Signature | None] = {}
         #: How Redis calls are made; a child routes them through its Outage.
         self.call: Callable[..., Any] = lambda fn, *args: fn(*args)
+        #: The job of the last execute(), and whether its task function is running now
+        #: (a time-limit SIGTERM raises into the task only then).
+        self.current: Lease | None = None
+        self.in_task = False
 
     def prepare(self, lease: Lease) -> tuple[Callable[..., Any], list[Any], dict[str, Any]]:
         """Look the task up and decode its arguments; raises for a job that can never run."""
@@ -85,8 +92,13 @@ class Runner:
             fn, args, kwargs = self.prepare(lease)
         except (UnknownTask, SerializationError, TypeError) as exc:
             return None, self._fail(lease, f"{type(exc).__name__}: {exc}", final=True)
+        self.current = lease
         try:
-            value = fn(*args, **kwargs)
+            self.in_task = True
+            try:
+                value = fn(*args, **kwargs)
+            finally:
+                self.in_task = False
         except Retry as exc:
             return None, self._fail(lease, _describe(exc), delay=exc.delay)
         except BaseException as exc:
@@ -102,8 +114,8 @@ class Runner:
               final: bool = False) -> Outcome:
         verdict = self.call(self.queue.retry, lease, error, delay, final)
         name = {1: "retry", 2: "dead", 0: "stale"}[verdict]
-        log.warning("job %s (%s) failed, %s: %s", lease.id, lease.task, name,
-                    error.strip().splitlines()[-1] if error.strip() else error)
+        log.warning("job %s (%s) failed, %s: %s", lease.id, _brief(lease.task, 120), name,
+                    _brief(error.strip().splitlines()[-1] if error.strip() else error))
         return Outcome(lease.id, name, error)
 
     def run_once(self) -> Outcome | None:
@@ -116,6 +128,12 @@ class Runner:
             return outcome
         acked, _ = self.queue.ack(leases[0], result or "null")
         return Outcome(leases[0].id, "done" if acked else "stale")
+
+
+def _brief(text: str, limit: int = LOG_TEXT_MAX) -> str:
+    """Text cut for a log line: an error message may quote a whole payload (the row keeps
+    the full text; logs get the start of it and its length)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
 
 
 def _describe(exc: BaseException) -> str:
@@ -182,6 +200,18 @@ class Child:
             self.pipe.send_bytes(IDLE)
 
     def _on_term(self, _signum: int, _frame: Any) -> None:
+        runner: Runner | None = getattr(self, "runner", None)
+        lease = runner.current if runner is not None else None
+        if runner is not None and lease is not None \
+                and self.slots.take_time_limit(self.index, lease.nonce):
+            # The master's SIGTERM for a job past its time limit: stop the task (the runner
+            # fails the job through the fence) and stay for the next job. The one handler
+            # that raises: as with Celery's soft time limit, the task itself must be left.
+            # Past the task already (its result being written): nothing to stop.
+            if runner.in_task:
+                limit = runner.time_limit(lease)
+                raise TimeLimitExceeded(f"ran past its time limit of {limit:g}s")
+            return
         self.terminating = True
 
     def _spent(self) -> bool:

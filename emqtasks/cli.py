@@ -8,7 +8,6 @@ import os
 import sys
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 import redis
@@ -16,7 +15,7 @@ import redis
 from . import __version__
 from .app import all_apps, connect, default_app
 from .cluster import node_kwargs
-from .config import Settings, WorkerSettings
+from .config import Settings, WorkerSettings, redacted
 from .errors import EmqError
 from .queue import Queue
 
@@ -30,16 +29,6 @@ class CliError(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         click.echo(f"emqtasks: error: {self.format_message()}", err=True)
-
-
-def redacted(url: str) -> str:
-    """The URL without its password, for logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + netloc))
 
 
 def queue_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -56,7 +45,7 @@ def settings_for(redis_url: str | None, queue: str | None,
     base = base or {}
     try:
         return Settings.from_env({}, redis_url=redis_url or base.get("redis_url"),
-                                 queue=queue or base.get("queue"))
+                                 queue=queue if queue is not None else base.get("queue"))
     except EmqError as exc:
         raise CliError(str(exc)) from None
 
@@ -88,8 +77,9 @@ def main() -> None:
 @click.option("--max-tasks-per-child", type=click.IntRange(0), default=0, show_default=True,
               help="replace a child after this many jobs (0: never)")
 @click.option("--time-limit", type=click.FloatRange(0), default=0.0, show_default=True,
-              help="kill a job's child after this many seconds and retry it (0: none; "
-                   "a task's own time_limit wins)")
+              help="stop a job after this many seconds and retry it: TimeLimitExceeded "
+                   "in the task, SIGKILL of its child 1 s later (0: none; a task's own "
+                   "time_limit wins)")
 @click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True,
               help="seconds running jobs get to finish after SIGTERM / Ctrl-C")
 @click.option("--tick", type=click.FloatRange(0.05, 20.0), default=WorkerSettings.tick,
@@ -142,13 +132,23 @@ def import_modules(modules: tuple[str, ...]) -> None:
 
 
 def warn_about_eviction(queue: Queue) -> None:
+    # On a cluster: the node that serves the queue's slot (cluster.node_kwargs).
+    near = node_kwargs(queue.client, queue.keys.ring)
     try:
-        # On a cluster: the node that serves the queue's slot (cluster.node_kwargs).
-        policy = queue.client.config_get(
-            "maxmemory-policy", **node_kwargs(queue.client, queue.keys.ring)
-        ).get("maxmemory-policy")
+        policy = queue.client.config_get("maxmemory-policy", **near).get("maxmemory-policy")
     except redis.exceptions.RedisError:
-        return   # CONFIG is often disabled on managed servers
+        # CONFIG is often disabled on managed servers, and not granted by the worker's
+        # least-privilege ACL (emqtasks.acl): INFO memory tells the policy too.
+        try:
+            info = queue.client.info("memory", **near)
+        except redis.exceptions.RedisError:
+            logging.getLogger("emqtasks.worker").info(
+                "cannot read maxmemory-policy (CONFIG GET and INFO refused): make sure it "
+                "is 'noeviction'")
+            return
+        if "maxmemory_policy" not in info and len(info) == 1:   # {node: {...}}
+            info = next(iter(info.values()))
+        policy = info.get("maxmemory_policy") if isinstance(info, dict) else None
     if policy and policy != "noeviction":
         logging.getLogger("emqtasks.worker").warning(
             "maxmemory-policy is %r: Redis may evict queue keys and lose jobs; "

@@ -29,6 +29,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 
+from .config import redacted
 from .errors import ConfigError
 
 SCHEMES = ("redis+cluster", "rediss+cluster")
@@ -51,7 +52,8 @@ def parse_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     """(startup nodes as (host, port), client keyword arguments) of a cluster URL."""
     scheme, _, rest = url.partition("://")
     if scheme.lower() not in SCHEMES:
-        raise ClusterUrlError(f"not a cluster URL (want {' or '.join(SCHEMES)}://): {url!r}")
+        raise ClusterUrlError(f"not a cluster URL (want {' or '.join(SCHEMES)}://): "
+                              f"{redacted(url)!r}")
     netloc, _, tail = rest.partition("/")
     netloc, _, query = netloc.partition("?")
     path, _, query2 = tail.partition("?")
@@ -70,7 +72,7 @@ def parse_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
         raise ClusterUrlError(f"a Redis Cluster has only database 0, not {path!r}")
     nodes = [_host_port(part, url) for part in netloc.split(",") if part.strip()]
     if not nodes:
-        raise ClusterUrlError(f"a cluster URL names at least one host:port: {url!r}")
+        raise ClusterUrlError(f"a cluster URL names at least one host:port: {redacted(url)!r}")
     for name, value in parse_qsl(query, keep_blank_values=True):
         if name in _FLOAT_OPTIONS:
             try:
@@ -99,11 +101,11 @@ def _host_port(part: str, url: str) -> tuple[str, int]:
     else:
         host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
     if not host:
-        raise ClusterUrlError(f"no host in {part!r} of {url!r}")
+        raise ClusterUrlError(f"no host in {part!r} of {redacted(url)!r}")
     try:
         return unquote(host), int(port) if port else DEFAULT_PORT
     except ValueError:
-        raise ClusterUrlError(f"bad port in {part!r} of {url!r}") from None
+        raise ClusterUrlError(f"bad port in {part!r} of {redacted(url)!r}") from None
 
 
 def connect_cluster(url: str, **defaults: Any) -> RedisCluster:

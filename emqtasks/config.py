@@ -6,11 +6,36 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from .keys import check_queue_name
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_QUEUE = "default"
+
+
+def redacted(url: str) -> str:
+    """A Redis URL without its secrets, for logs and error messages.
+
+    ``user:password@`` becomes ``user:***@``; a lone ``word@`` becomes ``***@`` (the cluster
+    URL, like redis-cli, reads a lone word as the password); a ``password=`` query option
+    becomes ``password=***``.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<a malformed URL, not shown>" if ("@" in url or "password" in url) else url
+    changed = parts
+    if "@" in parts.netloc:
+        userinfo, host = parts.netloc.rsplit("@", 1)
+        hidden = f"{userinfo.split(':', 1)[0]}:***" if ":" in userinfo else "***"
+        changed = changed._replace(netloc=f"{hidden}@{host}")
+    if "password" in parts.query.lower():
+        query = "&".join(f"{kv.split('=', 1)[0]}=***"
+                         if kv.split("=", 1)[0].lower() in ("password", "ssl_password")
+                         else kv for kv in parts.query.split("&"))
+        changed = changed._replace(query=query)
+    return url if changed == parts else urlunsplit(changed)
 
 
 @dataclass(frozen=True)

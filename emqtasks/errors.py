@@ -20,7 +20,7 @@ class InvalidJobId(EmqError):
 
 
 class InvalidGroup(EmqError):
-    """A group name that is empty, not a string, or longer than the documented limit."""
+    """A group name that is empty, not a string, not UTF-8, or longer than 256 bytes."""
 
 
 class InvalidArgument(EmqError):
@@ -62,7 +62,7 @@ class TaskFailed(EmqError):
 
 
 class TimeLimitExceeded(EmqError):
-    """A job ran past its time limit; its child was killed and the job retried."""
+    """A job ran past its time limit: raised in the task (SIGTERM), else its child is killed."""
 
 
 class WorkerLost(EmqError):

@@ -56,10 +56,24 @@ def check_job_id(job_id: str) -> str:
 
 
 def check_group(group: object) -> str:
+    """A group name: any non-empty UTF-8 text up to GROUP_MAX_BYTES bytes, or InvalidGroup.
+
+    Anything else goes, braces, colons, spaces, control characters and NUL included: a lane
+    is ``emq:{q}:g:<group>:pending`` (the tag is the first ``{...}``, the queue's; the lane's
+    name is the group's bytes between a fixed prefix and a fixed suffix, so two groups
+    never share a lane), and other structures hold groups as members or fields, never in
+    key names. Lone surrogates (text that is not UTF-8) are refused.
+    """
     if not isinstance(group, str) or not group:
         raise InvalidGroup(f"invalid group {group!r}: a group is a non-empty string")
-    if len(group.encode("utf-8", "surrogatepass")) > GROUP_MAX_BYTES:
-        raise InvalidGroup(f"invalid group: longer than {GROUP_MAX_BYTES} bytes")
+    try:
+        size = len(group.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidGroup(f"invalid group {group[:40]!r}: not valid UTF-8 text "
+                           f"(a lone surrogate)") from None
+    if size > GROUP_MAX_BYTES:
+        raise InvalidGroup(f"invalid group: {size} bytes is longer than {GROUP_MAX_BYTES} "
+                           f"bytes")
     return group
 
 

@@ -43,11 +43,17 @@ class ChildHandle:
         self.born = time.monotonic()
         self.backoff = 0.25
         self.kill_reason: str | None = None
+        self.limited: tuple[str, str] | None = None   # (id, nonce) past its time limit
+        self.kill_at = 0.0                              # ... SIGKILLed if still running then
         self.renewed: dict[tuple[str, str], float] = {}
 
 
 class Master:
     """Runs a pool of N children on one queue until told to stop."""
+
+    #: Seconds between the SIGTERM that stops a job at its time limit (it raises
+    #: TimeLimitExceeded in the task) and the SIGKILL for a task that did not stop.
+    time_limit_grace = 1.0
 
     def __init__(self, make_queue: Callable[[], Queue], settings: WorkerSettings) -> None:
         self.make_queue = make_queue
@@ -95,7 +101,7 @@ class Master:
             self.has_idle.set()
             park.join(timeout=1.0)
         log.info("stopped: %(started)d children started, %(died)d died, "
-                 "%(time_limited)d killed at their time limit", self.stats)
+                 "%(time_limited)d stopped at their time limit", self.stats)
         return 0
 
     def _install_signals(self) -> None:
@@ -286,14 +292,15 @@ class Master:
 
     def _settle_lost_job(self, h: ChildHandle, running: Running, code: int | None) -> None:
         lease = running.lease
-        if self._hard_stop and h.kill_reason is None:
+        reason = h.kill_reason if h.limited == (lease.id, lease.nonce) else None
+        if self._hard_stop and reason is None:
             ok = self._call(self.queue.release, lease, "released: worker stopped mid-job")
             log.warning("job %s released back to its lane at shutdown (%s)", lease.id,
                         "ok" if ok else "already settled")
             return
         self.stats["died"] += 1
-        if h.kill_reason is not None:
-            error = h.kill_reason
+        if reason is not None:
+            error = reason
         else:
             how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
             error = (f"{WorkerLost.__name__}: child pid {h.process.pid} died "
@@ -314,14 +321,21 @@ class Master:
                 h.renewed.clear()
                 continue
             lease = running.lease
-            if running.time_limit > 0 and now - running.started > running.time_limit \
-                    and h.kill_reason is None:
-                h.kill_reason = (f"{TimeLimitExceeded.__name__}: ran past its time limit "
-                                 f"of {running.time_limit:g}s")
-                self.stats["time_limited"] += 1
-                h.process.kill()
-                continue
             key = (lease.id, lease.nonce)
+            if running.time_limit > 0 and now - running.started > running.time_limit:
+                if h.limited != key:
+                    # SIGTERM first: the child raises TimeLimitExceeded in the task, fails
+                    # the job through the fence and stays to serve the next one.
+                    h.limited, h.kill_at = key, now + self.time_limit_grace
+                    h.kill_reason = (f"{TimeLimitExceeded.__name__}: ran past its time "
+                                     f"limit of {running.time_limit:g}s")
+                    self.stats["time_limited"] += 1
+                    self.slots.flag_time_limit(h.index, lease.nonce)
+                    h.process.terminate()
+                elif now >= h.kill_at:
+                    # A task blocked in C, or one that swallowed the exception: kill it.
+                    h.process.kill()
+                    continue
             last = h.renewed.get(key, running.started)
             every = self.settings.renew_every or lease.lease_ms / 3000
             if now - last >= every:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -33,3 +34,34 @@ def test_quick_bench_reports_throughput_and_fairness() -> None:
     assert figures["fairness_flood_before_quiet"] < 10, report["rows"]
     # And no drain got stuck
     assert not [n for n in report["notes"] if n.startswith("stuck")], report["notes"]
+
+
+_PEERS = [m for m in ("huey", "dramatiq") if importlib.util.find_spec(m) is not None]
+
+
+@pytest.mark.skipif(not _PEERS, reason="neither huey nor dramatiq installed: "
+                                        "pip install 'emqtasks[peers]'")
+@pytest.mark.timeout(150)
+def test_quick_peer_bench_measures_each_installed_peer_side_by_side() -> None:
+    # Given Huey and/or Dramatiq installed, When the quick peer comparison runs
+    proc = subprocess.run(
+        [sys.executable, "-m", "emqtasks.cli", "bench", "--peers", "--quick", "--json"],
+        check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+
+    # Then emqtasks and every installed peer have positive throughput and Redis-side figures
+    assert set(report["systems"]) == {"emqtasks", *_PEERS}, report["skipped"]
+    for name, system in report["systems"].items():
+        figures = system["figures"]
+        for key in ("enqueue_one_jobs_s", "enqueue_bulk_jobs_s", "drain_jobs_s",
+                    "drain_cmds_per_job", "drain_redis_cpu_us_per_job",
+                    "wake_latency_p50_ms"):
+            assert figures[key] is not None and figures[key] > 0, (name, key, report["notes"])
+        assert figures["idle_cmds_per_s"] is not None, name
+        assert figures["flood_before_quiet"] is not None, (name, report["notes"])
+    # And each peer has a ratio emqtasks/peer for the drain
+    for peer in _PEERS:
+        assert report["ratios"][peer]["drain_jobs_s"] > 0
+    # And no drain got stuck
+    assert not [n for n in report["notes"] if "stuck" in n or "did not" in n], report["notes"]

@@ -703,21 +703,29 @@ def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int |
             click.echo(f"  {line}")
 
 
+def open_server(redis_url: str | None) -> tuple[LocalRedis | None, str, str]:
+    """(the private server started here or None, its URL, the Redis version)."""
+    try:
+        server = None if redis_url else LocalRedis().start()
+    except EmqError as exc:
+        raise BenchError(f"cannot start a private redis-server: {exc}") from None
+    url = server.url if server is not None else str(redis_url)
+    try:
+        probe = connect(url)
+        version = str(probe.info("server").get("redis_version", "?"))
+        probe.close()
+    except (redis.exceptions.RedisError, ValueError, OSError) as exc:
+        if server is not None:
+            server.close()
+        raise BenchError(f"cannot reach Redis at {_redacted(url)}: {exc}") from None
+    return server, url, version
+
+
 def _measure(redis_url: str | None, sizes: Sizes) -> tuple[Bench, str, list[Row]]:
     """Every scenario on the given server, or on a private one started and stopped here."""
     server: LocalRedis | None = None
     try:
-        try:
-            server = None if redis_url else LocalRedis().start()
-        except EmqError as exc:
-            raise BenchError(f"cannot start a private redis-server: {exc}") from None
-        url = server.url if server is not None else str(redis_url)
-        try:
-            probe = connect(url)
-            version = str(probe.info("server").get("redis_version", "?"))
-            probe.close()
-        except (redis.exceptions.RedisError, ValueError, OSError) as exc:
-            raise BenchError(f"cannot reach Redis at {_redacted(url)}: {exc}") from None
+        server, url, version = open_server(redis_url)
         b = Bench(url, sizes, shared=server is None)
         say(f"emqtasks bench: redis {version} at {_redacted(url)}"
             f"{'' if b.shared else ' (private)'}, -c {sizes.concurrency}, {sizes.jobs} jobs, "

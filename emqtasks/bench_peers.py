@@ -53,7 +53,6 @@ from typing import Any
 import click
 import redis
 
-from .app import connect
 from .bench import (
     CHUNK,
     FEW_GROUPS,
@@ -66,6 +65,7 @@ from .bench import (
     _fairness_drill,
     _redacted,
     median,
+    open_server,
     percentile,
     say,
     scenario_drain,
@@ -76,7 +76,6 @@ from .bench import (
     with_client_name,
 )
 from .cluster import is_cluster_url
-from .errors import EmqError
 from .localserver import LocalRedis
 
 PEERS = ("huey", "dramatiq")
@@ -547,17 +546,7 @@ def run(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | N
     results: dict[str, list[dict[str, float | None]]] = {n: [] for n in names}
     mixes: dict[str, dict[str, float]] = {}   # a peer's drain commands per job (last run)
     try:
-        try:
-            server = None if redis_url else LocalRedis().start()
-        except EmqError as exc:
-            raise BenchError(f"cannot start a private redis-server: {exc}") from None
-        url = server.url if server is not None else str(redis_url)
-        try:
-            probe = connect(url)
-            redis_version = str(probe.info("server").get("redis_version", "?"))
-            probe.close()
-        except (redis.exceptions.RedisError, ValueError, OSError) as exc:
-            raise BenchError(f"cannot reach Redis at {_redacted(url)}: {exc}") from None
+        server, url, redis_version = open_server(redis_url)
         b = Bench(url, sizes, shared=server is None)
         say(f"emqtasks bench --peers: redis {redis_version} at {_redacted(url)}"
             f"{'' if b.shared else ' (private)'}, concurrency {concurrency}, {sizes.jobs:,} "

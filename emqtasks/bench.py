@@ -180,7 +180,35 @@ def say(message: str) -> None:
 
 
 # -- the worker subprocess ----------------------------------------------------------------
-class WorkerProcess:
+class LoggedProcess:
+    """A benchmarked subprocess writing its log to ``log_path`` (``log`` is the open file)."""
+
+    log: Any
+    log_path: Path
+    #: markers of a log line worth reporting
+    PROBLEMS: tuple[str, ...] = (" WARNING ", " ERROR ", "Traceback")
+
+    def output(self, tail: int = 40) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-tail:])
+
+    def problems(self) -> list[str]:
+        """The log lines worth reporting: warnings, errors, tracebacks."""
+        if not self.log.closed:
+            self.log.flush()
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return []
+        return [ln for ln in text.splitlines() if any(m in ln for m in self.PROBLEMS)]
+
+
+class WorkerProcess(LoggedProcess):
     """An ``emqtasks worker`` on one queue, with bounded start and stop."""
 
     def __init__(self, redis_url: str, queue: str, concurrency: int, client: Any,
@@ -199,26 +227,6 @@ class WorkerProcess:
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
         self.start_seconds: float | None = None
-
-    def output(self, tail: int = 40) -> str:
-        if not self.log.closed:
-            self.log.flush()
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(lines[-tail:])
-
-    def problems(self) -> list[str]:
-        """WARNING / ERROR lines and tracebacks the worker logged."""
-        if not self.log.closed:
-            self.log.flush()
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return []
-        return [ln for ln in text.splitlines()
-                if " WARNING " in ln or " ERROR " in ln or "Traceback" in ln]
 
     def connections(self) -> list[dict[str, Any]]:
         return [c for c in self.client.client_list() if c.get("name") == self.name]

@@ -60,6 +60,7 @@ from .bench import (
     UP_TIMEOUT,
     Bench,
     BenchError,
+    LoggedProcess,
     Sizes,
     _exit_on_signal,
     _fairness_drill,
@@ -145,8 +146,10 @@ def installed() -> tuple[dict[str, str], list[str]]:
 
 
 # -- a peer's worker subprocess -------------------------------------------------------------
-class PeerWorker:
+class PeerWorker(LoggedProcess):
     """A peer's worker command in a session of its own, with bounded start and stop."""
+
+    PROBLEMS = ("ERROR", "CRITICAL", "Traceback")   # the peers log a WARNING per retry
 
     def __init__(self, label: str, cmd: list[str], env: dict[str, str],
                  log_path: Path) -> None:
@@ -157,24 +160,6 @@ class PeerWorker:
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
         self.start_seconds: float | None = None
-
-    def output(self, tail: int = 40) -> str:
-        if not self.log.closed:
-            self.log.flush()
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-tail:])
-        except OSError:
-            return ""
-
-    def problems(self) -> list[str]:
-        if not self.log.closed:
-            self.log.flush()
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return []
-        return [ln for ln in text.splitlines()
-                if "ERROR" in ln or "CRITICAL" in ln or "Traceback" in ln]
 
     def wait_up(self, ready: Callable[[], bool], timeout: float = UP_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout

@@ -375,7 +375,10 @@ def _acl_log(admin: redis.Redis) -> set[tuple[str, str, str]]:
     out = set()
     for e in entries:
         d = e if isinstance(e, dict) else dict(zip(e[::2], e[1::2]))
-        out.add((d["username"], d["reason"], d["object"]))
+        # Redis 6.2 logs `config` where 7 logs `config|get`; redis-py's CLIENT SETINFO on
+        # connect is refused and ignored on servers that do not know it (see the README)
+        if d["object"].split("|")[0] != "client":
+            out.add((d["username"], d["reason"], d["object"].split("|")[0]))
     return out
 
 
@@ -425,7 +428,7 @@ def test_a_worker_and_a_producer_run_under_least_privilege_acl_users(tmp_path: P
             assert "maxmemory-policy is 'allkeys-lru'" in out
             assert "Traceback" not in out and "NOPERM" not in out
             # Nothing either user did was refused, but the worker's CONFIG GET
-            assert _acl_log(admin) == {(WORKER, "command", "config|get")}
+            assert _acl_log(admin) == {(WORKER, "command", "config")}
 
             # What the users may not do
             pc = connect(purl)

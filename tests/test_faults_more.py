@@ -22,6 +22,7 @@ from typing import Any
 import fault_tasks_more as fm
 import pytest
 import redis
+import test_faults as faults
 from helpers import count_keys, new_job, server_ms
 from test_faults import Rec, assert_clean, enqueue, quiet, wait_until
 from workerproc import WorkerProc
@@ -52,15 +53,8 @@ def rec(app: App):  # type: ignore[no-untyped-def]
 
 def start_worker(url: str, queue: str, *extra: str, concurrency: int = 2,
                  tick: float = 0.1) -> WorkerProc:
-    w = WorkerProc(url, queue, *extra, concurrency=concurrency, tick=tick,
-                   modules=("fault_tasks_more",))
-    try:
-        w.wait_ready()
-        w.wait_for(lambda: len(w.children()) == concurrency, what="the whole pool")
-    except BaseException:
-        w.__exit__(None, None, None)
-        raise
-    return w
+    return faults.start_worker(url, queue, *extra, concurrency=concurrency, tick=tick,
+                               module="fault_tasks_more", whole_pool=True)
 
 
 def summary(w: WorkerProc) -> dict[str, int]:

@@ -8,13 +8,19 @@ the end. Tests that kill or restart a server take ``private_redis`` instead.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from emqtasks import App
-from emqtasks.localserver import LocalRedis
+from emqtasks._dev.localserver import LocalRedis
+
+# tests/support: helpers and launchers; tests/tasks: the modules workers import with -A.
+for _folder in ("support", "tasks"):
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "tests" / _folder))
 
 
 def _docker_answers() -> bool:

@@ -30,7 +30,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 
 from .config import redacted
-from .errors import ConfigError
+from .errors import ClusterUrlError
 
 SCHEMES = ("redis+cluster", "rediss+cluster")
 DEFAULT_PORT = 6379
@@ -38,10 +38,6 @@ DEFAULT_PORT = 6379
 _FLOAT_OPTIONS = ("socket_timeout", "socket_connect_timeout")
 _BOOL_OPTIONS = ("require_full_coverage",)
 _TEXT_OPTIONS = ("client_name",)
-
-
-class ClusterUrlError(ConfigError, ValueError):
-    """A malformed ``redis+cluster://`` URL (a ValueError, as redis-py's URL errors are)."""
 
 
 def is_cluster_url(url: str) -> bool:

@@ -11,6 +11,10 @@ class ConfigError(EmqError):
     """A setting is malformed (Redis URL, queue name, a tunable out of range)."""
 
 
+class ClusterUrlError(ConfigError, ValueError):
+    """A malformed ``redis+cluster://`` URL (a ValueError, as redis-py's URL errors are)."""
+
+
 class InvalidQueueName(ConfigError):
     """A queue name outside letters, digits and ``_ . -`` (1 to 64 characters)."""
 
@@ -47,10 +51,6 @@ class ScriptError(EmqError):
     """A Lua verb answered with an error code the client did not expect."""
 
 
-class RedisUnavailable(EmqError):
-    """The Redis server cannot be reached at the configured URL."""
-
-
 class TaskFailed(EmqError):
     """A job ended in ``dead``: carries the remote exception type, message and traceback."""
 
@@ -61,6 +61,10 @@ class TaskFailed(EmqError):
         super().__init__(f"job {job_id} failed: {first}")
 
 
+class ResultTimeout(EmqError, TimeoutError):
+    """``JobHandle.get(timeout=...)``: the job had not finished in time (still a TimeoutError)."""
+
+
 class TimeLimitExceeded(EmqError):
     """A job ran past its time limit: raised in the task (SIGTERM), else its child is killed."""
 
@@ -69,7 +73,7 @@ class WorkerLost(EmqError):
     """The child running a job died (killed, crashed, out of memory) before it finished."""
 
 
-class Retry(Exception):
+class Retry(EmqError):
     """Raise inside a task to ask for a retry after ``delay`` seconds (None: the task's own delay).
 
     It counts as an attempt: out of attempts, the job lands in ``dead``.

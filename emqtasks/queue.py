@@ -10,11 +10,16 @@ from .cluster import node_kwargs, scan_keys
 from .errors import InvalidArgument, InvalidJobId, ScriptError
 from .keys import QueueKeys, check_group, check_job_id
 from .scripts import Scripts
+from .verdicts import (
+    AckVerdict,
+    CancelVerdict,
+    EnqueueVerdict,
+    ExtendVerdict,
+    ReleaseVerdict,
+    RetryVerdict,
+)
 
-ENQUEUED, DUPLICATE, BAD_ID = 1, 0, -1
-RETRIED, DEAD, STALE = 1, 2, 0
 WAKE_WORK, WAKE_DUE = "1", "d"
-CANCEL_VERDICTS = {1: "cancelled", 0: "missing", -1: "active", -2: "finished"}
 #: The most jobs one enqueue script call admits. At 9 arguments a job it stays far under the
 #: 1,048,576 arguments Redis 6.2 takes in one command (a bigger batch is refused with a
 #: protocol error and a closed connection), and its run (some 7 us a job) far under the 5 s
@@ -34,6 +39,14 @@ class NewJob(NamedTuple):
     delay_ms: int
     ttl: int
     countdown_ms: int = 0
+
+
+class Acked(NamedTuple):
+    """What ack answers: the verdict (DONE, or STALE: nothing was written) and, with
+    claim_next, the next lease (None when none was asked or none is serviceable)."""
+
+    verdict: AckVerdict
+    next: Lease | None
 
 
 class Lease(NamedTuple):
@@ -75,7 +88,7 @@ class Queue:
         self._k = self.keys.fixed
 
     # -- producer ---------------------------------------------------------------------
-    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueVerdict]:
         """Admit jobs, one round trip per ENQUEUE_CHUNK of them; per job ENQUEUED or
         DUPLICATE (bad ids raise before anything is sent). A batch bigger than a chunk is
         not admitted atomically, but every job is idempotent by its id: a batch cut short
@@ -83,14 +96,14 @@ class Queue:
         for job in jobs:
             check_job_id(job.id)
             check_group(job.group)
-        verdicts: list[int] = []
+        verdicts: list[EnqueueVerdict] = []
         for start in range(0, len(jobs), ENQUEUE_CHUNK):
             chunk = jobs[start:start + ENQUEUE_CHUNK]
             args: list[Any] = [len(chunk)]
             for job in chunk:
                 args.extend(job)
-            verdicts += [int(v) for v in self.scripts.enqueue(self._k, args)]
-        if BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
+            verdicts += [EnqueueVerdict(v) for v in self.scripts.enqueue(self._k, args)]
+        if EnqueueVerdict.BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
             raise InvalidJobId("the server refused a malformed job id")
         return verdicts
 
@@ -100,46 +113,47 @@ class Queue:
         return [Lease.from_reply(r) for r in self.scripts.claim(self._k, [n, _nonce()])]
 
     def ack(self, lease: Lease, result: str = "null",
-            claim_next: bool = False) -> tuple[bool, Lease | None]:
+            claim_next: bool = False) -> Acked:
         """Complete a job (fenced); with claim_next, lease the next job in the same call.
 
-        Returns (acknowledged, next lease). ``acknowledged`` False means stale: nothing of
-        this holder's was written.
+        Returns Acked(verdict, next): verdict DONE, or STALE when this holder's lease is no
+        longer current (nothing of it was written).
         """
         verdict, nxt = self.scripts.ack(
             self._k, [lease.id, lease.attempts, lease.nonce, result,
                       _nonce() if claim_next else ""])
-        return verdict == 1, (Lease.from_reply(nxt) if nxt else None)
+        return Acked(AckVerdict(verdict), Lease.from_reply(nxt) if nxt else None)
 
     def retry(self, lease: Lease, error: str, delay: float | None = None,
-              final: bool = False) -> int:
+              final: bool = False) -> RetryVerdict:
         """Fail a job (fenced): RETRIED into delayed, DEAD, or STALE (nothing written)."""
         delay_arg = "" if delay is None else int(delay * 1000)
-        return int(self.scripts.retry(
+        return RetryVerdict(self.scripts.retry(
             self._k, [lease.id, lease.attempts, lease.nonce, error, delay_arg,
                       "1" if final else "0"]))
 
-    def release(self, lease: Lease, reason: str = "released by a stopping worker") -> bool:
-        """Hand a job back unrun (fenced), attempt rolled back; False when stale."""
-        return self.scripts.release(self._k, [lease.id, lease.attempts, lease.nonce,
-                                              reason]) == 1
+    def release(self, lease: Lease,
+                reason: str = "released by a stopping worker") -> ReleaseVerdict:
+        """Hand a job back unrun (fenced), attempt rolled back: RELEASED, or STALE."""
+        return ReleaseVerdict(self.scripts.release(self._k, [lease.id, lease.attempts,
+                                                             lease.nonce, reason]))
 
-    def extend(self, leases: Iterable[Lease], lease_ms: int | None = None) -> list[bool]:
-        """Push lease deadlines out to now + lease (each job's own by default); fenced."""
+    def extend(self, leases: Iterable[Lease],
+               lease_ms: int | None = None) -> list[ExtendVerdict]:
+        """Push lease deadlines out to now + lease (each job's own by default); fenced:
+        per lease EXTENDED, or STALE."""
         leases = list(leases)
-        out: list[bool] = []
         by_len: dict[int, list[Lease]] = {}
         for lease in leases:
             by_len.setdefault(lease_ms or lease.lease_ms, []).append(lease)
-        verdicts: dict[str, bool] = {}
+        verdicts: dict[str, ExtendVerdict] = {}
         for ms, group in by_len.items():
             args: list[Any] = [ms]
             for lease in group:
                 args.extend((lease.id, lease.attempts, lease.nonce))
             for lease, v in zip(group, self.scripts.extend(self._k, args)):
-                verdicts[lease.id] = v == 1
-        out = [verdicts[lease.id] for lease in leases]
-        return out
+                verdicts[lease.id] = ExtendVerdict(v)
+        return [verdicts[lease.id] for lease in leases]
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         """Expired leases back to their lanes (or dead): returns (returned, dead)."""
@@ -197,12 +211,13 @@ class Queue:
             raise InvalidArgument(f"a group weight is an integer >= 1, not {weight!r}")
         self.scripts.weight(self._k, [check_group(group), weight])
 
-    def cancel(self, job_id: str) -> str:
-        """'cancelled', 'missing', 'active' (running jobs are not interrupted) or 'finished'."""
-        verdict = int(self.scripts.cancel(self._k, [check_job_id(job_id)]))
-        if verdict not in CANCEL_VERDICTS:  # pragma: no cover
-            raise ScriptError(f"cancel answered {verdict}")
-        return CANCEL_VERDICTS[verdict]
+    def cancel(self, job_id: str) -> CancelVerdict:
+        """CANCELLED, MISSING, ACTIVE (running jobs are not interrupted) or FINISHED."""
+        code = int(self.scripts.cancel(self._k, [check_job_id(job_id)]))
+        try:
+            return CancelVerdict.from_reply(code)
+        except KeyError:  # pragma: no cover
+            raise ScriptError(f"cancel answered {code}") from None
 
     def requeue_dead(self, job_id: str | None = None) -> int:
         """Bring one dead job (or all of them) back with fresh attempts; returns the count."""

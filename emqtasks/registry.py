@@ -1,8 +1,8 @@
-"""TaskSpec and the name -> task table. No I/O here: registering a task never connects."""
+"""TaskSpec and the name -> task table of one App. No I/O: registering a task never connects."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,11 @@ class TaskSpec:
 
 
 class Registry:
-    """Task name -> object carrying a ``spec``; shared by every App of the process."""
+    """Task name -> an object carrying a ``spec`` (a Task).
+
+    One name maps to one function: registering another function under a taken name is an
+    error (the same function again, as when a module is imported twice, replaces the entry).
+    """
 
     def __init__(self) -> None:
         self._tasks: dict[str, Any] = {}
@@ -49,16 +53,30 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._tasks)
 
+    def tasks(self) -> dict[str, Any]:
+        return dict(self._tasks)
+
     def __contains__(self, name: object) -> bool:
         return name in self._tasks
 
     def __len__(self) -> int:
         return len(self._tasks)
 
+    @classmethod
+    def merged(cls, registries: Iterable[Registry]) -> Registry:
+        """One table for a worker serving several Apps: the first App's entry of a name
+        wins; two Apps with different functions under one name are DuplicateTaskName."""
+        out = cls()
+        for registry in registries:
+            for name, task in registry._tasks.items():
+                if name not in out:
+                    out.add(task)
+                elif _origin(out._tasks[name].spec.fn) != _origin(task.spec.fn):
+                    raise DuplicateTaskName(
+                        f"task name {name!r} names {_origin(out._tasks[name].spec.fn)} "
+                        f"in one App and {_origin(task.spec.fn)} in another")
+        return out
+
 
 def _origin(fn: Callable[..., Any]) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-
-
-#: The process-wide table every App registers into; a worker looks names up here.
-REGISTRY = Registry()

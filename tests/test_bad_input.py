@@ -23,6 +23,7 @@ from redis.crc import key_slot
 from workerproc import HERE, WorkerProc
 
 from emqtasks import App
+from emqtasks._dev.localserver import LocalRedis
 from emqtasks.errors import (
     InvalidGroup,
     InvalidQueueName,
@@ -30,7 +31,6 @@ from emqtasks.errors import (
     SerializationError,
 )
 from emqtasks.keys import FIXED, GROUP_MAX_BYTES, QueueKeys, check_group
-from emqtasks.localserver import LocalRedis
 from emqtasks.queue import NewJob, Queue
 
 pytestmark = pytest.mark.timeout(120)

@@ -24,12 +24,14 @@ from redis.cluster import RedisCluster, key_slot
 from workerproc import WorkerProc
 
 from emqtasks import App, check, scripts
-from emqtasks.app import connect
 from emqtasks.cluster import is_cluster_url, parse_url
+from emqtasks.connection import connect
 from emqtasks.errors import ConfigError, TaskFailed
 from emqtasks.keys import FIXED, QueueKeys
-from emqtasks.queue import DEAD, RETRIED
-from emqtasks.resilience import Outage
+from emqtasks.verdicts import RetryVerdict
+from emqtasks.worker.resilience import Outage
+
+RETRIED, DEAD = RetryVerdict.RETRIED, RetryVerdict.DEAD
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -18,7 +18,9 @@ from emqtasks.errors import (
     SerializationError,
 )
 from emqtasks.keys import QueueKeys
-from emqtasks.queue import DUPLICATE, ENQUEUED
+from emqtasks.verdicts import EnqueueVerdict
+
+ENQUEUED, DUPLICATE = EnqueueVerdict.ENQUEUED, EnqueueVerdict.DUPLICATE
 
 
 def add(x, y):

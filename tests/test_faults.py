@@ -27,12 +27,15 @@ from redis.retry import Retry as RedisRetry
 from workerproc import WorkerProc
 
 from emqtasks import App
-from emqtasks.app import Task, build_job
+from emqtasks._dev.localserver import LocalRedis
 from emqtasks.check import check, repair
-from emqtasks.localserver import LocalRedis
-from emqtasks.queue import STALE, Lease, Queue
-from emqtasks.resilience import TRANSIENT, Outage
+from emqtasks.queue import Lease, Queue
 from emqtasks.scripts import VERBS, source
+from emqtasks.task import Task, build_job
+from emqtasks.verdicts import RetryVerdict
+from emqtasks.worker.resilience import TRANSIENT, Outage
+
+STALE = RetryVerdict.STALE
 
 log = logging.getLogger("test_faults")
 

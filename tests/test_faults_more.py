@@ -28,11 +28,11 @@ from test_faults import Rec, assert_clean, enqueue, quiet, wait_until
 from workerproc import WorkerProc
 
 from emqtasks import App
-from emqtasks.app import Task
+from emqtasks._dev.localserver import LocalRedis, server_version
 from emqtasks.check import WAKE_CAP
 from emqtasks.errors import TaskFailed
-from emqtasks.localserver import LocalRedis, server_version
 from emqtasks.queue import Queue
+from emqtasks.task import Task
 
 # -- helpers ------------------------------------------------------------------------------
 

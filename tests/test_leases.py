@@ -14,7 +14,9 @@ from helpers import (
     wake_tokens,
 )
 
-from emqtasks.queue import STALE
+from emqtasks.verdicts import RetryVerdict
+
+STALE = RetryVerdict.STALE
 
 
 def test_the_active_score_is_the_lease_deadline_on_the_server_clock(app, queue):

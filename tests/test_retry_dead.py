@@ -10,7 +10,9 @@ from helpers import assert_invariants, count_keys, due_now, make_task, new_job, 
 
 from emqtasks import App
 from emqtasks.errors import TaskFailed
-from emqtasks.queue import DEAD, RETRIED
+from emqtasks.verdicts import RetryVerdict
+
+RETRIED, DEAD = RetryVerdict.RETRIED, RetryVerdict.DEAD
 
 
 def test_a_failure_below_max_attempts_waits_its_fixed_delay(app, queue):

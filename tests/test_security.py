@@ -24,11 +24,11 @@ import security_tasks as st
 from workerproc import HERE, WorkerProc
 
 from emqtasks import App, acl
-from emqtasks import app as app_module
-from emqtasks.app import connect
+from emqtasks import connection as connection_module
+from emqtasks._dev.localserver import LocalRedis, free_port
 from emqtasks.cluster import parse_url
+from emqtasks.connection import connect
 from emqtasks.errors import TaskFailed
-from emqtasks.localserver import LocalRedis, free_port
 from emqtasks.queue import NewJob, Queue
 
 pytestmark = pytest.mark.timeout(120)
@@ -61,7 +61,7 @@ UNSAFE_CALLS = {"eval", "exec", "compile", "__import__"}
 #: Benchmark harnesses that drive other task libraries for comparison (their actors'
 #: ``send``, their modules imported by name); not on any path of emqtasks' own jobs. They
 #: still may not import pickle and the like.
-PEER_HARNESSES = {"bench_peers.py", "bench_peer_tasks.py"}
+PEER_HARNESSES = {"peers.py", "peers_run.py", "peer_tasks.py"}
 
 
 def _package_sources() -> list[Path]:
@@ -221,7 +221,7 @@ def test_rediss_urls_check_the_certificate_and_the_host_name_by_default(monkeypa
     # And a TLS cluster URL asks for both checks too (the cluster client connects as it
     # is made: its options are looked at on the way in)
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(app_module, "connect_cluster",
+    monkeypatch.setattr(connection_module, "connect_cluster",
                         lambda url, **defaults: seen.update(defaults, **parse_url(url)[1]))
     connect("rediss+cluster://:pw@h1:7000,h2:7001")
     assert seen["ssl"] is True and seen["ssl_cert_reqs"] == "required"

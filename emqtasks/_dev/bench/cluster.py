@@ -26,14 +26,14 @@ from typing import Any
 import click
 import redis
 
-from . import bench_tasks
-from .app import App, connect
-from .bench import CHUNK, BenchError, WorkerProcess, median, say
-from .cluster import is_cluster, is_cluster_url
-from .errors import EmqError
-from .keys import QueueKeys
-from .localcluster import LocalCluster
-from .localserver import LocalRedis
+from ...app import App, connect
+from ...cluster import is_cluster, is_cluster_url
+from ...errors import EmqError
+from ...keys import QueueKeys
+from ..localcluster import LocalCluster
+from ..localserver import LocalRedis
+from . import tasks as bench_tasks
+from .core import CHUNK, BenchError, WorkerProcess, median, say
 
 QUEUE_COUNTS = (1, 2, 3)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def find_binary(name: str = "redis-server") -> str | None:

@@ -1,7 +1,7 @@
 """A real Redis Cluster for tests: 3 masters + 3 replicas of ``redis-server --cluster-enabled
 yes`` on free loopback ports, formed with ``redis-cli --cluster create`` (or by hand with
 CLUSTER MEET / ADDSLOTSRANGE / REPLICATE when redis-cli is missing), stopped and removed at
-the end. The servers themselves live in :mod:`emqtasks.localcluster`, which the benchmark
+the end. The servers themselves live in :mod:`emqtasks._dev.localcluster`, which the benchmark
 shares; this module adds what tests need: a skip when there is no server binary, and
 queue names placed on chosen shards.
 """
@@ -13,9 +13,9 @@ import uuid
 import pytest
 from redis.cluster import key_slot
 
+from emqtasks._dev.localcluster import LocalCluster
+from emqtasks._dev.localserver import find_binary
 from emqtasks.keys import QueueKeys
-from emqtasks.localcluster import LocalCluster
-from emqtasks.localserver import find_binary
 
 
 class ClusterServers(LocalCluster):

@@ -1,6 +1,6 @@
 """The tasks ``emqtasks bench --peers`` runs on Huey and Dramatiq.
 
-The same bodies as :mod:`emqtasks.bench_tasks`: ``noop`` counts itself with one INCR,
+The same bodies as :mod:`emqtasks._dev.bench.tasks`: ``noop`` counts itself with one INCR,
 ``stamp`` pushes its start time, ``seq`` takes a start number (the quiet-tenant drill).
 
 Neither library is a dependency of emqtasks, and importing this module imports neither:
@@ -8,8 +8,8 @@ Neither library is a dependency of emqtasks, and importing this module imports n
 commands find their app here, built from the environment the bench sets
 (:data:`URL_ENV`, :data:`NAME_ENV`)::
 
-    huey_consumer emqtasks.bench_peer_tasks.huey -w 8 -k process
-    dramatiq emqtasks.bench_peer_tasks:dramatiq_worker --processes 2 --threads 4
+    huey_consumer emqtasks._dev.bench.peer_tasks.huey -w 8 -k process
+    dramatiq emqtasks._dev.bench.peer_tasks:dramatiq_worker --processes 2 --threads 4
 
 (``huey`` is a lazy module attribute; ``dramatiq_worker`` a setup function that Dramatiq's
 CLI calls.) Task bodies talk to Redis over a connection of their own process, on

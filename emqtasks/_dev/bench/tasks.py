@@ -1,6 +1,6 @@
 """The tasks ``emqtasks bench`` runs: each does one small Redis write so the bench can count it.
 
-A worker imports this module (``-A emqtasks.bench_tasks``), which registers the tasks on the
+A worker imports this module (``-A emqtasks._dev.bench.tasks``), which registers the tasks on the
 default App; the bench process binds the same functions, under the same names, to an App of
 its own queue with :func:`bind`. Each task talks to Redis over a connection of its own
 process (opened after the fork), on the URL the worker configured the default App with.
@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from .app import App, connect, default_app
+from ...app import App, connect, default_app
 
 _client: tuple[int, Any] | None = None
 

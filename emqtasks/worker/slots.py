@@ -14,7 +14,7 @@ import struct
 import time
 from typing import NamedTuple
 
-from .queue import Lease
+from ..queue import Lease
 
 # seq, running, started (monotonic), time_limit, lease_ms, attempts, id, nonce
 _SLOT = struct.Struct("=QBddqq128s48s")

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import serialization
-from .errors import Retry, SerializationError, TimeLimitExceeded, UnknownTask
-from .queue import Lease, Queue
-from .registry import REGISTRY, Registry
+from .. import serialization
+from ..errors import Retry, SerializationError, TimeLimitExceeded, UnknownTask
+from ..queue import Lease, Queue
+from ..registry import Registry
 from .resilience import Outage
 from .slots import Slots
 
@@ -45,10 +45,11 @@ class Outcome:
 class Runner:
     """Runs leases against a registry and reports each outcome through the fence."""
 
-    def __init__(self, queue: Queue, registry: Registry = REGISTRY,
+    def __init__(self, queue: Queue, registry: Registry | None = None,
                  default_time_limit: float = 0.0) -> None:
         self.queue = queue
-        self.registry = registry
+        #: Default: the tasks of every App in this process.
+        self.registry = registry if registry is not None else every_task()
         self.default_time_limit = default_time_limit
         self._signatures: dict[str, inspect.Signature | None] = {}
         #: How Redis calls are made; a child routes them through its Outage.
@@ -113,7 +114,7 @@ class Runner:
     def _fail(self, lease: Lease, error: str, delay: float | None = None,
               final: bool = False) -> Outcome:
         verdict = self.call(self.queue.retry, lease, error, delay, final)
-        name = {1: "retry", 2: "dead", 0: "stale"}[verdict]
+        name = verdict.outcome
         log.warning("job %s (%s) failed, %s: %s", lease.id, _brief(lease.task, 120), name,
                     _brief(error.strip().splitlines()[-1] if error.strip() else error))
         return Outcome(lease.id, name, error)
@@ -128,6 +129,14 @@ class Runner:
             return outcome
         acked, _ = self.queue.ack(leases[0], result or "null")
         return Outcome(leases[0].id, "done" if acked else "stale")
+
+
+def every_task() -> Registry:
+    """One table of the tasks of every App in this process (DuplicateTaskName if two Apps
+    give one name to different functions)."""
+    from ..app import all_apps
+
+    return Registry.merged(app.registry for app in all_apps())
 
 
 def _brief(text: str, limit: int = LOG_TEXT_MAX) -> str:
@@ -156,8 +165,10 @@ class Child:
     """The loop of one forked child."""
 
     def __init__(self, index: int, pipe: Any, slots: Slots, make_queue: Callable[[], Queue],
-                 master_pid: int, max_tasks: int, default_time_limit: float) -> None:
+                 master_pid: int, max_tasks: int, default_time_limit: float,
+                 registry: Registry) -> None:
         self.index = index
+        self.registry = registry
         self.pipe = pipe
         self.slots = slots
         self.make_queue = make_queue
@@ -184,7 +195,7 @@ class Child:
         # A cluster client connects as it is made: ride out a server that is down now,
         # rather than die and be respawned in a tight loop.
         queue = self.outage.call(self.make_queue)
-        self.runner = Runner(queue, REGISTRY, self.default_time_limit)
+        self.runner = Runner(queue, self.registry, self.default_time_limit)
         self.runner.call = self.outage.call
         self.outage.call(queue.ping)   # connect now: the first wake pays no handshake
         while not self._should_stop():

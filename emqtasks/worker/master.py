@@ -21,10 +21,11 @@ from typing import Any
 
 import multiprocess
 
+from ..config import WorkerSettings
+from ..errors import TimeLimitExceeded, WorkerLost
+from ..queue import WAKE_DUE, Lease, Queue
+from ..registry import Registry
 from .child import GO, GOT_WORK, IDLE, STOP, Child
-from .config import WorkerSettings
-from .errors import TimeLimitExceeded, WorkerLost
-from .queue import WAKE_DUE, Lease, Queue
 from .resilience import TRANSIENT, Outage
 from .slots import Running, Slots
 
@@ -55,8 +56,10 @@ class Master:
     #: TimeLimitExceeded in the task) and the SIGKILL for a task that did not stop.
     time_limit_grace = 1.0
 
-    def __init__(self, make_queue: Callable[[], Queue], settings: WorkerSettings) -> None:
+    def __init__(self, make_queue: Callable[[], Queue], settings: WorkerSettings,
+                 registry: Registry) -> None:
         self.make_queue = make_queue
+        self.registry = registry
         self.settings = settings
         self.queue = make_queue()
         self.outage = Outage(log, "master", stop=self._give_up)
@@ -122,7 +125,8 @@ class Master:
         master_end, child_end = _ctx.Pipe(duplex=True)
         self.slots.reset(index)
         child = Child(index, child_end, self.slots, self.make_queue, os.getpid(),
-                      self.settings.max_tasks_per_child, self.settings.time_limit)
+                      self.settings.max_tasks_per_child, self.settings.time_limit,
+                      self.registry)
         others = [h.pipe.fileno() for h in self.children if h is not None]
         process = _ctx.Process(target=_child_entry, args=(child, master_end.fileno(), others),
                                name=f"emqtasks-child-{index}", daemon=False)
@@ -307,7 +311,7 @@ class Master:
                      f"({how}) while running the job")
         verdict = self._call(self.queue.retry, lease, error, None, False)
         log.warning("job %s failed, %s: %s", lease.id,
-                    {1: "retry", 2: "dead", 0: "stale"}[verdict], error)
+                    verdict.outcome, error)
 
     # -- leases and limits --------------------------------------------------------------
     def _supervise_running(self) -> None:

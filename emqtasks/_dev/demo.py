@@ -1,6 +1,6 @@
 """``emqtasks demo``: a flood from one tenant and a trickle from others, on a live worker pool.
 
-The tasks the demo's worker runs live here too (``-A emqtasks.demo``). Each job records how
+The tasks the demo's worker runs live here too (``-A emqtasks._dev.demo``). Each job records how
 long it waited between enqueue and start, so the summary can show the quiet tenants being
 served while the flood is still draining.
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 import click
 
-from .app import App
-from .embedded import is_embedded
+from ..app import App
+from ..embedded import is_embedded
 
 demo_app = App()
 FLOOD = "bigcorp"
@@ -94,7 +94,7 @@ class Demo:
         return 0
 
     def _start_worker(self) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "emqtasks.cli", "worker", "-A", "emqtasks.demo",
+        cmd = [sys.executable, "-m", "emqtasks.cli", "worker", "-A", "emqtasks._dev.demo",
                "-c", str(self.concurrency), "-Q", self.queue_name,
                "--redis-url", self.redis_url, "--loglevel", "WARNING"]
         return subprocess.Popen(cmd, start_new_session=True)

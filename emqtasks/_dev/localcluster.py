@@ -20,7 +20,7 @@ from typing import Any
 import redis
 from redis.cluster import key_slot
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .localserver import find_binary, free_port, server_version, wait_ready
 
 

@@ -11,51 +11,27 @@ cancel refused, a job that does not exist).
 from __future__ import annotations
 
 import json
-import re
 import sys
 from datetime import datetime, timezone
 from typing import Any
 
 import click
 
-from .cli import CliError, main, queue_options, run_admin, settings_for
-from .queue import Queue
-
-_POSITIVE = re.compile(r"[0-9]+")
-
-
-class Refused(CliError):
-    """The verb ran, but the thing asked for is not so (not dead, not cancellable, no job)."""
-
-    exit_code = 1
-
-
-class AdminCommand(click.Command):
-    """A command whose usage errors (missing argument, bad option value) are one line too."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as exc:
-            raise CliError(f"{ctx.info_name}: {exc.format_message()} "
-                           f"(see '{ctx.command_path} --help')") from None
-
-
-def positive_int(text: str, what: str) -> int:
-    """A decimal integer >= 1 from a command-line word, or a one-line error (exit 2)."""
-    if not _POSITIVE.fullmatch(text.strip()) or int(text) < 1:
-        raise CliError(f"{what} must be an integer >= 1, not {text!r}")
-    return int(text)
-
-
-def last_line(error: str | None) -> str:
-    lines = (error or "").strip().splitlines()
-    return lines[-1].strip() if lines else ""
-
+from ..queue import Queue
+from .common import (
+    AdminCommand,
+    CliError,
+    Refused,
+    last_line,
+    positive_int,
+    queue_options,
+    run_admin,
+    settings_for,
+)
 
 # -- pause / resume ----------------------------------------------------------------------
 
-@main.command(cls=AdminCommand)
+@click.command(cls=AdminCommand)
 @queue_options
 @click.option("--group", "-g", default=None, metavar="GROUP",
               help="pause only this group's lane (default: the whole queue)")
@@ -72,7 +48,7 @@ def pause(redis_url: str | None, queue: str | None, group: str | None) -> None:
     click.echo(run_admin(redis_url, queue, verb))
 
 
-@main.command(cls=AdminCommand)
+@click.command(cls=AdminCommand)
 @queue_options
 @click.option("--group", "-g", default=None, metavar="GROUP",
               help="resume only this group's lane (default: the whole queue)")
@@ -91,7 +67,7 @@ def resume(redis_url: str | None, queue: str | None, group: str | None) -> None:
 
 # -- limit / weight ----------------------------------------------------------------------
 
-@main.command(cls=AdminCommand)
+@click.command(cls=AdminCommand)
 @click.argument("group")
 @click.argument("limit", metavar="N|none")
 @queue_options
@@ -103,7 +79,7 @@ def limit(redis_url: str | None, queue: str | None, group: str, limit: str) -> N
                else f"limit of group {group} set to {value}")
 
 
-@main.command(cls=AdminCommand)
+@click.command(cls=AdminCommand)
 @click.argument("group")
 @click.argument("weight", metavar="W")
 @queue_options
@@ -116,7 +92,7 @@ def weight(redis_url: str | None, queue: str | None, group: str, weight: str) ->
 
 # -- dead / requeue ----------------------------------------------------------------------
 
-@main.command(cls=AdminCommand)
+@click.command(cls=AdminCommand)
 @queue_options
 @click.option("--limit", "-n", "count", type=click.IntRange(1), default=100, show_default=True,
               help="show at most this many, newest first")
@@ -144,7 +120,7 @@ def dead(redis_url: str | None, queue: str | None, count: int, as_json: bool) ->
         click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths)) + "  " + line[4])
 
 
-@main.command(cls=AdminCommand)
+@click.command(cls=AdminCommand)
 @click.argument("job_id", required=False)
 @queue_options
 @click.option("--all", "everything", is_flag=True, help="requeue every dead job")
@@ -178,7 +154,7 @@ _REFUSALS = {
 }
 
 
-@main.command(cls=AdminCommand)
+@click.command(cls=AdminCommand)
 @click.argument("job_id")
 @queue_options
 def cancel(redis_url: str | None, queue: str | None, job_id: str) -> None:
@@ -190,7 +166,7 @@ def cancel(redis_url: str | None, queue: str | None, job_id: str) -> None:
     click.echo(f"cancelled job {job_id}")
 
 
-@main.command(cls=AdminCommand)
+@click.command(cls=AdminCommand)
 @queue_options
 @click.option("--yes", is_flag=True, help="really delete every key of the queue")
 def purge(redis_url: str | None, queue: str | None, yes: bool) -> None:
@@ -215,7 +191,7 @@ def _json_option(text: str, option: str, kind: type, kind_name: str) -> Any:
     return value
 
 
-@main.command(cls=AdminCommand)
+@click.command(cls=AdminCommand)
 @click.argument("task_name")
 @queue_options
 @click.option("--args", "args_json", default="[]", show_default=True, metavar="JSON",
@@ -237,7 +213,7 @@ def enqueue(redis_url: str | None, queue: str | None, task_name: str, args_json:
         raise CliError("the task name is empty")
     args = _json_option(args_json, "--args", list, "array")
     kwargs = _json_option(kwargs_json, "--kwargs", dict, "object")
-    from .app import App
+    from ..app import App
 
     def verb(q: Queue) -> Any:
         app = App(redis_url=settings_for(redis_url, queue).redis_url, queue=q.name)
@@ -255,7 +231,7 @@ _JOB_FIELDS = ("id", "state", "task", "group", "attempts", "max_attempts", "crea
                "started", "finished", "result", "error")
 
 
-@main.command(cls=AdminCommand)
+@click.command(cls=AdminCommand)
 @click.argument("job_id")
 @queue_options
 @click.option("--json", "as_json", is_flag=True, help="the job's row as a JSON object")
@@ -281,7 +257,7 @@ def job(redis_url: str | None, queue: str | None, job_id: str, as_json: bool) ->
             click.echo(f"{field + ':':<13} {value}")
 
 
-@main.command()
+@click.command()
 @queue_options
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def stats(redis_url: str | None, queue: str | None, as_json: bool) -> None:
@@ -301,14 +277,14 @@ def stats(redis_url: str | None, queue: str | None, as_json: bool) -> None:
                        f"{row['weight']:>6}  {'yes' if row['paused'] else ''}")
 
 
-@main.command("check")
+@click.command("check")
 @queue_options
 @click.option("--repair", is_flag=True, help="rebuild ring and gactive, restore lost jobs")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def check_command(redis_url: str | None, queue: str | None, repair: bool, as_json: bool) -> None:
     """Check the queue's invariants (exit 1 on a violation); --repair mends what it can."""
-    from .check import check
-    from .check import repair as do_repair
+    from ..check import check
+    from ..check import repair as do_repair
 
     def verb(q: Queue) -> tuple[Any, Any]:
         mended = do_repair(q) if repair else None
@@ -328,3 +304,7 @@ def check_command(redis_url: str | None, queue: str | None, repair: bool, as_jso
                    f"{report.groups} groups, {len(report.violations)} violations")
     if not report.ok:
         sys.exit(1)
+
+
+COMMANDS = (pause, resume, limit, weight, dead, requeue, cancel, purge, enqueue, job, stats,
+            check_command)

@@ -146,7 +146,8 @@ class App:
     def _spec_for(self, name: str) -> TaskSpec:
         for app in (self, *_apps):
             if name in app.registry:
-                return app.registry.get(name).spec
+                spec: TaskSpec = app.registry.get(name).spec
+                return spec
         return TaskSpec(name=name, fn=_not_here)
 
     # -- admin verbs on the app's queue ------------------------------------------------------

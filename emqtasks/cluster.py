@@ -115,7 +115,8 @@ def connect_cluster(url: str, **defaults: Any) -> RedisCluster:
     nodes, kwargs = parse_url(url)
     options = {**defaults, **kwargs}
     try:
-        return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], **options)
+        startup = [ClusterNode(h, p) for h, p in nodes]  # type: ignore[no-untyped-call]
+        return RedisCluster(startup_nodes=startup, **options)
     except RedisClusterException as exc:
         raise RedisConnectionError(f"no Redis Cluster node answered: {exc}") from exc
 

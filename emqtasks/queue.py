@@ -196,10 +196,10 @@ class Queue:
         self.scripts.pause(self._k, ["0"])
 
     def pause_group(self, group: str) -> bool:
-        return self.scripts.pause_group(self._k, [check_group(group), "1"]) == 1
+        return bool(self.scripts.pause_group(self._k, [check_group(group), "1"]) == 1)
 
     def resume_group(self, group: str) -> bool:
-        return self.scripts.pause_group(self._k, [check_group(group), "0"]) == 1
+        return bool(self.scripts.pause_group(self._k, [check_group(group), "0"]) == 1)
 
     def set_group_limit(self, group: str, limit: int | None) -> None:
         if limit is not None and (not isinstance(limit, int) or limit < 1):
@@ -260,7 +260,8 @@ class Queue:
                                  timeout=_block_seconds(timeout)) is not None
 
     def status(self, job_id: str) -> str | None:
-        return self.client.hget(self.keys.job(job_id), "state")
+        state: str | None = self.client.hget(self.keys.job(job_id), "state")
+        return state
 
     def ping(self) -> bool:
         """One round trip to the server holding the queue (on a cluster, the node serving

@@ -18,7 +18,7 @@ from emqtasks.errors import (
     SerializationError,
 )
 from emqtasks.keys import QueueKeys
-from emqtasks.verdicts import EnqueueVerdict
+from emqtasks.verdicts import AckVerdict, EnqueueVerdict
 
 ENQUEUED, DUPLICATE = EnqueueVerdict.ENQUEUED, EnqueueVerdict.DUPLICATE
 
@@ -296,6 +296,6 @@ def test_handle_get_returns_the_result_once_acknowledged(app, queue):
     h = make_task(app).delay(1)
     (lease,) = queue.claim()
     assert h.status() == "active"
-    assert queue.ack(lease, '{"total":3}')[0] is True
+    assert queue.ack(lease, '{"total":3}')[0] is AckVerdict.DONE
     assert h.status() == "done"
     assert h.get(timeout=1) == {"total": 3}

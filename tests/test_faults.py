@@ -32,7 +32,7 @@ from emqtasks.check import check, repair
 from emqtasks.queue import Lease, Queue
 from emqtasks.scripts import VERBS, source
 from emqtasks.task import Task, build_job
-from emqtasks.verdicts import RetryVerdict
+from emqtasks.verdicts import ReleaseVerdict, RetryVerdict
 from emqtasks.worker.resilience import TRANSIENT, Outage
 
 STALE = RetryVerdict.STALE
@@ -351,7 +351,7 @@ def _refused_everything(q: Queue, stale: Lease) -> None:
     assert q.retry(stale, "A's final error", delay=0, final=True) == STALE
     assert q.extend([stale]) == [False]
     assert q.extend([stale], lease_ms=600_000) == [False]
-    assert q.release(stale, "A lets go") is False
+    assert q.release(stale, "A lets go") is ReleaseVerdict.STALE
     after = _snapshot(q, stale.id)
     assert after == before
     row = after["row"]

@@ -14,7 +14,7 @@ from helpers import (
     wake_tokens,
 )
 
-from emqtasks.verdicts import RetryVerdict
+from emqtasks.verdicts import AckVerdict, ReleaseVerdict, RetryVerdict
 
 STALE = RetryVerdict.STALE
 
@@ -127,11 +127,11 @@ def test_a_stale_holder_cannot_ack_retry_extend_or_release(app, queue):
     assert queue.retry(a, "late error") == STALE
     assert queue.retry(a, "late error", final=True) == STALE
     assert queue.extend([a], lease_ms=600_000) == [False]
-    assert queue.release(a) is False
+    assert queue.release(a) is ReleaseVerdict.STALE
     # Then nothing changed: no result, no error text, no books, no deadline
     assert _snapshot(queue, a.id) == before
     # And B still holds it and can complete it
-    assert queue.ack(b, '"b result"')[0] is True
+    assert queue.ack(b, '"b result"')[0] is AckVerdict.DONE
     assert queue.client.hget(queue.keys.job(b.id), "result") == '"b result"'
     assert_invariants(queue)
 
@@ -141,7 +141,7 @@ def test_a_wrong_nonce_with_the_right_attempts_is_stale(app, queue):
     (lease,) = queue.claim()
     forged = lease._replace(nonce="0" * 16)
     before = _snapshot(queue, lease.id)
-    assert queue.ack(forged)[0] is False
+    assert queue.ack(forged)[0] is AckVerdict.STALE
     assert queue.extend([forged]) == [False]
     assert _snapshot(queue, lease.id) == before
 
@@ -149,7 +149,7 @@ def test_a_wrong_nonce_with_the_right_attempts_is_stale(app, queue):
 def test_an_old_token_is_refused_after_the_id_is_deleted_and_enqueued_again(app, queue):
     # Given A's lease stolen by B, B done, the row deleted and the id enqueued afresh
     a, b = _stolen(app, queue)
-    assert queue.ack(b)[0] is True
+    assert queue.ack(b)[0] is AckVerdict.DONE
     queue.client.delete(queue.keys.job(a.id))
     t = make_task(app, group="A", max_attempts=5)
     assert t.apply_async(args=(2,), job_id=a.id).duplicate is False
@@ -161,9 +161,9 @@ def test_an_old_token_is_refused_after_the_id_is_deleted_and_enqueued_again(app,
     assert queue.ack(a, '"ghost"') == (False, None)
     assert queue.retry(a, "ghost") == STALE
     assert queue.extend([a]) == [False]
-    assert queue.release(a) is False
+    assert queue.release(a) is ReleaseVerdict.STALE
     assert _snapshot(queue, a.id) == before
-    assert queue.ack(c)[0] is True
+    assert queue.ack(c)[0] is AckVerdict.DONE
 
 
 def test_extend_pushes_the_deadline_out(app, queue):
@@ -197,7 +197,7 @@ def test_ack_with_claim_next_returns_the_next_lease_in_the_same_call(app, queue)
     # When the first job is acknowledged asking for the next
     done, nxt = queue.ack(first, '{"ok":true}', claim_next=True)
     # Then it is done with its result, and the next lease came from the next turn
-    assert done is True
+    assert done is AckVerdict.DONE
     assert queue.status(first.id) == "done"
     assert app.job(first.id)["result"] == '{"ok":true}'
     assert 0 < queue.client.ttl(queue.keys.job(first.id)) <= 60
@@ -214,18 +214,18 @@ def test_ack_with_claim_next_returns_the_next_lease_in_the_same_call(app, queue)
 def test_ack_with_no_result_ttl_deletes_the_row(app, queue):
     make_task(app, result_ttl=0).delay(1)
     (lease,) = queue.claim()
-    assert queue.ack(lease)[0] is True
+    assert queue.ack(lease)[0] is AckVerdict.DONE
     assert not queue.client.exists(queue.keys.job(lease.id))
 
 
 def test_release_hands_the_job_back_unrun_with_its_attempt_rolled_back(app, queue):
     make_task(app, group="A").map([(1,), (2,)])
     (lease,) = queue.claim()
-    assert queue.release(lease) is True
+    assert queue.release(lease) is ReleaseVerdict.RELEASED
     row = queue.client.hgetall(queue.keys.job(lease.id))
     assert row["state"] == "pending" and row["attempts"] == "0"
     # It keeps its place at the head of its lane, and the old token is now stale
     (again,) = queue.claim()
     assert again.id == lease.id and again.attempts == 1 and again.nonce != lease.nonce
-    assert queue.ack(lease)[0] is False
+    assert queue.ack(lease)[0] is AckVerdict.STALE
     assert_invariants(queue)

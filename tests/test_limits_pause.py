@@ -6,6 +6,7 @@ import pytest
 from helpers import assert_invariants, drain_wake, make_task, ring, wake_tokens
 
 from emqtasks.errors import InvalidArgument, InvalidGroup
+from emqtasks.verdicts import AckVerdict
 
 
 def fill(app, group, n):
@@ -43,7 +44,7 @@ def test_acking_a_limited_job_returns_the_group_to_the_ring_with_a_wake(app, que
     assert ring(queue) == []
     drain_wake(queue)
     # When one of them is acknowledged
-    assert queue.ack(leases[0])[0] is True
+    assert queue.ack(leases[0])[0] is AckVerdict.DONE
     # Then A is back on the ring, a wake was pushed, and a parked master would wake
     assert ring(queue) == ["A"]
     assert wake_tokens(queue) == 1
@@ -133,7 +134,7 @@ def test_a_paused_queue_still_accepts_acks_but_hands_out_no_next_job(app, queue)
     lease = queue.claim()[0]
     app.pause()
     done, nxt = queue.ack(lease, claim_next=True)
-    assert done is True and nxt is None
+    assert done is AckVerdict.DONE and nxt is None
     assert queue.status(lease.id) == "done"
 
 
@@ -152,7 +153,7 @@ def test_a_paused_lane_keeps_its_backlog_and_its_job_in_flight(app, queue):
     assert groups_of(queue.claim(10)) == ["B"] * 3
     assert queue.claim() == []
     # And finishing its in-flight job does not bring the paused lane back
-    assert queue.ack(in_flight)[0] is True
+    assert queue.ack(in_flight)[0] is AckVerdict.DONE
     assert ring(queue) == [] and queue.claim() == []
     assert_invariants(queue)
 

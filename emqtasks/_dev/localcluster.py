@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from redis.cluster import key_slot
+from redis.crc import key_slot
 
 from ..errors import ConfigError
 from .localserver import find_binary, free_port, server_version, wait_ready
@@ -230,7 +230,7 @@ class LocalCluster:
 
 def _owners(client: redis.Redis) -> dict[tuple[int, int], int]:
     out: dict[tuple[int, int], int] = {}
-    for row in client.execute_command("CLUSTER", "SLOTS"):
+    for row in client.execute_command("CLUSTER", "SLOTS"):  # type: ignore[no-untyped-call]
         out[(int(row[0]), int(row[1]))] = int(row[2][1])
     return out
 

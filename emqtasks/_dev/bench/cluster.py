@@ -26,8 +26,9 @@ from typing import Any
 import click
 import redis
 
-from ...app import App, connect
+from ...app import App
 from ...cluster import is_cluster, is_cluster_url
+from ...connection import connect
 from ...errors import EmqError
 from ...keys import QueueKeys
 from ..localcluster import LocalCluster

@@ -12,9 +12,9 @@ from typing import Any
 import click
 import redis
 
-from ...app import connect
 from ...cluster import is_cluster_url
 from ...config import redacted
+from ...connection import connect
 from ...errors import EmqError
 from ..localserver import LocalRedis
 from .core import Bench, BenchError, Sizes, median, say
@@ -63,7 +63,7 @@ def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int |
     sizes = Sizes.of(concurrency, jobs, runs, quick)
     began = time.monotonic()
     # SIGTERM unwinds like Ctrl-C, so the worker, the queue and the server are cleaned up.
-    old_term = signal.signal(signal.SIGTERM, _exit_on_signal)
+    old_term = signal.signal(signal.SIGTERM, exit_on_signal)
     try:
         b, version, rows = _measure(redis_url, sizes)
     finally:
@@ -137,5 +137,5 @@ def _measure(redis_url: str | None, sizes: Sizes) -> tuple[Bench, str, list[Row]
             server.close()
 
 
-def _exit_on_signal(signum: int, _frame: Any) -> None:
+def exit_on_signal(signum: int, _frame: Any) -> None:
     raise SystemExit(128 + signum)

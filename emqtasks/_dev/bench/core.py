@@ -179,25 +179,26 @@ class LoggedProcess:
     """A benchmarked subprocess writing its log to ``log_path`` (``log`` is the open file)."""
 
     log: Any
-    log_path: Path
+    log_path: Path | None
     #: markers of a log line worth reporting
     PROBLEMS: tuple[str, ...] = (" WARNING ", " ERROR ", "Traceback")
 
-    def output(self, tail: int = 40) -> str:
+    def output(self, tail: int | None = 40) -> str:
         if not self.log.closed:
             self.log.flush()
         try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
+            lines = self.log_path.read_text(errors="replace").splitlines() \
+                if self.log_path else []
         except OSError:
             return ""
-        return "\n".join(lines[-tail:])
+        return "\n".join(lines[-tail:] if tail else lines)
 
     def problems(self) -> list[str]:
         """The log lines worth reporting: warnings, errors, tracebacks."""
         if not self.log.closed:
             self.log.flush()
         try:
-            text = self.log_path.read_text(errors="replace")
+            text = self.log_path.read_text(errors="replace") if self.log_path else ""
         except OSError:
             return []
         return [ln for ln in text.splitlines() if any(m in ln for m in self.PROBLEMS)]

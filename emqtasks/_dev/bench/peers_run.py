@@ -19,25 +19,10 @@ import click
 import redis
 
 from ...cluster import is_cluster_url
+from ...config import redacted
 from ..localserver import LocalRedis
-from .core import (
-    CHUNK,
-    FEW_GROUPS,
-    Bench,
-    BenchError,
-    Sizes,
-    _exit_on_signal,
-    _fairness_drill,
-    _redacted,
-    median,
-    open_server,
-    percentile,
-    say,
-    scenario_drain,
-    scenario_enqueue_one_by_one,
-    scenario_latency_and_idle,
-    tree_pss_mb,
-)
+from .command import exit_on_signal, open_server
+from .core import CHUNK, FEW_GROUPS, Bench, BenchError, Sizes, median, percentile, say, tree_pss_mb
 from .peers import (
     FULL_RUNS,
     LATENCY_SAMPLES,
@@ -49,6 +34,12 @@ from .peers import (
     dramatiq_shape,
     installed,
     rows_for,
+)
+from .scenarios import (
+    fairness_drill,
+    scenario_drain,
+    scenario_enqueue_one_by_one,
+    scenario_latency_and_idle,
 )
 
 
@@ -174,7 +165,7 @@ def measure_emqtasks(b: Bench) -> dict[str, float | None]:
         warm = b.key(app, "seq-warm")
         seq.map([(warm, "warm")] * (4 * b.sizes.concurrency))
         b.wait_count(warm, 4 * b.sizes.concurrency, timeout=30)
-        out["flood_before_quiet"] = _fairness_drill(b, app, seq, "peers", True)[0]
+        out["flood_before_quiet"] = fairness_drill(b, app, seq, "peers", True)[0]
     return out
 
 
@@ -197,14 +188,14 @@ def run(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | N
     versions = {"emqtasks": _version("emqtasks"), **versions}
 
     began, load_before = time.monotonic(), os.getloadavg()
-    old_term = signal.signal(signal.SIGTERM, _exit_on_signal)
+    old_term = signal.signal(signal.SIGTERM, exit_on_signal)
     server: LocalRedis | None = None
     results: dict[str, list[dict[str, float | None]]] = {n: [] for n in names}
     mixes: dict[str, dict[str, float]] = {}   # a peer's drain commands per job (last run)
     try:
         server, url, redis_version = open_server(redis_url)
         b = Bench(url, sizes, shared=server is None)
-        say(f"emqtasks bench --peers: redis {redis_version} at {_redacted(url)}"
+        say(f"emqtasks bench --peers: redis {redis_version} at {redacted(url)}"
             f"{'' if b.shared else ' (private)'}, concurrency {concurrency}, {sizes.jobs:,} "
             f"jobs, {sizes.runs} run(s), {os.cpu_count()} CPUs; "
             + ", ".join(f"{n} {versions[n]}" for n in names) + f"; logs in {b.log_dir}")

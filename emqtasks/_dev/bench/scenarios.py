@@ -123,14 +123,14 @@ def scenario_fairness(b: Bench) -> dict[str, float | None]:
         seq.map([(warm, "warm")] * (4 * b.sizes.concurrency))
         b.wait_count(warm, 4 * b.sizes.concurrency, timeout=30)
         for trial in range(b.sizes.trials):
-            started, claimed = _fairness_drill(b, app, seq, f"backlog-{trial}", True)
+            started, claimed = fairness_drill(b, app, seq, f"backlog-{trial}", True)
             backlog.append(started)
             leased.append(claimed)
-            live.append(_fairness_drill(b, app, seq, f"live-{trial}", False)[0])
+            live.append(fairness_drill(b, app, seq, f"live-{trial}", False)[0])
     return {"backlog": median(backlog), "leased": median(leased), "live": median(live)}
 
 
-def _fairness_drill(b: Bench, app: App, seq: Any, name: str,
+def fairness_drill(b: Bench, app: App, seq: Any, name: str,
                     paused: bool) -> tuple[int | None, int | None]:
     """One drill: (flood jobs started before the quiet one or after it came, and, for the
     backlog drill, flood jobs leased in an earlier millisecond than the quiet one)."""

@@ -12,7 +12,8 @@ import os
 import time
 from typing import Any
 
-from ...app import App, connect, default_app
+from ...app import App, default_app
+from ...connection import connect
 
 _client: tuple[int, Any] | None = None
 

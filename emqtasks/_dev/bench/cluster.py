@@ -172,6 +172,13 @@ def run(redis_url: str | None, concurrency: int, jobs: int, runs: int, as_json: 
         if cluster is not None:
             cluster.close()
 
+    rows = table(results)
+    report(rows, results, jobs, concurrency, runs, time.monotonic() - began, as_json)
+
+
+def table(results: dict[str, dict[int, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """One row per queue count: medians of both targets, side by side."""
+
     def fig(label: str, k: int, field: str) -> float | None:
         return median([r[field] for r in results[label][k]])
 
@@ -187,7 +194,11 @@ def run(redis_url: str | None, concurrency: int, jobs: int, runs: int, as_json: 
             "cluster_redis_cpu_us_per_job": fig("cluster", k, "redis_cpu_us_per_job"),
             "cluster_shards_used": results["cluster"][k][0]["shards_used"],
         })
-    elapsed = time.monotonic() - began
+    return rows
+
+
+def report(rows: list[dict[str, Any]], results: dict[str, Any], jobs: int, concurrency: int,
+           runs: int, elapsed: float, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"jobs_per_queue": jobs, "concurrency": concurrency,
                                "runs": runs, "cpus": os.cpu_count(),

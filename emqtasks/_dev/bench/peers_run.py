@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import click
 import redis
@@ -90,61 +90,79 @@ def measure_peer(b: Bench, peer: Peer,
     out["enqueue_bulk_jobs_s"] = s.jobs / (time.perf_counter() - began)
 
     with peer_worker(b, peer) as w:
-        # drain
-        before, cpu0 = b.meter.snapshot(), w.cpu()
-        began = time.monotonic()
-        own = peer.release_staged()
-        finished, polls = b.wait_count(done, s.jobs, timeout=30 + s.jobs / 200)
-        after, cpu1 = b.meter.snapshot(), w.cpu()
-        if finished is None:
-            b.notes.append(f"{peer.name}: the drain of {s.jobs} jobs did not finish")
-        else:
-            d = b.meter.delta(before, after, own={"get": polls, **own})
-            mix = {k: round(v / s.jobs, 3) for k, v in sorted(d.items(), key=lambda kv: -kv[1])
-                   if k != "cpu" and v / s.jobs >= 0.005}
-            out["drain_jobs_s"] = s.jobs / (finished - began)
-            out["drain_cmds_per_job"] = b.meter.calls(d) / s.jobs
-            out["drain_scripts_per_job"] = b.meter.scripts(d) / s.jobs
-            out["drain_redis_cpu_us_per_job"] = d["cpu"] * 1e6 / s.jobs
-            out["drain_worker_cpu_us_per_job"] = (cpu1 - cpu0) * 1e6 / s.jobs
-
-        # wake latency of an idle pool
-        stamps, latencies = peer.key("stamps"), []
-        for _ in range(s.latency_samples):
-            time.sleep(peer.wake_gap)
-            sent = time.time()
-            peer.send("stamp", (stamps,))
-            reply = b.client.blpop([stamps], timeout=5)
-            if reply is None:
-                b.notes.append(f"{peer.name}: a wake-latency job did not start within 5s")
-                continue
-            latencies.append((float(reply[1]) - sent) * 1000)
-        if latencies:
-            out["wake_latency_p50_ms"] = statistics.median(latencies)
-            out["wake_latency_p90_ms"] = percentile(latencies, 0.9)
-
-        # idle
-        time.sleep(max(0.5, peer.wake_gap))
-        before, cpu0, began = b.meter.snapshot(), w.cpu(), time.monotonic()
-        time.sleep(idle_seconds)
-        after, cpu1, seconds = b.meter.snapshot(), w.cpu(), time.monotonic() - began
-        out["idle_cmds_per_s"] = b.meter.calls(b.meter.delta(before, after)) / seconds
-        out["idle_worker_cpu_ms_per_s"] = (cpu1 - cpu0) * 1000 / seconds
-        out["idle_pss_mb"] = tree_pss_mb(w.proc.pid)
-
-        # quiet tenant: the flood, then the quiet job, queued before the pool sees them
-        key, flood = peer.key("seq"), s.flood
-        peer.stage_many("seq", [(key, "flood")] * flood)
-        peer.stage_one("seq", (key, "quiet"))
-        peer.release_staged()
-        reply = b.client.blpop([f"{key}:quiet"], timeout=30 + flood / 200)
-        if reply is None:
-            b.notes.append(f"{peer.name}: the quiet job did not run")
-        else:
-            out["flood_before_quiet"] = int(reply[1]) - 1
-        if b.wait_count(key, flood + 1, timeout=30 + flood / 200)[0] is None:
-            b.notes.append(f"{peer.name}: the flood did not drain")
+        mix = _peer_drain(b, peer, w, done, out)
+        _peer_latency(b, peer, out)
+        _peer_idle(b, peer, w, idle_seconds, out)
+        _peer_fairness(b, peer, out)
     return out, mix
+
+
+def _peer_drain(b: Bench, peer: Peer, w: PeerWorker, done: str,
+                out: dict[str, float | None]) -> dict[str, float]:
+    """Release the staged backlog and time it to the last job; the commands it cost."""
+    s, mix = b.sizes, {}
+    before, cpu0 = b.meter.snapshot(), w.cpu()
+    began = time.monotonic()
+    own = peer.release_staged()
+    finished, polls = b.wait_count(done, s.jobs, timeout=30 + s.jobs / 200)
+    after, cpu1 = b.meter.snapshot(), w.cpu()
+    if finished is None:
+        b.notes.append(f"{peer.name}: the drain of {s.jobs} jobs did not finish")
+    else:
+        d = b.meter.delta(before, after, own={"get": polls, **own})
+        mix = {k: round(v / s.jobs, 3) for k, v in sorted(d.items(), key=lambda kv: -kv[1])
+               if k != "cpu" and v / s.jobs >= 0.005}
+        out["drain_jobs_s"] = s.jobs / (finished - began)
+        out["drain_cmds_per_job"] = b.meter.calls(d) / s.jobs
+        out["drain_scripts_per_job"] = b.meter.scripts(d) / s.jobs
+        out["drain_redis_cpu_us_per_job"] = d["cpu"] * 1e6 / s.jobs
+        out["drain_worker_cpu_us_per_job"] = (cpu1 - cpu0) * 1e6 / s.jobs
+    return mix
+
+
+def _peer_latency(b: Bench, peer: Peer, out: dict[str, float | None]) -> None:
+    """Enqueue to start of a lone job, with the pool idle."""
+    s = b.sizes
+    stamps, latencies = peer.key("stamps"), []
+    for _ in range(s.latency_samples):
+        time.sleep(peer.wake_gap)
+        sent = time.time()
+        peer.send("stamp", (stamps,))
+        reply = b.client.blpop([stamps], timeout=5)
+        if reply is None:
+            b.notes.append(f"{peer.name}: a wake-latency job did not start within 5s")
+            continue
+        latencies.append((float(reply[1]) - sent) * 1000)
+    if latencies:
+        out["wake_latency_p50_ms"] = statistics.median(latencies)
+        out["wake_latency_p90_ms"] = percentile(latencies, 0.9)
+
+
+def _peer_idle(b: Bench, peer: Peer, w: PeerWorker, idle_seconds: float,
+               out: dict[str, float | None]) -> None:
+    """Commands and CPU of an idle pool, and its memory."""
+    time.sleep(max(0.5, peer.wake_gap))
+    before, cpu0, began = b.meter.snapshot(), w.cpu(), time.monotonic()
+    time.sleep(idle_seconds)
+    after, cpu1, seconds = b.meter.snapshot(), w.cpu(), time.monotonic() - began
+    out["idle_cmds_per_s"] = b.meter.calls(b.meter.delta(before, after)) / seconds
+    out["idle_worker_cpu_ms_per_s"] = (cpu1 - cpu0) * 1000 / seconds
+    out["idle_pss_mb"] = tree_pss_mb(w.proc.pid)
+
+
+def _peer_fairness(b: Bench, peer: Peer, out: dict[str, float | None]) -> None:
+    """The quiet tenant: the flood, then the quiet job, queued before the pool sees them."""
+    key, flood = peer.key("seq"), b.sizes.flood
+    peer.stage_many("seq", [(key, "flood")] * flood)
+    peer.stage_one("seq", (key, "quiet"))
+    peer.release_staged()
+    reply = b.client.blpop([f"{key}:quiet"], timeout=30 + flood / 200)
+    if reply is None:
+        b.notes.append(f"{peer.name}: the quiet job did not run")
+    else:
+        out["flood_before_quiet"] = int(reply[1]) - 1
+    if b.wait_count(key, flood + 1, timeout=30 + flood / 200)[0] is None:
+        b.notes.append(f"{peer.name}: the flood did not drain")
 
 
 def measure_emqtasks(b: Bench) -> dict[str, float | None]:
@@ -170,6 +188,23 @@ def measure_emqtasks(b: Bench) -> dict[str, float | None]:
 
 
 # -- running and reporting ----------------------------------------------------------------------
+@dataclass
+class PeersRun:
+    """One ``bench --peers``: what it measured, and with what."""
+
+    sizes: Sizes
+    names: list[str]
+    versions: dict[str, str]
+    skipped: list[str]
+    peer_idle: float
+    concurrency: int
+    results: dict[str, list[dict[str, float | None]]] = field(default_factory=dict)
+    mixes: dict[str, dict[str, float]] = field(default_factory=dict)  # drain cmds per job
+    redis_version: str = "?"
+    elapsed: float = 0.0
+    load: tuple[float, float] = (0.0, 0.0)
+
+
 def run(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
         as_json: bool, quick: bool) -> None:
     if redis_url and is_cluster_url(redis_url):
@@ -185,48 +220,57 @@ def run(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | N
     # emqtasks' idle window stays 2 of its ticks (20 s at the default 10 s tick)
     sizes = replace(sizes, idle_seconds=max(peer_idle, sizes.idle_seconds))
     names = ["emqtasks", *versions]
-    versions = {"emqtasks": _version("emqtasks"), **versions}
-
+    pr = PeersRun(sizes, names, {"emqtasks": _version("emqtasks"), **versions}, skipped,
+                  peer_idle, concurrency, {n: [] for n in names})
     began, load_before = time.monotonic(), os.getloadavg()
     old_term = signal.signal(signal.SIGTERM, exit_on_signal)
-    server: LocalRedis | None = None
-    results: dict[str, list[dict[str, float | None]]] = {n: [] for n in names}
-    mixes: dict[str, dict[str, float]] = {}   # a peer's drain commands per job (last run)
     try:
-        server, url, redis_version = open_server(redis_url)
-        b = Bench(url, sizes, shared=server is None)
-        say(f"emqtasks bench --peers: redis {redis_version} at {redacted(url)}"
-            f"{'' if b.shared else ' (private)'}, concurrency {concurrency}, {sizes.jobs:,} "
-            f"jobs, {sizes.runs} run(s), {os.cpu_count()} CPUs; "
-            + ", ".join(f"{n} {versions[n]}" for n in names) + f"; logs in {b.log_dir}")
+        b = measure_systems(redis_url, pr)
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+    pr.elapsed, pr.load = time.monotonic() - began, (load_before[0], os.getloadavg()[0])
+    report(b, pr, as_json)
+
+
+def measure_systems(redis_url: str | None, pr: PeersRun) -> Bench:
+    """Each system in turn, ``runs`` times, on one server (a private one unless given)."""
+    server: LocalRedis | None = None
+    try:
+        server, url, pr.redis_version = open_server(redis_url)
+        b = Bench(url, pr.sizes, shared=server is None)
+        say(f"emqtasks bench --peers: redis {pr.redis_version} at {redacted(url)}"
+            f"{'' if b.shared else ' (private)'}, concurrency {pr.concurrency}, "
+            f"{pr.sizes.jobs:,} jobs, {pr.sizes.runs} run(s), {os.cpu_count()} CPUs; "
+            + ", ".join(f"{n} {pr.versions[n]}" for n in pr.names) + f"; logs in {b.log_dir}")
         try:
-            for r in range(sizes.runs):
-                for name in names:
-                    say(f"  {name}: run {r + 1}/{sizes.runs}")
-                    if name == "emqtasks":
-                        results[name].append(measure_emqtasks(b))
-                        continue
-                    peer = PEER_CLASSES[name](b, uuid.uuid4().hex[:10])
-                    try:
-                        found, mix = measure_peer(b, peer, peer_idle)
-                        results[name].append(found)
-                        mixes[name] = mix
-                    finally:
-                        peer.cleanup()
+            for r in range(pr.sizes.runs):
+                for name in pr.names:
+                    say(f"  {name}: run {r + 1}/{pr.sizes.runs}")
+                    pr.results[name].append(measure_system(b, pr, name))
         except redis.exceptions.RedisError as exc:
             raise BenchError(f"Redis error during the bench: {exc}") from None
         finally:
             b.client.close()
+        return b
     finally:
-        signal.signal(signal.SIGTERM, old_term)
         if server is not None:
             server.close()
-    elapsed, load_after = time.monotonic() - began, os.getloadavg()
-    load = (f"load average {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end "
-            f"(other work on the machine skews every column)")
 
-    rows = rows_for(sizes)
-    figures = {n: {r.key: median([x.get(r.key) for x in results[n]]) for r in rows}
+
+def measure_system(b: Bench, pr: PeersRun, name: str) -> dict[str, float | None]:
+    if name == "emqtasks":
+        return measure_emqtasks(b)
+    peer = PEER_CLASSES[name](b, uuid.uuid4().hex[:10])
+    try:
+        found, pr.mixes[name] = measure_peer(b, peer, pr.peer_idle)
+        return found
+    finally:
+        peer.cleanup()
+
+
+def report(b: Bench, pr: PeersRun, as_json: bool) -> None:
+    rows, names, concurrency = rows_for(pr.sizes), pr.names, pr.concurrency
+    figures = {n: {r.key: median([x.get(r.key) for x in pr.results[n]]) for r in rows}
                for n in names}
     peers = [n for n in names if n != "emqtasks"]
     ratios = {p: {r.key: _ratio(figures["emqtasks"][r.key], figures[p][r.key])
@@ -242,32 +286,32 @@ def run(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | N
                "huey": f"huey_consumer -w {concurrency} -k process",
                "dramatiq": "dramatiq --processes {} --threads {}".format(
                    *dramatiq_shape(concurrency))}
-    idle_windows = {n: (sizes.idle_seconds if n == "emqtasks" else peer_idle) for n in names}
+    idle_windows = {n: (pr.sizes.idle_seconds if n == "emqtasks" else pr.peer_idle)
+                    for n in names}
     if as_json:
         click.echo(json.dumps({
-            "mode": "peers", "redis_version": redis_version, "private_server": not b.shared,
-            "cpus": os.cpu_count(), "sizes": asdict(sizes), "elapsed_s": round(elapsed, 1),
-            "systems": {n: {"version": versions[n], "worker": workers[n], "bulk_api": bulk[n],
-                            "idle_seconds": idle_windows[n], "figures": figures[n],
-                            "runs": results[n], "drain_commands_per_job": mixes.get(n)}
-                        for n in names},
-            "ratios": ratios, "skipped": skipped, "notes": b.notes,
-            "load_average": {"start": load_before[0], "end": load_after[0]},
+            "mode": "peers", "redis_version": pr.redis_version, "private_server": not b.shared,
+            "cpus": os.cpu_count(), "sizes": asdict(pr.sizes), "elapsed_s": round(pr.elapsed, 1),
+            "systems": {n: {"version": pr.versions[n], "worker": workers[n],
+                            "bulk_api": bulk[n], "idle_seconds": idle_windows[n],
+                            "figures": figures[n], "runs": pr.results[n],
+                            "drain_commands_per_job": pr.mixes.get(n)} for n in names},
+            "ratios": ratios, "skipped": pr.skipped, "notes": b.notes,
+            "load_average": {"start": pr.load[0], "end": pr.load[1]},
             "worker_problems": b.worker_problems[:50],
         }, indent=2))
         return
-    click.echo(render(rows, names, versions, figures, ratios,
-                      f"emqtasks bench --peers: redis {redis_version}, concurrency "
-                      f"{concurrency}, {os.cpu_count()} CPUs, median of {sizes.runs} run(s), "
-                      f"{elapsed:.0f}s"))
+    click.echo(render(rows, names, pr.versions, figures, ratios,
+                      f"emqtasks bench --peers: redis {pr.redis_version}, concurrency "
+                      f"{concurrency}, {os.cpu_count()} CPUs, median of {pr.sizes.runs} "
+                      f"run(s), {pr.elapsed:.0f}s"))
     click.echo("ratio = emqtasks / peer; 'better' says which way is better for that row")
-    click.echo(load)
+    click.echo(f"load average {pr.load[0]:.2f} at the start, {pr.load[1]:.2f} at the end "
+               f"(other work on the machine skews every column)")
     for n in names:
         click.echo(f"{n}: {workers[n]}; bulk {bulk[n]}; idle over {idle_windows[n]:g}s")
-    for line in skipped:
+    for line in [*pr.skipped, *(f"note: {note}" for note in b.notes)]:
         click.echo(line)
-    for note in b.notes:
-        click.echo(f"note: {note}")
     if b.worker_problems:
         click.echo(f"the workers logged {len(b.worker_problems)} error line(s) (logs in "
                    f"{b.log_dir}); the first ones:")

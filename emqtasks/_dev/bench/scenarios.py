@@ -192,82 +192,88 @@ class Row:
     digits: int = 0
 
 
-def run_all(b: Bench) -> list[Row]:
+def measure_all(b: Bench) -> dict[str, list[Any]]:
+    """Every scenario, ``runs`` times each: scenario name -> the result of each run."""
     s = b.sizes
-    runs = s.runs
+    scenarios: dict[str, Callable[[], Any]] = {
+        "one": lambda: scenario_enqueue_one_by_one(b),
+        "few": lambda: scenario_drain(b, FEW_GROUPS),
+        "single": lambda: scenario_drain(b, 1),
+        "many": lambda: scenario_drain(b, s.many_groups),
+        "idle": lambda: scenario_latency_and_idle(b),
+        "fair": lambda: scenario_fairness(b),
+    }
+    results: dict[str, list[Any]] = {}
+    for name, fn in scenarios.items():
+        results[name] = []
+        for r in range(s.runs):
+            say(f"  {name}: run {r + 1}/{s.runs}")
+            results[name].append(fn())
+    return results
 
-    def repeat(label: str, fn: Callable[[], Any]) -> list[Any]:
-        results = []
-        for r in range(runs):
-            say(f"  {label}: run {r + 1}/{runs}")
-            results.append(fn())
-        return results
 
-    one = repeat("enqueue 1-by-1", lambda: scenario_enqueue_one_by_one(b))
-    few = repeat(f"drain, {FEW_GROUPS} groups", lambda: scenario_drain(b, FEW_GROUPS))
-    single = repeat("drain, 1 group", lambda: scenario_drain(b, 1))
-    many = repeat(f"drain, {s.many_groups} groups", lambda: scenario_drain(b, s.many_groups))
-    idle = repeat("wake latency + idle", lambda: scenario_latency_and_idle(b))
-    fair = repeat("fairness", lambda: scenario_fairness(b))
-
-    def col(results: list[dict[str, Any]], field: str) -> list[float | None]:
-        return [r[field] for r in results]
-
-    c, n, mg = s.concurrency, s.jobs, f"{s.many_groups:,}"
-    rows = [
-        Row("enqueue_one_jobs_s", f"1  enqueue 1-by-1 (delay, {s.one_by_one:,} jobs)",
-            median(one), "jobs/s", one),
-        Row("enqueue_batch_jobs_s", f"2  enqueue batch (map x{CHUNK}, {n:,} jobs)",
-            median(col(few, "enqueue")), "jobs/s", col(few, "enqueue")),
-        Row("drain_10_groups_jobs_s", f"3  drain -c {c}, {n:,} jobs in {FEW_GROUPS} groups",
-            median(col(few, "drain")), "jobs/s", col(few, "drain")),
-        Row("drain_1_group_jobs_s", f"3  drain -c {c}, {n:,} jobs in 1 group",
-            median(col(single, "drain")), "jobs/s", col(single, "drain")),
-        Row("drain_cmds_per_job", f"4  Redis commands per job (drain, {FEW_GROUPS} groups, "
-            "incl. the task's INCR)",
-            median(col(few, "cmds")), "cmds/job", col(few, "cmds"), 1),
-        Row("drain_scripts_per_job", "4    of which script calls (EVALSHA)",
-            median(col(few, "scripts")), "calls/job", col(few, "scripts"), 2),
-        Row("drain_cpu_us_per_job", f"4  Redis CPU per job (drain, {FEW_GROUPS} groups)",
-            median(col(few, "cpu_us")), "us/job", col(few, "cpu_us"), 1),
-        Row("drain_1_group_cpu_us_per_job", "4  Redis CPU per job (drain, 1 group)",
-            median(col(single, "cpu_us")), "us/job", col(single, "cpu_us"), 1),
-        Row("drain_worker_cpu_us_per_job", f"4  worker CPU per job (master + {c} children)",
-            median(col(few, "worker_cpu_us")), "us/job", col(few, "worker_cpu_us")),
-        Row("wake_latency_p50_ms", "5  wake latency, idle pool, p50",
-            median(col(idle, "p50")), "ms", col(idle, "p50"), 2),
-        Row("wake_latency_p90_ms", "5  wake latency, idle pool, p90",
-            median(col(idle, "p90")), "ms", col(idle, "p90"), 2),
-        Row("single_job_cmds", "5  Redis commands per lone job (idle pool, incl. its enqueue)",
-            median(col(idle, "cmds_per_single_job")), "cmds/job",
-            col(idle, "cmds_per_single_job"), 1),
-        Row("single_job_scripts", "5    of which script calls (EVALSHA)",
-            median(col(idle, "scripts_per_single_job")), "calls/job",
-            col(idle, "scripts_per_single_job"), 1),
-        Row("idle_cmds_per_s", f"6  idle Redis commands per second, 1 master ({s.idle_seconds:g}s)",
-            median(col(idle, "idle_cmds")), "cmds/s", col(idle, "idle_cmds"), 1),
-        Row("idle_round_trips_per_s", "6    of which round trips (EVALSHA + BLPOP)",
-            median(col(idle, "idle_round_trips")), "calls/s", col(idle, "idle_round_trips"), 1),
-        Row("idle_worker_cpu_ms_per_s", "6  idle worker CPU (master + children)",
-            median(col(idle, "idle_worker_cpu_ms")), "ms/s", col(idle, "idle_worker_cpu_ms"), 1),
-        Row("idle_pss_mb", f"6  memory of master + {c} idle children (PSS)",
-            median(col(idle, "idle_pss_mb")), "MB", col(idle, "idle_pss_mb"), 1),
-        Row("fairness_flood_before_quiet", f"7  flood jobs started before quiet ({s.flood:,} "
-            "backlog, target < 10)", median(col(fair, "backlog")), "jobs", col(fair, "backlog")),
-        Row("fairness_flood_leased_before_quiet", "7    flood jobs leased in an earlier ms "
-            "than quiet", median(col(fair, "leased")), "jobs", col(fair, "leased")),
-        Row("fairness_live_flood_between", "7  flood jobs started between quiet enqueue and "
-            "start (live)", median(col(fair, "live")), "jobs", col(fair, "live")),
-        Row("enqueue_batch_many_groups_jobs_s", f"8  enqueue batch, {n:,} jobs in {mg} groups",
-            median(col(many, "enqueue")), "jobs/s", col(many, "enqueue")),
-        Row("drain_many_groups_jobs_s", f"8  drain -c {c}, {n:,} jobs in {mg} groups",
-            median(col(many, "drain")), "jobs/s", col(many, "drain")),
-        Row("drain_many_groups_cmds_per_job", f"8  Redis commands per job (drain, {mg} groups)",
-            median(col(many, "cmds")), "cmds/job", col(many, "cmds"), 1),
-        Row("drain_many_groups_cpu_us_per_job", f"8  Redis CPU per job (drain, {mg} groups)",
-            median(col(many, "cpu_us")), "us/job", col(many, "cpu_us"), 1),
+def row_specs(b: Bench) -> list[tuple[str, str, str, str | None, str, int]]:
+    """(key, label, scenario, field of its result or None, unit, digits) per table row."""
+    s = b.sizes
+    c, n, mg, few = s.concurrency, s.jobs, f"{s.many_groups:,}", FEW_GROUPS
+    return [
+        ("enqueue_one_jobs_s", f"1  enqueue 1-by-1 (delay, {s.one_by_one:,} jobs)",
+         "one", None, "jobs/s", 0),
+        ("enqueue_batch_jobs_s", f"2  enqueue batch (map x{CHUNK}, {n:,} jobs)",
+         "few", "enqueue", "jobs/s", 0),
+        ("drain_10_groups_jobs_s", f"3  drain -c {c}, {n:,} jobs in {few} groups",
+         "few", "drain", "jobs/s", 0),
+        ("drain_1_group_jobs_s", f"3  drain -c {c}, {n:,} jobs in 1 group",
+         "single", "drain", "jobs/s", 0),
+        ("drain_cmds_per_job", f"4  Redis commands per job (drain, {few} groups, "
+         "incl. the task's INCR)", "few", "cmds", "cmds/job", 1),
+        ("drain_scripts_per_job", "4    of which script calls (EVALSHA)",
+         "few", "scripts", "calls/job", 2),
+        ("drain_cpu_us_per_job", f"4  Redis CPU per job (drain, {few} groups)",
+         "few", "cpu_us", "us/job", 1),
+        ("drain_1_group_cpu_us_per_job", "4  Redis CPU per job (drain, 1 group)",
+         "single", "cpu_us", "us/job", 1),
+        ("drain_worker_cpu_us_per_job", f"4  worker CPU per job (master + {c} children)",
+         "few", "worker_cpu_us", "us/job", 0),
+        ("wake_latency_p50_ms", "5  wake latency, idle pool, p50", "idle", "p50", "ms", 2),
+        ("wake_latency_p90_ms", "5  wake latency, idle pool, p90", "idle", "p90", "ms", 2),
+        ("single_job_cmds", "5  Redis commands per lone job (idle pool, incl. its enqueue)",
+         "idle", "cmds_per_single_job", "cmds/job", 1),
+        ("single_job_scripts", "5    of which script calls (EVALSHA)",
+         "idle", "scripts_per_single_job", "calls/job", 1),
+        ("idle_cmds_per_s", f"6  idle Redis commands per second, 1 master "
+         f"({s.idle_seconds:g}s)", "idle", "idle_cmds", "cmds/s", 1),
+        ("idle_round_trips_per_s", "6    of which round trips (EVALSHA + BLPOP)",
+         "idle", "idle_round_trips", "calls/s", 1),
+        ("idle_worker_cpu_ms_per_s", "6  idle worker CPU (master + children)",
+         "idle", "idle_worker_cpu_ms", "ms/s", 1),
+        ("idle_pss_mb", f"6  memory of master + {c} idle children (PSS)",
+         "idle", "idle_pss_mb", "MB", 1),
+        ("fairness_flood_before_quiet", f"7  flood jobs started before quiet ({s.flood:,} "
+         "backlog, target < 10)", "fair", "backlog", "jobs", 0),
+        ("fairness_flood_leased_before_quiet", "7    flood jobs leased in an earlier ms "
+         "than quiet", "fair", "leased", "jobs", 0),
+        ("fairness_live_flood_between", "7  flood jobs started between quiet enqueue and "
+         "start (live)", "fair", "live", "jobs", 0),
+        ("enqueue_batch_many_groups_jobs_s", f"8  enqueue batch, {n:,} jobs in {mg} groups",
+         "many", "enqueue", "jobs/s", 0),
+        ("drain_many_groups_jobs_s", f"8  drain -c {c}, {n:,} jobs in {mg} groups",
+         "many", "drain", "jobs/s", 0),
+        ("drain_many_groups_cmds_per_job", f"8  Redis commands per job (drain, {mg} groups)",
+         "many", "cmds", "cmds/job", 1),
+        ("drain_many_groups_cpu_us_per_job", f"8  Redis CPU per job (drain, {mg} groups)",
+         "many", "cpu_us", "us/job", 1),
     ]
+
+
+def run_all(b: Bench) -> list[Row]:
+    results = measure_all(b)
+    rows = []
+    for key, label, scenario, field, unit, digits in row_specs(b):
+        runs = [r if field is None else r[field] for r in results[scenario]]
+        rows.append(Row(key, label, median(runs), unit, runs, digits))
     by_key = {r.key: r.figure for r in rows}
+    mg = f"{b.sizes.many_groups:,}"
     for what, many_key, few_key in (
             ("enqueue", "enqueue_batch_many_groups_jobs_s", "enqueue_batch_jobs_s"),
             ("drain", "drain_many_groups_jobs_s", "drain_10_groups_jobs_s")):

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +180,9 @@ class LoggedProcess:
 
     log: Any
     log_path: Path | None
+    proc: subprocess.Popen[bytes]
+    started: float
+    start_seconds: float | None
     #: markers of a log line worth reporting
     PROBLEMS: tuple[str, ...] = (" WARNING ", " ERROR ", "Traceback")
 
@@ -192,6 +195,19 @@ class LoggedProcess:
         except OSError:
             return ""
         return "\n".join(lines[-tail:] if tail else lines)
+
+    def wait_started(self, ready: Callable[[], bool], timeout: float, label: str) -> None:
+        """Until ready() (looked at every 50 ms); BenchError if it exits or times out."""
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.proc.poll() is not None:
+                raise BenchError(f"the {label} worker exited with {self.proc.returncode} "
+                                 f"at start:\n{self.output()}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"the {label} worker was not up within {timeout:.0f}s:"
+                                 f"\n{self.output()}")
+            time.sleep(0.05)
+        self.start_seconds = time.monotonic() - self.started
 
     def problems(self) -> list[str]:
         """The log lines worth reporting: warnings, errors, tracebacks."""
@@ -231,18 +247,13 @@ class WorkerProcess(LoggedProcess, testing.WorkerProcess):
 
     def wait_up(self, timeout: float = UP_TIMEOUT) -> None:
         """Until the master parks with all its children connected (they claim once at start)."""
-        deadline = time.monotonic() + timeout
-        settled = 0
-        while settled < 2:   # parked at two looks 50 ms apart: the children went idle
-            if self.proc.poll() is not None:
-                raise BenchError(f"the worker exited with {self.proc.returncode} at start:\n"
-                                 f"{self.output()}")
-            if time.monotonic() > deadline:
-                raise BenchError(f"the worker did not park within {timeout:.0f}s:\n"
-                                 f"{self.output()}")
-            settled = settled + 1 if self.parked() else 0
-            time.sleep(0.05)
-        self.start_seconds = time.monotonic() - self.started
+        looks = [0]
+
+        def settled() -> bool:   # parked at two looks 50 ms apart: the children went idle
+            looks[0] = looks[0] + 1 if self.parked() else 0
+            return looks[0] >= 2
+
+        self.wait_started(settled, timeout, "emqtasks")
 
     def cpu(self) -> float:
         return tree_cpu(self.proc.pid)

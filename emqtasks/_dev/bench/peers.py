@@ -142,16 +142,7 @@ class PeerWorker(LoggedProcess):
         self.start_seconds: float | None = None
 
     def wait_up(self, ready: Callable[[], bool], timeout: float = UP_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if self.proc.poll() is not None:
-                raise BenchError(f"the {self.label} worker exited with {self.proc.returncode} "
-                                 f"at start:\n{self.output()}")
-            if time.monotonic() > deadline:
-                raise BenchError(f"the {self.label} worker was not up within {timeout:.0f}s:"
-                                 f"\n{self.output()}")
-            time.sleep(0.05)
-        self.start_seconds = time.monotonic() - self.started
+        self.wait_started(ready, timeout, self.label)
 
     def cpu(self) -> float:
         return tree_cpu(self.proc.pid)

@@ -195,19 +195,19 @@ class Row:
 def measure_all(b: Bench) -> dict[str, list[Any]]:
     """Every scenario, ``runs`` times each: scenario name -> the result of each run."""
     s = b.sizes
-    scenarios: dict[str, Callable[[], Any]] = {
-        "one": lambda: scenario_enqueue_one_by_one(b),
-        "few": lambda: scenario_drain(b, FEW_GROUPS),
-        "single": lambda: scenario_drain(b, 1),
-        "many": lambda: scenario_drain(b, s.many_groups),
-        "idle": lambda: scenario_latency_and_idle(b),
-        "fair": lambda: scenario_fairness(b),
+    scenarios: dict[str, tuple[str, Callable[[], Any]]] = {
+        "one": ("enqueue 1-by-1", lambda: scenario_enqueue_one_by_one(b)),
+        "few": (f"drain, {FEW_GROUPS} groups", lambda: scenario_drain(b, FEW_GROUPS)),
+        "single": ("drain, 1 group", lambda: scenario_drain(b, 1)),
+        "many": (f"drain, {s.many_groups} groups", lambda: scenario_drain(b, s.many_groups)),
+        "idle": ("wake latency + idle", lambda: scenario_latency_and_idle(b)),
+        "fair": ("fairness", lambda: scenario_fairness(b)),
     }
     results: dict[str, list[Any]] = {}
-    for name, fn in scenarios.items():
+    for name, (label, fn) in scenarios.items():
         results[name] = []
         for r in range(s.runs):
-            say(f"  {name}: run {r + 1}/{s.runs}")
+            say(f"  {label}: run {r + 1}/{s.runs}")
             results[name].append(fn())
     return results
 

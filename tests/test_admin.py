@@ -1,12 +1,25 @@
-"""Per-group concurrency limits, queue-wide pause and per-lane pause; each re-rings with a wake."""
+"""Admin verbs: group limits, pause and resume of the queue and of a lane (each re-rings with a
+wake), weights in stats, cancel, requeue of dead jobs, purge; wake tokens stay bounded."""
 
 from __future__ import annotations
 
 import pytest
-from helpers import assert_invariants, drain_wake, make_task, ring, wake_tokens
+from helpers import (
+    assert_invariants,
+    count_keys,
+    drain_wake,
+    flood,
+    make_task,
+    new_job,
+    ring,
+    wake_tokens,
+)
 
-from emqtasks.errors import InvalidArgument, InvalidGroup
-from emqtasks.verdicts import AckVerdict
+from emqtasks import App
+from emqtasks.errors import InvalidArgument, InvalidGroup, TaskFailed
+from emqtasks.verdicts import AckVerdict, RetryVerdict
+
+DEAD = RetryVerdict.DEAD
 
 
 def fill(app, group, n):
@@ -17,6 +30,8 @@ def fill(app, group, n):
 def groups_of(leases):
     return [l.group for l in leases]
 
+
+# -- limits ------------------------------------------------------------------------------
 
 def test_a_group_at_its_limit_is_not_served(app, queue):
     # Given A limited to 2 with 5 pending, and B with 3
@@ -109,6 +124,8 @@ def test_admin_verbs_refuse_an_empty_group(app):
             verb()
 
 
+# -- pause and resume: the queue, one lane -----------------------------------------------
+
 def test_a_queue_wide_pause_stops_claims_and_resume_wakes(app, queue):
     # Given work in two lanes and a paused queue
     fill(app, "A", 2)
@@ -178,6 +195,110 @@ def test_work_arriving_in_a_paused_lane_waits_for_resume(app, queue):
     app.resume_group("A")
     assert len(queue.claim(5)) == 2
 
+
+# -- weights and stats -------------------------------------------------------------------
+
+def test_stats_report_weights_and_pending_per_group(app, queue):
+    flood(app, "A", 5)
+    app.set_group_weight("A", 4)
+    stats = app.stats()
+    assert stats["groups"]["A"]["weight"] == 4
+    assert stats["groups"]["A"]["pending"] == 5
+    assert stats["pending"] == 5 and stats["ring"] == 1
+
+
+# -- cancel ------------------------------------------------------------------------------
+
+def test_cancel_answers_by_state(app, queue):
+    t = make_task(app, group="A")
+    running, pending = t.delay(1), t.delay(2)
+    later = t.apply_async(args=(3,), countdown=60)
+    assert queue.claim()[0].id == running.id
+    # Pending: withdrawn from its lane, which leaves the ring once empty
+    assert app.cancel(pending.id) == "cancelled"
+    assert pending.status() == "cancelled"
+    assert queue.client.zscore(queue.keys.lane("A"), pending.id) is None
+    assert ring(queue) == []
+    with pytest.raises(TaskFailed, match="cancelled"):
+        pending.get(timeout=1)
+    # Active: not interrupted
+    assert app.cancel(running.id) == "active" and running.status() == "active"
+    # Delayed: withdrawn from `delayed`
+    assert app.cancel(later.id) == "cancelled"
+    assert queue.client.zcard(queue.keys.delayed) == 0
+    # Missing and finished
+    assert app.cancel("no-such-job") == "missing"
+    assert app.cancel(pending.id) == "finished"
+    assert_invariants(queue)
+
+
+def test_cancelling_one_of_many_pending_keeps_the_lane_on_the_ring(app, queue):
+    t = make_task(app, group="A")
+    a, b = t.delay(1), t.delay(2)
+    assert app.cancel(a.id) == "cancelled"
+    assert ring(queue) == ["A"]
+    assert [l.id for l in queue.claim(3)] == [b.id]
+
+
+# -- requeue of dead jobs ----------------------------------------------------------------
+
+def _kill(app, queue, n):
+    make_task(app, group="A", max_attempts=1).map([(i,) for i in range(n)])
+    for lease in queue.claim(n):
+        assert queue.retry(lease, f"boom {lease.id}") == DEAD
+    assert queue.client.zcard(queue.keys.dead) == n
+
+
+def test_requeue_dead_one_brings_it_back_with_fresh_attempts(app, queue):
+    _kill(app, queue, 3)
+    victim = app.dead_jobs()[0]["id"]
+    assert app.requeue_dead(victim) == 1
+    assert app.requeue_dead(victim) == 0  # no longer dead
+    assert queue.status(victim) == "pending" and app.job(victim)["attempts"] == 0
+    assert queue.client.zcard(queue.keys.dead) == 2
+    (lease,) = queue.claim()
+    assert lease.id == victim and lease.attempts == 1
+    assert_invariants(queue)
+
+
+def test_requeue_dead_all_brings_every_one_back(app, queue):
+    _kill(app, queue, 600)  # more than one requeue call's batch of 500
+    assert app.requeue_dead() == 600
+    assert queue.client.zcard(queue.keys.dead) == 0
+    assert app.stats()["groups"]["A"]["pending"] == 600
+    assert ring(queue) == ["A"]
+    assert all(l.attempts == 1 for l in queue.claim(600))
+
+
+# -- purge -------------------------------------------------------------------------------
+
+def test_purge_removes_every_key_of_the_queue_and_only_those(app, queue, redis_url):
+    # Given a queue with something in every structure, and a neighbour queue
+    t = make_task(app, group=lambda g, *_: g, max_attempts=1)
+    t.map([("A", i) for i in range(5)] + [("B", i) for i in range(3)])
+    t.apply_async(args=("C", 1), countdown=60)
+    app.set_group_limit("A", 3)
+    app.set_group_weight("B", 2)
+    app.pause_group("C")
+    app.pause()
+    neighbour = App(redis_url=redis_url, queue=queue.name + "-n")
+    try:
+        neighbour.queue().enqueue_many([new_job("keep-me")])
+        app.resume()
+        leases = queue.claim(3)
+        assert queue.retry(leases[0], "boom") == DEAD
+        assert count_keys(queue) > 10
+        # When it is purged
+        removed = app.purge()
+        # Then every key of the queue is gone, and the neighbour is untouched
+        assert removed > 10 and count_keys(queue) == 0
+        assert neighbour.queue().status("keep-me") == "pending"
+    finally:
+        neighbour.purge()
+        neighbour.close()
+
+
+# -- wake tokens -------------------------------------------------------------------------
 
 def test_wake_tokens_stay_bounded(app, queue):
     # Given many lanes becoming serviceable, each pushing a wake

@@ -1,11 +1,12 @@
-"""Fair share: the ring gives each backlogged group a turn (or `weight` turns) per rotation."""
+"""Claim: the ring's turns (one per backlogged group, or `weight` in a row), batched claims,
+oldest first, ghosts skipped, the lease deadline as the active score, and 10,000 groups."""
 
 from __future__ import annotations
 
 from collections import Counter
 
 import pytest
-from helpers import assert_invariants, make_task, ring
+from helpers import assert_invariants, flood, make_task, ring, server_ms
 
 
 def lane_task(app, name="tests.fair"):
@@ -13,10 +14,7 @@ def lane_task(app, name="tests.fair"):
     return make_task(app, name=name, group=lambda g, *_, **__: g)
 
 
-def flood(app, group, n):
-    """n pending jobs in one lane, one round trip."""
-    make_task(app, name=f"tests.flood.{group}", group=group).map([(i,) for i in range(n)])
-
+# -- turns of the ring -------------------------------------------------------------------
 
 @pytest.mark.timeout(30)
 def test_a_flooded_lane_does_not_lock_out_the_others(app, queue):
@@ -67,6 +65,8 @@ def test_jobs_of_one_lane_come_out_oldest_first(app, queue):
     assert got == ids
 
 
+# -- weights: `weight` turns in a row ----------------------------------------------------
+
 @pytest.mark.timeout(30)
 def test_a_weighted_group_gets_its_weight_of_turns(app, queue):
     # Given A with weight 3, and A and B each with 4,000+ pending
@@ -98,14 +98,54 @@ def test_weighted_turns_are_consecutive_and_the_weight_can_be_reset(app, queue):
     assert all(a != b for a, b in zip(got, got[1:]))
 
 
-def test_stats_report_weights_and_pending_per_group(app, queue):
-    flood(app, "A", 5)
-    app.set_group_weight("A", 4)
-    stats = app.stats()
-    assert stats["groups"]["A"]["weight"] == 4
-    assert stats["groups"]["A"]["pending"] == 5
-    assert stats["pending"] == 5 and stats["ring"] == 1
+# -- the lease a claim takes -------------------------------------------------------------
 
+def test_the_active_score_is_the_lease_deadline_on_the_server_clock(app, queue):
+    # Given a task with a 30 s lease
+    make_task(app, lease=30.0).delay(1)
+    # When it is claimed
+    before = server_ms(queue)
+    (lease,) = queue.claim()
+    after = server_ms(queue)
+    # Then its score in `active` is the server's now + 30,000 ms, and the row says active
+    score = queue.client.zscore(queue.keys.active, lease.id)
+    assert before + 30_000 <= score <= after + 30_000
+    assert lease.lease_ms == 30_000 and lease.attempts == 1
+    row = queue.client.hgetall(queue.keys.job(lease.id))
+    assert row["state"] == "active" and row["attempts"] == "1" and row["nonce"] == lease.nonce
+    assert int(queue.client.hget(queue.keys.gactive, "default")) == 1
+
+
+# -- ghosts: lane entries whose row is gone ----------------------------------------------
+
+def test_claim_skips_a_ghost_and_serves_the_next_real_job(app, queue):
+    # Given lane A whose head job's row was deleted, and lane B with a job
+    t = make_task(app, group=lambda g, *_: g)
+    ghost, real = t.delay("A", 1), t.delay("A", 2)
+    other = t.delay("B", 1)
+    queue.client.delete(queue.keys.job(ghost.id))
+    # When claiming
+    first, second = queue.claim(2)
+    # Then the ghost is skipped, the next real job returned, and the books hold
+    assert (first.id, second.id) == (real.id, other.id)
+    assert queue.client.zscore(queue.keys.lane("A"), ghost.id) is None
+    assert ring(queue) == []
+    assert queue.claim() == []
+    assert_invariants(queue)
+
+
+def test_a_lane_of_ghosts_leaves_the_ring(app, queue):
+    t = make_task(app, group=lambda g, *_: g)
+    ghosts = [t.delay("A", i).id for i in range(3)]
+    other = t.delay("B", 1)
+    for job_id in ghosts:
+        queue.client.delete(queue.keys.job(job_id))
+    assert [l.id for l in queue.claim(5)] == [other.id]
+    assert ring(queue) == [] and not queue.client.exists(queue.keys.lane("A"))
+    assert_invariants(queue)
+
+
+# -- 10,000 groups -----------------------------------------------------------------------
 
 @pytest.mark.timeout(60)
 def test_ten_thousand_groups_the_ring_holds_exactly_the_serviceable_ones(app, queue):

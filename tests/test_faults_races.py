@@ -1,251 +1,113 @@
-"""Fault injection, continued (faults 12-18): tasks that kill their own child, memory errors
-and the OOM killer, tasks that never return, retry delays longer than the lease, pause and
-resume racing claims, a killed blocking connection, and a burst of 100,000 jobs.
-
-As in test_faults.py: every test runs real worker processes against a real redis-server, is
-bounded in time, and ends with the invariant checker clean. Tests that kill connections or
-measure the server's memory take a server of their own.
-"""
+"""Races: three workers reaping and promoting at once, a retry delay longer than the lease,
+pause and resume racing claims, a burst of 100,000 jobs, a batch past one command's limit."""
 
 from __future__ import annotations
 
 import os
 import random
-import re
-import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fault_tasks as ft
 import fault_tasks_more as fm
 import pytest
 import redis
-import test_faults as faults
+from faults import (
+    Notes,
+    Places,
+    Rec,
+    assert_clean,
+    enqueue,
+    quiet,
+    recorded,
+    start_more_worker,
+    start_worker,
+    wait_until,
+)
 from helpers import count_keys, new_job, server_ms
-from test_faults import Rec, assert_clean, enqueue, quiet, wait_until
 from workerproc import WorkerProc
 
 from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis, server_version
 from emqtasks.check import WAKE_CAP
-from emqtasks.errors import TaskFailed
 from emqtasks.queue import Queue
 from emqtasks.task import Task
 
-# -- helpers ------------------------------------------------------------------------------
-
-
-class Notes(Rec):
-    """Rec, plus the other fields the tasks of fault_tasks_more note by tag."""
-
-    def note(self, name: str, tag: str) -> str | None:
-        return self.r.hget(self.prefix + name, tag)  # type: ignore[no-any-return]
-
 
 @pytest.fixture
-def rec(app: App):  # type: ignore[no-untyped-def]
-    notes = Notes(app.client, app.settings.queue)
-    yield notes
-    notes.clear()
+def rec(app: App) -> Iterator[Notes]:
+    yield from recorded(app)
 
 
-def start_worker(url: str, queue: str, *extra: str, concurrency: int = 2,
-                 tick: float = 0.1) -> WorkerProc:
-    return faults.start_worker(url, queue, *extra, concurrency=concurrency, tick=tick,
-                               module="fault_tasks_more", whole_pool=True)
-
-
-def summary(w: WorkerProc) -> dict[str, int]:
-    """The counts of the master's shutdown line ("stopped: N children started, ...")."""
-    out = w.log_path.read_text()
-    m = re.search(r"stopped: (\d+) children started, (\d+) died, (\d+) stopped at their "
-                  r"time limit", out)
-    assert m, f"no shutdown line; log:\n{out[-3000:]}"
-    return dict(zip(("started", "died", "time_limited"), map(int, m.groups())))
-
-
-def rss_mb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
-    return 0
-
-
-class Places:
-    """Samples, in MULTI snapshots, where each id of some groups is: lanes, active, delayed,
-    dead. Records any id seen in two places at once, and each id's delayed score."""
-
-    def __init__(self, url: str, q: Queue, groups: list[str], every: float = 0.01) -> None:
-        self.client = redis.Redis.from_url(url, decode_responses=True)
-        self.k, self.groups, self.every = q.keys, groups, every
-        self.overlaps: list[tuple[str, list[str]]] = []
-        self.delayed_at: dict[str, float] = {}
-        self.samples = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        k = self.k
-        while not self.stop.wait(self.every):
-            pipe = self.client.pipeline(transaction=True)
-            for g in self.groups:
-                pipe.zrange(k.lane(g), 0, -1)
-            pipe.zrange(k.active, 0, -1)
-            pipe.zrange(k.delayed, 0, -1, withscores=True)
-            pipe.zrange(k.dead, 0, -1)
-            *lanes, active, delayed, dead = pipe.execute()
-            seen: dict[str, list[str]] = {}
-            for g, ids in zip(self.groups, lanes):
-                for i in ids:
-                    seen.setdefault(i, []).append(f"lane {g}")
-            for i in active:
-                seen.setdefault(i, []).append("active")
-            for i, score in delayed:
-                seen.setdefault(i, []).append("delayed")
-                self.delayed_at[i] = max(score, self.delayed_at.get(i, 0))
-            for i in dead:
-                seen.setdefault(i, []).append("dead")
-            self.overlaps.extend((i, p) for i, p in seen.items() if len(p) > 1)
-            self.samples += 1
-
-    def __enter__(self) -> Places:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(5)
-        self.client.close()
-
-
-# -- 12. a task that kills its own child ----------------------------------------------------
-
-@pytest.mark.timeout(60)
-def test_a_task_that_kills_its_own_child_dies_worker_lost_without_a_crash_loop(
-        app: App, rec: Notes) -> None:
-    q = app.queue()
-    attempts = fm.exit_self.spec.max_attempts
-    with start_worker(app.settings.redis_url, q.name, concurrency=2) as w:
-        # Given two jobs whose every run ends its child: os._exit(1), and SIGKILL to itself
-        by_exit = app.send_task(fm.exit_self, ("exit",))
-        by_kill = app.send_task(fm.sigkill_self, ("kill",))
-        # Then each is retried through the worker-lost path and lands in dead
-        for h, tag, how in ((by_exit, "exit", "exit code 1"), (by_kill, "kill", "signal 9")):
-            with pytest.raises(TaskFailed, match="WorkerLost"):
-                h.get(timeout=30)
-            job = app.job(h.id)
-            assert job["state"] == "dead" and job["attempts"] == attempts, job
-            assert "WorkerLost" in job["error"] and how in job["error"], job["error"]
-            assert rec.starts(tag) == attempts and rec.runs(tag) == 0
-        # And no crash loop: the pool is whole and then stays still, nothing starts again
-        w.wait_for(lambda: len(w.children()) == 2, what="a full pool")
-        pool = set(w.children())
-        time.sleep(1.0)
-        assert set(w.children()) == pool
-        assert rec.starts("exit") == attempts and rec.starts("kill") == attempts
-        # And the master is healthy: a normal job runs, on a child of the pool
-        assert app.send_task(fm.plain, ("after:1",)).get(timeout=10) in pool
-        assert w.stop() == 0
-    # One replacement per death, no more
-    counts = summary(w)
-    assert counts["died"] == 2 * attempts
-    assert counts["started"] == 2 + 2 * attempts, counts
-    assert_clean(q)
-
-
-# -- 13. MemoryError, and the OOM killer ---------------------------------------------------
-
-@pytest.mark.timeout(60)
-def test_memory_error_is_an_ordinary_retry_and_an_oom_kill_is_worker_lost(
-        app: App, rec: Notes) -> None:
-    q = app.queue()
-    with start_worker(app.settings.redis_url, q.name, concurrency=2) as w:
-        pool = set(w.children())
-        # Given a task whose allocation malloc refuses (a real MemoryError, nothing taken)
-        once = app.send_task(fm.memerr, ("once", 1))
-        always = app.send_task(fm.memerr, ("always", 99))
-        # Then it is an ordinary failure: attempts counted, retried, then done or dead
-        assert once.get(timeout=20) == "once"
-        assert app.job(once.id)["attempts"] == 2 and rec.starts("once") == 2
-        with pytest.raises(TaskFailed, match="MemoryError"):
-            always.get(timeout=20)
-        dead = app.job(always.id)
-        assert dead["state"] == "dead" and dead["attempts"] == 3
-        assert "MemoryError" in dead["error"] and "Traceback" in dead["error"]
-        # ... and no child died of it
-        assert set(w.children()) == pool
-
-        # Given a child that allocates until the kernel's OOM killer picks it. The real OOM
-        # killer cannot be triggered safely here (it could pick the test runner, Redis or
-        # anything else on the machine), so it is simulated by what it does: a SIGKILL from
-        # outside while the task allocates.
-        h = app.send_task(fm.hog, ("oom", 16, 1024))
-        w.wait_for(lambda: int(rec.note("allocated_mb", "oom") or 0) >= 96, what="allocation")
-        victim = rec.pid("oom")
-        assert victim in pool and rss_mb(victim) >= 96
-        os.kill(victim, signal.SIGKILL)
-        # Then the job takes the worker-lost path, and runs again on a replacement child
-        assert h.get(timeout=20) == "oom"
-        job = app.job(h.id)
-        assert job["attempts"] == 2 and "WorkerLost" in job["error"], job
-        assert "signal 9" in job["error"]
-        assert rec.starts("oom") == 2 and rec.runs("oom") == 1
-        w.wait_for(lambda: len(w.children()) == 2 and victim not in w.children(),
-                   what="a replacement child")
-        assert w.stop() == 0
-    assert summary(w)["died"] == 1
-    assert_clean(q)
-
-
-# -- 14. a task that never returns ----------------------------------------------------------
+# -- three workers reaping and promoting at once -----------------------------------------
 
 @pytest.mark.timeout(90)
-def test_a_task_that_never_returns_is_stopped_at_its_time_limit_and_the_slot_reused(
-        app: App, rec: Notes) -> None:
+def test_three_workers_reaping_and_promoting_at_once_run_each_job_once(
+        app: App, rec: Rec) -> None:
     q = app.queue()
-    # One child, so every job runs in the same slot
-    with start_worker(app.settings.redis_url, q.name, concurrency=1, tick=0.1) as w:
-        (first,) = w.children()
-        # Given Python code that never returns (it lets signals in between its sleeps)
-        h = app.send_task(fm.forever, ("py",))
-        # Then each attempt is stopped at the 1 s time limit, retried, and finally dead
-        with pytest.raises(TaskFailed, match="TimeLimitExceeded"):
-            h.get(timeout=20)
-        job = app.job(h.id)
-        assert job["attempts"] == 2 and rec.starts("py") == 2
-        assert 900 <= job["finished"] - job["started"] < 5_000, job
-        assert "Traceback" in job["error"]     # raised in the task, failed by the child
-        # And the same child, never killed (SIGTERM raised TimeLimitExceeded in the task),
-        # serves the next job
-        assert app.send_task(fm.plain, ("next:py",)).get(timeout=10) == first
-        assert w.children() == [first]
+    groups = ["a", "b", "c", "d"]
+    k = q.keys
+    overlaps: list[str] = []
+    stop = threading.Event()
 
-        # Given a task blocked in C with the GIL held, and one that swallows what is raised
-        # into it: neither can be stopped from inside, only killed
-        for task, tag in ((fm.forever_in_c, "c"), (fm.stubborn, "stubborn")):
-            before = w.children()
-            h = app.send_task(task, (tag,))
-            with pytest.raises(TaskFailed, match="TimeLimitExceeded"):
-                h.get(timeout=20)
-            job = app.job(h.id)
-            assert job["state"] == "dead" and job["attempts"] == 1 and rec.starts(tag) == 1
-            # the SIGTERM got nowhere (kept out; swallowed): the master's SIGKILL ended it
-            assert "Traceback" not in job["error"], job["error"]
-            assert job["finished"] - job["started"] >= 1_900, job
-            # Then the killed child is replaced, and the replacement runs the next job
-            pid = app.send_task(fm.plain, (f"next:{tag}",)).get(timeout=10)
-            assert pid not in before and w.children() == [pid]
-        assert int(rec.note("swallowed", "stubborn") or 0) >= 1
-        assert w.stop() == 0
-    counts = summary(w)
-    assert counts["time_limited"] == 4 and counts["died"] == 2, counts
+    def watch() -> None:
+        # One MULTI snapshot of every structure at a time: no id in two places, ever
+        c = redis.Redis.from_url(app.settings.redis_url, decode_responses=True)
+        while not stop.wait(0.01):
+            pipe = c.pipeline(transaction=True)
+            for g in groups:
+                pipe.zrange(k.lane(g), 0, -1)
+            pipe.zrange(k.active, 0, -1)
+            pipe.zrange(k.delayed, 0, -1)
+            pipe.zrange(k.dead, 0, -1)
+            seen: dict[str, int] = {}
+            for ids in pipe.execute():
+                for i in ids:
+                    seen[i] = seen.get(i, 0) + 1
+            overlaps.extend(i for i, n in seen.items() if n > 1)
+        c.close()
+
+    rnd = random.Random(11)
+    once = [f"{groups[i % 4]}:o{i}" for i in range(240)]
+    flaky = [f"{groups[i % 4]}:f{i}" for i in range(60)]
+    watcher = threading.Thread(target=watch, daemon=True)
+    workers: list[WorkerProc] = []
+    try:
+        for _ in range(3):
+            workers.append(start_worker(app.settings.redis_url, q.name, concurrency=2,
+                                        tick=0.05))
+        watcher.start()
+        # countdowns spread over 1.5 s, some due at once; fail_once goes through delayed
+        # twice (its countdown, then its retry)
+        for tag in once:
+            app.send_task(ft.once, (tag,), countdown=rnd.choice([0, rnd.random() * 1.5]))
+        for tag in flaky:
+            app.send_task(ft.fail_once, (tag,), countdown=rnd.random() * 1.0)
+        wait_until(lambda: len(rec.all_runs()) == len(once) + len(flaky), 40,
+                   "every job to complete", workers[0])
+        wait_until(lambda: quiet(q), 10, "a quiet queue")
+        stop.set()
+        watcher.join(5)
+        for w in workers:
+            assert w.stop() == 0
+    finally:
+        stop.set()
+        for w in workers:
+            w.__exit__(None, None, None)
+    assert not overlaps, sorted(set(overlaps))[:10]
+    starts, runs = rec.all_starts(), rec.all_runs()
+    assert all(starts[t] == 1 and runs[t] == 1 for t in once), \
+        {t: (starts[t], runs[t]) for t in once if (starts[t], runs[t]) != (1, 1)}
+    assert all(starts[t] == 2 and runs[t] == 1 for t in flaky), \
+        {t: (starts[t], runs[t]) for t in flaky if (starts[t], runs[t]) != (2, 1)}
     assert_clean(q)
 
 
-# -- 15. a retry delay longer than the lease -------------------------------------------------
+# -- a retry delay longer than the lease -------------------------------------------------
 
 @pytest.mark.timeout(60)
 def test_a_retry_delay_longer_than_the_lease_keeps_one_copy_and_runs_nothing_early(
@@ -255,7 +117,7 @@ def test_a_retry_delay_longer_than_the_lease_keeps_one_copy_and_runs_nothing_ear
     assert delay_ms >= 4 * fm.late.spec.lease * 1000
     hows = ("raise", "retry", "kill")
     # Two workers, reaping and promoting every 50 ms, all the time the jobs wait
-    workers = [start_worker(app.settings.redis_url, q.name, concurrency=2, tick=0.05)
+    workers = [start_more_worker(app.settings.redis_url, q.name, concurrency=2, tick=0.05)
                for _ in range(2)]
     try:
         with Places(app.settings.redis_url, q, ["late"]) as places:
@@ -283,7 +145,7 @@ def test_a_retry_delay_longer_than_the_lease_keeps_one_copy_and_runs_nothing_ear
     assert_clean(q)
 
 
-# -- 16. pause and resume racing claims, reaps and enqueues -----------------------------------
+# -- pause and resume racing claims, reaps and enqueues ----------------------------------
 
 @pytest.mark.timeout(60)
 def test_pause_and_resume_racing_claims_never_lets_a_claim_into_a_paused_window(
@@ -341,7 +203,7 @@ def test_pause_and_resume_racing_claims_never_lets_a_claim_into_a_paused_window(
                  for n, g in enumerate(groups)),
                threading.Thread(target=producer, daemon=True),
                threading.Thread(target=ring_watch, daemon=True)]
-    with start_worker(url, q.name, concurrency=4, tick=0.05) as w:
+    with start_more_worker(url, q.name, concurrency=4, tick=0.05) as w:
         # Given a worker draining, a producer enqueuing and five threads pausing and
         # resuming the queue and each group
         for t in threads:
@@ -377,44 +239,7 @@ def test_pause_and_resume_racing_claims_never_lets_a_claim_into_a_paused_window(
     assert_clean(q)
 
 
-# -- 17. the master's blocking connection killed ------------------------------------------------
-
-def _parked(admin: Any) -> list[dict[str, Any]]:
-    return [c for c in admin.client_list() if c.get("cmd") == "blpop"]
-
-
-@pytest.mark.timeout(60)
-def test_killing_the_masters_blocked_connection_strands_no_job(private_redis: LocalRedis,
-                                                               queue_name: str) -> None:
-    app = App(redis_url=private_redis.url, queue=queue_name)
-    admin = private_redis.client()
-    r = Rec(admin, queue_name)
-    try:
-        # A long tick: a job that waited for it would take up to 5 s
-        with start_worker(private_redis.url, queue_name, concurrency=2, tick=5.0) as w:
-            assert app.send_task(fm.quick, ("warm:0",)).get(timeout=10) == "warm:0"
-            for n in range(3):
-                # Given the master parked in BLPOP (on this server, nothing else blocks)
-                wait_until(lambda: len(_parked(admin)) == 1, 10, "the master to park", w)
-                (parked,) = _parked(admin)
-                # When its connection is killed, and a job is enqueued right after
-                admin.client_kill_filter(_id=parked["id"])
-                t0 = time.monotonic()
-                app.send_task(fm.quick, (f"k{n}:1",))
-                # Then the job runs at once, without waiting for the tick or another enqueue
-                wait_until(lambda n=n: r.runs(f"k{n}:1") == 1, 5, "the job to run", w)
-                took = time.monotonic() - t0
-                assert took < 2.0, took
-                # and the master parks again on a new connection
-                wait_until(lambda p=parked["id"]: [c["id"] for c in _parked(admin)] not in
-                           ([], [p]), 10, "a new parked connection", w)
-            assert w.proc.poll() is None and w.stop() == 0
-        assert_clean(app.queue())
-    finally:
-        app.close()
-
-
-# -- 18. a burst of 100,000 -----------------------------------------------------------------------
+# -- a burst of 100,000, and batches past the limits of one command ----------------------
 
 def _used_memory(admin: Any) -> int:
     return int(admin.info("memory")["used_memory"])
@@ -439,7 +264,7 @@ def test_a_burst_of_100k_jobs_is_processed_with_a_bounded_wake_list_and_memory_r
         c.close()
 
     try:
-        with start_worker(private_redis.url, queue_name, concurrency=4, tick=0.2) as w:
+        with start_more_worker(private_redis.url, queue_name, concurrency=4, tick=0.2) as w:
             # Given a running worker and a warm server (scripts cached, one job done)
             burst.map([(0,)])
             wait_until(lambda: admin.get(counter) == "1", 10, "the warm-up job", w)

@@ -1,104 +1,19 @@
-"""Leases: the deadline on the server clock, reaping expired ones, and the attempts+nonce fence."""
+"""The fence (attempts + nonce) of ack, retry, extend and release: a stale holder, a wrong
+nonce, a token of a deleted and re-enqueued id are each refused and change nothing."""
 
 from __future__ import annotations
 
-import time
+from typing import Any
 
-from helpers import (
-    assert_invariants,
-    drain_wake,
-    expire_now,
-    make_task,
-    ring,
-    server_ms,
-    wake_tokens,
-)
+import pytest
+from faults import assert_clean
+from helpers import assert_invariants, expire_now, make_task, new_job
 
+from emqtasks import App
+from emqtasks.queue import Lease, Queue
 from emqtasks.verdicts import AckVerdict, ReleaseVerdict, RetryVerdict
 
 STALE = RetryVerdict.STALE
-
-
-def test_the_active_score_is_the_lease_deadline_on_the_server_clock(app, queue):
-    # Given a task with a 30 s lease
-    make_task(app, lease=30.0).delay(1)
-    # When it is claimed
-    before = server_ms(queue)
-    (lease,) = queue.claim()
-    after = server_ms(queue)
-    # Then its score in `active` is the server's now + 30,000 ms, and the row says active
-    score = queue.client.zscore(queue.keys.active, lease.id)
-    assert before + 30_000 <= score <= after + 30_000
-    assert lease.lease_ms == 30_000 and lease.attempts == 1
-    row = queue.client.hgetall(queue.keys.job(lease.id))
-    assert row["state"] == "active" and row["attempts"] == "1" and row["nonce"] == lease.nonce
-    assert int(queue.client.hget(queue.keys.gactive, "default")) == 1
-
-
-def test_reap_returns_an_expired_lease_to_its_lane(app, queue):
-    # Given a claimed job whose lease has run out
-    make_task(app, group="A", max_attempts=3).delay(1)
-    (lease,) = queue.claim()
-    assert ring(queue) == []
-    expire_now(queue, lease.id)
-    drain_wake(queue)
-    # When the reaper runs
-    assert queue.reap() == (1, 0)
-    # Then the job is pending in its lane again, attempts kept, books and ring mended
-    row = queue.client.hgetall(queue.keys.job(lease.id))
-    assert row["state"] == "pending" and row["attempts"] == "1"
-    assert row["error"] == "lease expired"
-    assert queue.client.zscore(queue.keys.lane("A"), lease.id) is not None
-    assert queue.client.zscore(queue.keys.active, lease.id) is None
-    assert queue.client.hget(queue.keys.gactive, "A") in (None, "0")
-    assert ring(queue) == ["A"] and wake_tokens(queue) == 1
-    assert_invariants(queue)
-    # And the next claim is its second attempt
-    (again,) = queue.claim()
-    assert (again.id, again.attempts) == (lease.id, 2)
-
-
-def test_reap_leaves_live_leases_alone(app, queue):
-    make_task(app, lease=30.0).map([(1,), (2,)])
-    a, b = queue.claim(2)
-    expire_now(queue, a.id)
-    assert queue.reap() == (1, 0)
-    assert queue.client.zscore(queue.keys.active, b.id) is not None
-    assert queue.reap() == (0, 0)
-
-
-def test_a_short_lease_expires_on_the_server_clock(app, queue):
-    make_task(app, lease=0.05).delay(1)
-    (lease,) = queue.claim()
-    assert queue.reap() == (0, 0)
-    time.sleep(0.15)  # let the server clock pass the 50 ms deadline
-    assert queue.reap() == (1, 0)
-    assert queue.status(lease.id) == "pending"
-
-
-def test_reap_sends_a_job_out_of_attempts_to_dead(app, queue):
-    # Given a job with one attempt, claimed, its lease expired
-    make_task(app, group="A", max_attempts=1).delay(1)
-    (lease,) = queue.claim()
-    expire_now(queue, lease.id)
-    # When reaped
-    assert queue.reap() == (0, 1)
-    # Then it is dead, with the reason, and the books are clean
-    assert queue.status(lease.id) == "dead"
-    assert queue.client.zscore(queue.keys.dead, lease.id) is not None
-    assert app.dead_jobs()[0]["error"] == "lease expired"
-    assert queue.client.hget(queue.keys.gactive, "A") in (None, "0")
-    assert ring(queue) == []
-    assert_invariants(queue)
-
-
-def test_reap_respects_its_limit(app, queue):
-    make_task(app).map([(i,) for i in range(5)])
-    for lease in queue.claim(5):
-        expire_now(queue, lease.id)
-    assert queue.reap(limit=2) == (2, 0)
-    assert queue.reap() == (3, 0)
-    assert_invariants(queue)
 
 
 def _stolen(app, queue):
@@ -166,66 +81,77 @@ def test_an_old_token_is_refused_after_the_id_is_deleted_and_enqueued_again(app,
     assert queue.ack(c)[0] is AckVerdict.DONE
 
 
-def test_extend_pushes_the_deadline_out(app, queue):
-    # Given a claimed job whose deadline is near
-    make_task(app, lease=30.0).delay(1)
-    (lease,) = queue.claim()
-    queue.client.zadd(queue.keys.active, {lease.id: server_ms(queue) + 1_000}, xx=True)
-    # When it is extended by its own lease, and then by a longer one
-    assert queue.extend([lease]) == [True]
-    now = server_ms(queue)
-    assert abs(queue.client.zscore(queue.keys.active, lease.id) - (now + 30_000)) < 1_000
-    assert queue.extend([lease], lease_ms=120_000) == [True]
-    now = server_ms(queue)
-    assert abs(queue.client.zscore(queue.keys.active, lease.id) - (now + 120_000)) < 1_000
-    # Then a reap finds nothing to take back
-    assert queue.reap() == (0, 0)
+# -- the same, every structure of the queue compared, and the checker clean --------------
+
+def _everything(q: Queue, job_id: str) -> dict[str, Any]:
+    c, k = q.client, q.keys
+    return {
+        "row": c.hgetall(k.job(job_id)),
+        "active": c.zrange(k.active, 0, -1, withscores=True),
+        "delayed": c.zrange(k.delayed, 0, -1, withscores=True),
+        "dead": c.zrange(k.dead, 0, -1, withscores=True),
+        "gactive": c.hgetall(k.gactive),
+        "ring": c.lrange(k.ring, 0, -1),
+        "wake": c.lrange(k.wake, 0, -1),
+        "done": c.lrange(k.done(job_id), 0, -1),
+    }
 
 
-def test_extend_answers_per_lease(app, queue):
-    make_task(app).map([(1,), (2,)])
-    live, gone = queue.claim(2)
-    assert queue.ack(gone)[0]
-    assert queue.extend([live, gone]) == [True, False]
+def _refused_everything(q: Queue, stale: Lease) -> None:
+    before = _everything(q, stale.id)
+    assert q.ack(stale, '"from A"') == (False, None)
+    assert q.retry(stale, "A's error") == STALE
+    assert q.retry(stale, "A's final error", delay=0, final=True) == STALE
+    assert q.extend([stale]) == [False]
+    assert q.extend([stale], lease_ms=600_000) == [False]
+    assert q.release(stale, "A lets go") is ReleaseVerdict.STALE
+    after = _everything(q, stale.id)
+    assert after == before
+    row = after["row"]
+    assert "result" not in row and not (row.get("error") or "").startswith("A")
 
 
-def test_ack_with_claim_next_returns_the_next_lease_in_the_same_call(app, queue):
-    # Given two lanes with work
-    t = make_task(app, group=lambda g, *_: g, result_ttl=60)
-    t.map([("A", 1), ("A", 2), ("B", 1)])
-    (first,) = queue.claim()
-    # When the first job is acknowledged asking for the next
-    done, nxt = queue.ack(first, '{"ok":true}', claim_next=True)
-    # Then it is done with its result, and the next lease came from the next turn
-    assert done is AckVerdict.DONE
-    assert queue.status(first.id) == "done"
-    assert app.job(first.id)["result"] == '{"ok":true}'
-    assert 0 < queue.client.ttl(queue.keys.job(first.id)) <= 60
-    assert nxt is not None and nxt.group == "B" and nxt.attempts == 1
-    assert queue.client.zscore(queue.keys.active, nxt.id) is not None
-    # And draining with claim_next ends with None
-    _, last = queue.ack(nxt, claim_next=True)
-    assert last is not None and last.group == "A"
-    assert queue.ack(last, claim_next=True) == (True, None)
-    assert queue.client.zcard(queue.keys.active) == 0
-    assert_invariants(queue)
+@pytest.mark.timeout(30)
+def test_a_stale_holder_can_neither_ack_retry_nor_extend(app: App) -> None:
+    q = app.queue()
+    q.enqueue_many([new_job("stale-1", group="g", lease_ms=200, max_attempts=5)])
+    (a,) = q.claim()
+    # A's lease expires and is reaped; B claims the job with a new token
+    expire_now(q, a.id)
+    assert q.reap() == (1, 0)
+    (b,) = q.claim()
+    assert b.id == a.id and b.attempts == a.attempts + 1 and b.nonce != a.nonce
+    # A comes back: every fenced verb is refused and nothing of A's is written
+    _refused_everything(q, a)
+    assert q.client.hget(q.keys.gactive, "g") == "1"
+    # B still holds a good lease
+    assert q.extend([b]) == [True]
+    assert q.ack(b, '"from B"') == (True, None)
+    row = q.client.hgetall(q.keys.job(b.id))
+    assert row["state"] == "done" and row["result"] == '"from B"' and row["attempts"] == "2"
+    assert_clean(q)
 
 
-def test_ack_with_no_result_ttl_deletes_the_row(app, queue):
-    make_task(app, result_ttl=0).delay(1)
-    (lease,) = queue.claim()
-    assert queue.ack(lease)[0] is AckVerdict.DONE
-    assert not queue.client.exists(queue.keys.job(lease.id))
-
-
-def test_release_hands_the_job_back_unrun_with_its_attempt_rolled_back(app, queue):
-    make_task(app, group="A").map([(1,), (2,)])
-    (lease,) = queue.claim()
-    assert queue.release(lease) is ReleaseVerdict.RELEASED
-    row = queue.client.hgetall(queue.keys.job(lease.id))
-    assert row["state"] == "pending" and row["attempts"] == "0"
-    # It keeps its place at the head of its lane, and the old token is now stale
-    (again,) = queue.claim()
-    assert again.id == lease.id and again.attempts == 1 and again.nonce != lease.nonce
-    assert queue.ack(lease)[0] is AckVerdict.STALE
-    assert_invariants(queue)
+@pytest.mark.timeout(30)
+def test_the_nonce_refuses_a_token_from_a_deleted_and_reenqueued_job(app: App) -> None:
+    q = app.queue()
+    q.enqueue_many([new_job("stale-2", group="g", lease_ms=200, ttl=0, max_attempts=5)])
+    (a,) = q.claim()
+    assert a.attempts == 1
+    # A's lease expires; B takes the job over and finishes it: ttl 0 deletes the row
+    expire_now(q, a.id)
+    assert q.reap() == (1, 0)
+    (b,) = q.claim()
+    assert q.ack(b, "null") == (True, None)
+    assert not q.client.exists(q.keys.job("stale-2"))
+    # The same id enqueued again: attempts start over, so C's count equals A's
+    assert q.enqueue_many([new_job("stale-2", group="g", lease_ms=30_000, ttl=0,
+                                   max_attempts=5)]) == [1]
+    (c,) = q.claim()
+    assert c.id == a.id and c.attempts == a.attempts == 1 and c.nonce != a.nonce
+    # A's old token still fails: the nonce tells the holders apart
+    _refused_everything(q, a)
+    assert q.client.hget(q.keys.job(c.id), "state") == "active"
+    assert q.extend([c]) == [True]
+    assert q.ack(c, "null") == (True, None)
+    assert_clean(q)

@@ -19,6 +19,11 @@ def make_task(app: App, name: str = "tests.helpers.noop", **options: Any) -> Tas
     return app.task(noop, name=name, **options)
 
 
+def flood(app: App, group: str, n: int) -> None:
+    """n pending jobs in one lane, one round trip."""
+    make_task(app, name=f"tests.flood.{group}", group=group).map([(i,) for i in range(n)])
+
+
 def new_job(job_id: str, group: str = "default", payload: str = '{"v":1,"a":[],"k":{}}',
             max_attempts: int = 3, lease_ms: int = 30_000, delay_ms: int = 1_000,
             ttl: int = 3_600, countdown_ms: int = 0) -> NewJob:

@@ -1,4 +1,5 @@
-"""More tasks for the fault-injection tests (test_faults_worker.py, test_faults_connections.py and test_faults_races.py), run in real workers.
+"""More tasks for the fault-injection tests (test_faults_worker.py,
+test_faults_connections.py and test_faults_races.py), run in real workers.
 
 Like fault_tasks.py, each records what it did in Redis under ``t:<queue>:*`` keyed by a tag
 the test chooses; times are the server's (ms), so they compare with the job rows.

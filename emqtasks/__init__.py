@@ -10,7 +10,9 @@ from .errors import (
     InvalidGroup,
     InvalidJobId,
     InvalidQueueName,
+    LaneFull,
     PayloadTooLarge,
+    RateLimited,
     ResultTimeout,
     Retry,
     ScriptError,
@@ -35,7 +37,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     # defining and enqueueing tasks
-    "task", "App", "Task", "JobHandle", "Retry", "default_app",
+    "task", "App", "Task", "JobHandle", "Retry", "RateLimited", "default_app",
     # the consumer-side verbs the worker is built on, and their replies
     "Queue", "Lease", "Acked", "EnqueueVerdict", "AckVerdict", "RetryVerdict",
     "ReleaseVerdict", "ExtendVerdict", "CancelVerdict",
@@ -43,6 +45,7 @@ __all__ = [
     "EmqError", "ConfigError", "ClusterUrlError", "InvalidQueueName", "InvalidJobId",
     "InvalidGroup", "InvalidArgument", "SerializationError", "PayloadTooLarge",
     "UnknownTask", "DuplicateTaskName", "ScriptError", "TaskFailed", "ResultTimeout",
+    "LaneFull",
     "TimeLimitExceeded", "WorkerLost",
     "__version__",
 ]

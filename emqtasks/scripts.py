@@ -23,7 +23,7 @@ from .keys import FIXED
 VERBS = (
     "enqueue", "claim", "ack", "retry", "release", "extend", "reap", "promote",
     "pause", "pause_group", "limit", "weight", "cancel", "requeue", "wait",
-    "repair",
+    "repair", "rate", "maxsize", "defaults",
 )
 
 
@@ -100,3 +100,6 @@ class Scripts:
     requeue: Any
     wait: Any
     repair: Any
+    rate: Any
+    maxsize: Any
+    defaults: Any

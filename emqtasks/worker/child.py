@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import serialization
-from ..errors import Retry, SerializationError, TimeLimitExceeded, UnknownTask
+from ..errors import RateLimited, Retry, SerializationError, TimeLimitExceeded, UnknownTask
 from ..queue import Lease, Queue
 from ..registry import Registry
 from .resilience import Outage
@@ -38,7 +38,7 @@ class Outcome:
     """What became of one job, for tests and the summary."""
 
     job_id: str
-    verdict: str          # done, retry, dead, stale
+    verdict: str          # done, retry, dead, stale, rate_limited
     error: str | None = None
 
 
@@ -102,6 +102,8 @@ class Runner:
                 self.in_task = False
         except Retry as exc:
             return None, self._fail(lease, _describe(exc), delay=exc.delay)
+        except RateLimited as exc:
+            return None, self._back_off(lease, exc)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -118,6 +120,16 @@ class Runner:
         log.warning("job %s (%s) failed, %s: %s", lease.id, _brief(lease.task, 120), name,
                     _brief(error.strip().splitlines()[-1] if error.strip() else error))
         return Outcome(lease.id, name, error)
+
+    def _back_off(self, lease: Lease, exc: RateLimited) -> Outcome:
+        """The task hit an outside limit: the job goes back to its lane unspent and its
+        group sits out the delay (fenced; STALE if the lease was lost meanwhile)."""
+        reason = f"{RateLimited.__name__}: {exc}"
+        verdict = self.call(self.queue.release, lease, reason, exc.delay)
+        name = "rate_limited" if verdict else "stale"
+        log.info("job %s (%s) %s: group %s sits out %gs", lease.id, _brief(lease.task, 120),
+                 name, _brief(lease.group, 120), exc.delay)
+        return Outcome(lease.id, name, reason)
 
     def run_once(self) -> Outcome | None:
         """Claim one job, run it, settle it. For tests and scripts: None when nothing waits."""

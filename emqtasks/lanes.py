@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .cluster import node_kwargs
+
 #: Lane scores are priority * PRIO_SPAN + enqueue time in ms (lua/_common.lua).
 PRIO_SPAN = 10**13
 DEFAULT_FIELDS = ("limit", "rate", "max_size", "weight")
@@ -27,8 +29,10 @@ def split_score(score: float) -> tuple[int, int]:
 
 def read_books(client: Any, keys: Any, groups: list[str]) -> dict[str, Any]:
     """Everything the views of these groups need, in one pipelined round trip."""
+    # The server's clock (ready_at and oldest_age are server times); on a cluster, the
+    # clock of the node that holds the queue (a cluster pipeline refuses TIME).
+    secs, micros = client.time(**node_kwargs(client, keys.ring))
     pipe = client.pipeline(transaction=False)
-    pipe.time()
     for name in ("gactive", "glimit", "gweight", "grate", "gmax", "gdefaults"):
         pipe.hgetall(getattr(keys, name))
     pipe.smembers(keys.gpaused)
@@ -39,12 +43,11 @@ def read_books(client: Any, keys: Any, groups: list[str]) -> dict[str, Any]:
         pipe.zrange(keys.lane(g), 0, 0, withscores=True)
         pipe.zrange(keys.lane(g), -1, -1, withscores=True)
     replies = pipe.execute()
-    secs, micros = replies[0]
     books: dict[str, Any] = dict(zip(
-        ("gactive", "glimit", "gweight", "grate", "gmax", "gdefaults"), replies[1:7]))
-    books.update(now_ms=int(secs) * 1000 + int(micros) // 1000, gpaused=replies[7],
-                 paused=bool(replies[8]), gwait=dict(replies[9]), lanes={})
-    rest = replies[10:]
+        ("gactive", "glimit", "gweight", "grate", "gmax", "gdefaults"), replies[0:6]))
+    books.update(now_ms=int(secs) * 1000 + int(micros) // 1000, gpaused=replies[6],
+                 paused=bool(replies[7]), gwait=dict(replies[8]), lanes={})
+    rest = replies[9:]
     for i, g in enumerate(groups):
         books["lanes"][g] = (rest[3 * i], rest[3 * i + 1], rest[3 * i + 2])
     return books

@@ -23,7 +23,7 @@ from .keys import FIXED
 VERBS = (
     "enqueue", "claim", "ack", "retry", "release", "extend", "reap", "promote",
     "pause", "pause_group", "limit", "weight", "cancel", "requeue", "wait",
-    "repair",
+    "repair", "schedule",
 )
 
 
@@ -100,3 +100,4 @@ class Scripts:
     requeue: Any
     wait: Any
     repair: Any
+    schedule: Any

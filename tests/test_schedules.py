@@ -5,6 +5,7 @@ the master's Scheduler driven in-process as two masters would."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import schedule_tasks
@@ -195,3 +196,39 @@ def test_a_scheduler_picks_up_a_removed_schedule_on_its_next_look(app: App) -> N
     assert set(s.entries) == {"gone"}         # no look, no read
     s.run_due(app.queue(), look=True)
     assert s.entries == {}
+
+
+# -- the command line, without a worker ------------------------------------------------------
+
+def test_the_schedule_commands_without_a_worker(app: App, redis_url: str) -> None:
+    from click.testing import CliRunner
+
+    from emqtasks.cli import main
+
+    q = app.settings.queue
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(main, [*args, "--redis-url", redis_url, "-Q", q])
+
+    unknown = run("schedule", "add", "s1", "s.tick", "--every", "5", "--args", '["x"]')
+    assert unknown.exit_code == 2 and "'s.tick'" in unknown.output    # no worker noted it
+    added = run("schedule", "add", "s1", "s.tick", "--every", "5", "--args", '["x"]',
+                "-A", "schedule_tasks")                               # known through -A
+    assert added.exit_code == 0, added.output
+    assert "schedule s1 stored: s.tick every 5s (UTC)" in added.output
+    misfit = run("schedule", "add", "s2", "s.slow", "--every", "5", "-A", "schedule_tasks")
+    assert misfit.exit_code == 2 and "cannot be called" in misfit.output
+    paris = run("schedule", "add", "s3", "s.tick", "--cron", "0 9 * * mon-fri", "--tz",
+                "Europe/Paris", "--args", '["p"]', "--no-overlap", "-A", "schedule_tasks")
+    assert paris.exit_code == 0, paris.output
+    table = run("schedules").output.splitlines()
+    assert table[0].split() == ["name", "task", "spec", "tz", "next", "run", "last", "job",
+                                "state"]
+    assert table[1].split()[:3] == ["s1", "s.tick", "every"]
+    assert "Europe/Paris" in table[2] and ("+0200" in table[2] or "+0100" in table[2])
+    assert {s.name: s.schedule.overlap for s in app.schedules()} == {"s1": True, "s3": False}
+    assert run("schedule", "run", "nope").exit_code == 1
+    assert run("schedule", "remove", "nope").exit_code == 1
+    assert run("schedule", "remove", "s1").exit_code == 0
+    assert run("schedule", "add", "s4", "s.tick", "--every", "x").exit_code == 2
+    assert [s.name for s in app.schedules()] == ["s3"]

@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -215,7 +215,7 @@ def _calls(client: Any) -> dict[str, int]:
 
 
 def test_ten_hourly_schedules_cost_an_idle_worker_no_commands(tmp_path: Any) -> None:
-    minute = (datetime.now().minute + 30) % 60          # far from now: nothing fires
+    minute = (datetime.now(timezone.utc).minute + 30) % 60   # far from now: nothing fires
     with LocalRedis() as with_s, LocalRedis() as without_s:
         queue = "idle"
         app = App(redis_url=with_s.url, queue=queue)

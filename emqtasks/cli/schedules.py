@@ -21,7 +21,7 @@ from ..cron import interval_seconds, zone
 from ..errors import EmqError, UnknownSchedule, UnknownTask
 from ..queue import Queue
 from ..registry import TaskSpec
-from ..schedules import CATCHUP_POLICIES, ScheduleInfo, ScheduleStore, make_schedule
+from ..schedules import CATCHUP_POLICIES, ScheduleInfo, ScheduleStore, deferred, make_schedule
 from .admin import _json_option
 from .common import AdminCommand, CliError, Refused, queue_options, run_admin, settings_for
 
@@ -92,7 +92,8 @@ def add(name: str, task_name: str, redis_url: str | None, queue: str | None,
     """Store a schedule NAME that calls TASK (--cron EXPR or --every S)."""
     args = _json_option(args_json, "--args", list, "array")
     kwargs = _json_option(kwargs_json, "--kwargs", dict, "object")
-    spec = _local_spec(task_name, modules)
+    _import(modules)
+    spec = _local_spec(task_name) if modules else None
     try:
         every_s = None if every_text is None else interval_seconds(_number(every_text))
         s = make_schedule(name, task_name, cron=cron_expr, every=every_s, tz=tz,
@@ -132,7 +133,7 @@ def remove(name: str, redis_url: str | None, queue: str | None) -> None:
 def run(name: str, redis_url: str | None, queue: str | None,
         modules: tuple[str, ...]) -> None:
     """Enqueue one run of the schedule NAME now, with a job id of its own."""
-    _local_spec("", modules)
+    _import(modules)   # App.run_schedule then finds the task, its options and group function
 
     def verb(q: Queue) -> Any:
         app = App(redis_url=settings_for(redis_url, queue).redis_url, queue=q.name)
@@ -149,13 +150,17 @@ def run(name: str, redis_url: str | None, queue: str | None,
     click.echo(f"{result.id} duplicate" if result.duplicate else result.id)
 
 
-def _local_spec(task_name: str, modules: tuple[str, ...]) -> TaskSpec | None:
-    """Import the -A modules (if any); the spec of task_name if one of them registers it."""
-    if not modules:
-        return None
-    from .worker import import_modules
+def _import(modules: tuple[str, ...]) -> None:
+    """Import the -A modules as a worker does: their own App.schedule calls only declare."""
+    if modules:
+        from .worker import import_modules
 
-    import_modules(modules)
+        with deferred():
+            import_modules(modules)
+
+
+def _local_spec(task_name: str) -> TaskSpec | None:
+    """The spec of task_name if a module of this process registers it."""
     for app in all_apps():
         if task_name in app.registry:
             found: TaskSpec = app.registry.get(task_name).spec

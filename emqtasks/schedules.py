@@ -29,6 +29,7 @@ from .errors import EmqError, InvalidSchedule, InvalidScheduleName, UnknownTask
 from .keys import check_group, check_job_id, new_job_id
 from .queue import NewJob, Queue
 from .registry import TaskSpec
+from .scripts import VERB_KEYS
 from .task import build_job
 from .verdicts import EnqueueVerdict, FireVerdict
 
@@ -230,19 +231,20 @@ class ScheduleStore:
         self.queue = queue
         self.keys = queue.keys
         self._verb = queue.scripts.schedule
+        self._k = (*queue.keys.fixed, *(queue.keys.base + k for k in VERB_KEYS["schedule"]))
 
     def put(self, schedule: Schedule, origin: str = "runtime") -> bool:
         """Store (or update) a schedule; True when something changed."""
-        return bool(self._verb(self.keys.fixed, ["put", schedule.name, schedule.to_json(),
-                                                 schedule.timing.key, origin]))
+        return bool(self._verb(self._k, ["put", schedule.name, schedule.to_json(),
+                                         schedule.timing.key, origin]))
 
     def drop(self, name: str) -> bool:
-        return bool(self._verb(self.keys.fixed, ["drop", check_schedule_name(name)]))
+        return bool(self._verb(self._k, ["drop", check_schedule_name(name)]))
 
     def fire(self, schedule: Schedule, slot: int, job: NewJob) -> Fired:
         """Enqueue one slot (at most once per slot, whatever the number of callers)."""
         check_job_id(job.id)
-        verdict, now, last = self._verb(self.keys.fixed, [
+        verdict, now, last = self._verb(self._k, [
             "fire", schedule.name, slot, "1" if schedule.overlap else "0", *job])
         return Fired(FireVerdict(int(verdict)), int(now), int(last))
 
@@ -300,7 +302,8 @@ class ScheduleStore:
         return out
 
     def note_tasks(self, specs: list[TaskSpec]) -> None:
-        """Tell the queue which tasks a worker serves (for the CLI's checks and runs)."""
+        """Tell the queue which tasks a worker serves (for the CLI's checks and runs); done
+        at worker start, and by a master when it first sees a schedule on its queue."""
         if specs:
             self.queue.client.hset(self.keys.tasks,
                                    mapping={s.name: task_options(s) for s in specs})
@@ -341,19 +344,20 @@ def run_now(store: ScheduleStore, schedule: Schedule, spec: TaskSpec,
 
 def register_declared(store: ScheduleStore, declared: list[Schedule],
                       specs: Mapping[str, TaskSpec]) -> tuple[list[str], list[str]]:
-    """At worker start: note the worker's tasks on the queue, store the schedules its
-    modules declare, and drop the ones declared in code before, for a task this worker
-    serves, that no module declares any more. Returns (changed names, dropped names)."""
+    """At worker start: store the schedules its modules declare, drop the ones declared in
+    code before, for a task this worker serves, that no module declares any more, and (on a
+    queue that has schedules) note the worker's tasks. Returns (changed, dropped) names."""
     for s in declared:
         if s.task not in specs:
             raise UnknownTask(f"schedule {s.name!r} names task {s.task!r}, which no module "
                               f"of this worker registers")
         _check_call(s.name, s.task, specs[s.task].fn, tuple(s.args), dict(s.kwargs))
-    store.note_tasks(list(specs.values()))
+    stored, _ = store.load()
+    if declared or stored:   # a queue that uses no schedules gets no key of them
+        store.note_tasks(list(specs.values()))
     changed = [s.name for s in declared if store.put(s, origin="code")]
     names = {s.name for s in declared}
-    stored, _ = store.load()
-    state = store.state()
+    state = store.state() if stored else {}
     dropped = [name for name, s in stored.items()
                if name not in names and s.task in specs
                and state.get(name, {}).get("origin") == "code" and store.drop(name)]

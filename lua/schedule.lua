@@ -1,18 +1,18 @@
 -- schedule: store, drop and fire periodic schedules; each slot is enqueued at most once.
 --
--- KEYS: the queue's fixed keys (see _common.lua). Besides job rows and lanes, the script
---   forms three keys from BASE (the queue's tag, so the same slot):
---   BASE..'schedules'   hash: name -> the schedule's spec (JSON, as emqtasks/schedules.py
---                       writes it)
---   BASE..'schedstate'  hash, per schedule name:
+-- KEYS: the queue's fixed keys (see _common.lua), then three of its own (emqtasks/scripts.py
+--   VERB_KEYS; the prelude names them):
+--   K_schedules   (emq:{q}:schedules)  hash: name -> the schedule's spec (JSON, as
+--                 emqtasks/schedules.py writes it)
+--   K_schedstate  (emq:{q}:schedstate) hash, per schedule name:
 --                         '<name>:last'   the latest slot handled (UNIX s): a slot at or
 --                                         before it is refused, whatever the rows' ttl
 --                         '<name>:job'    the id of the last job enqueued (overlap control)
 --                         '<name>:lastid' the id of the last slot handled (enqueued or skipped)
 --                         '<name>:key'    what decides its slots (emqtasks/cron.py Timing.key)
 --                         '<name>:origin' 'code' (declared in a worker's modules) or 'runtime'
---   BASE..'schedver'    string: bumped by every change of `schedules`; masters re-read
---                       the schedules when it moved
+--   K_schedver    (emq:{q}:schedver)   string: bumped by every change of `schedules`;
+--                 masters re-read the schedules when it moved
 -- ARGV[1]  op, one of:
 --   'put'   ARGV[2] name, ARGV[3] spec JSON, ARGV[4] timing key, ARGV[5] origin.
 --           A new schedule, or one whose timing key changed, owes no slot before now: its
@@ -34,7 +34,7 @@
 -- Side effects of an enqueued slot: the row and its lane (or `delayed` for a countdown),
 --   the ring and a wake, exactly as enqueue.lua writes them.
 
-local SCHEDULES, STATE, VERSION = BASE .. 'schedules', BASE .. 'schedstate', BASE .. 'schedver'
+local SCHEDULES, STATE, VERSION = K_schedules, K_schedstate, K_schedver
 local op, name = ARGV[1], ARGV[2]
 
 if op == 'put' then

@@ -5,6 +5,7 @@ end to end, the CLI reaching a running worker, and the idle cost of schedules.""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 import schedule_tasks  # noqa: F401  (a producer that imports its tasks: App.schedule knows them)
+from workerproc import HERE as TASKS
 from workerproc import WorkerProc
 
 from emqtasks import App
@@ -171,8 +173,10 @@ def test_overlap_false_never_has_two_jobs_of_a_schedule_in_flight(redis_url: str
 # -- the CLI reaches a running worker --------------------------------------------------------
 
 def _cli(url: str, queue: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(TASKS), os.environ.get("PYTHONPATH")])))   # for -A schedule_tasks
     return subprocess.run([sys.executable, "-m", "emqtasks.cli", *args, "--redis-url", url,
-                           "-Q", queue], capture_output=True, text=True, timeout=30)
+                           "-Q", queue], capture_output=True, text=True, timeout=30, env=env)
 
 
 def test_schedule_add_run_remove_from_the_cli_reach_a_running_worker(redis_url: str,
@@ -184,10 +188,16 @@ def test_schedule_add_run_remove_from_the_cli_reach_a_running_worker(redis_url: 
     try:
         bad = _cli(redis_url, q, "schedule", "add", "nope", "s.nope", "--every", "1")
         assert bad.returncode == 2 and "'s.nope'" in bad.stderr and not app.schedules()
+        # The queue's first schedule: the task is known through its module (-A), as for
+        # `emqtasks worker`; from then on the workers note what they serve on the queue.
         added = _cli(redis_url, q, "schedule", "add", "cli", "s.tick", "--every", "1",
-                     "--args", '["cli"]')
+                     "--args", '["cli"]', "-A", "schedule_tasks")
         assert added.returncode == 0, added.stderr
         _wait("runs of the added schedule", lambda: int(client.hget(runs, "cli") or 0) >= 2, 8)
+        plain = _cli(redis_url, q, "schedule", "add", "cli2", "s.tick", "--every", "3600",
+                     "--args", '["cli2"]')
+        assert plain.returncode == 0, plain.stderr
+        assert _cli(redis_url, q, "schedule", "remove", "cli2").returncode == 0
         listed = json.loads(_cli(redis_url, q, "schedules", "--json").stdout)
         assert [(r["name"], r["spec"], r["args"]) for r in listed] == [("cli", "every 1s",
                                                                         ["cli"])]

@@ -5,7 +5,8 @@ Like the admin verbs: ``--redis-url`` / ``-Q``, and one line ``emqtasks: error: 
 stderr, exit 2 for bad input (nothing is stored), exit 1 when the schedule asked for does
 not exist. A schedule added here is stored on the queue; running workers pick it up within
 one tick. Whether the task exists is checked against the tasks the queue's workers serve
-(each worker notes them at start), or against the modules given with ``-A``.
+(noted on a queue that has schedules: at worker start, or by a running master when the
+first schedule appears), or against the modules given with ``-A``.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ def add(name: str, task_name: str, redis_url: str | None, queue: str | None,
         store = ScheduleStore(q)
         if spec is None and store.task_known(task_name) is None:
             raise UnknownTask(f"unknown task {task_name!r}: no worker of queue {q.name!r} "
-                              f"serves it (start one, or name its module with -A)")
+                              f"noted it (name its module with -A; workers note their "
+                              f"tasks once the queue has a schedule)")
         store.put(s, origin="runtime")
         return next(i for i in store.infos() if i.name == s.name)
 

@@ -6,6 +6,7 @@ import importlib
 import logging
 import os
 import sys
+import time
 
 import click
 import redis
@@ -20,6 +21,7 @@ from ..queue import Queue
 from ..registry import Registry
 from ..schedules import ScheduleStore, deferred, register_declared
 from ..worker.child import every_task
+from ..worker.resilience import Outage
 from .common import CliError, open_queue, queue_options, settings_for
 
 
@@ -64,7 +66,10 @@ def worker(modules: tuple[str, ...], concurrency: int | None, redis_url: str | N
                                time_limit=time_limit, grace=grace)
     try:
         registry = every_task()
-        register_schedules(probe, registry)
+        # Idempotent, so a dropped connection is simply tried again (for up to 30 s).
+        give_up = time.monotonic() + 30
+        Outage(logging.getLogger("emqtasks.worker"), "start",
+               stop=lambda: time.monotonic() > give_up).call(register_schedules, probe, registry)
     except EmqError as exc:
         raise CliError(str(exc)) from None
     except redis.exceptions.RedisError as exc:

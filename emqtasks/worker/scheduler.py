@@ -67,6 +67,7 @@ class Scheduler:
         self._version: object = _UNREAD
         self._stores: dict[int, ScheduleStore] = {}
         self._noted: set[str] = set()      # log lines said once
+        self._told_tasks = False           # whether this master noted its tasks on the queue
 
     # -- the hook ------------------------------------------------------------------------
     def run_due(self, queue: Queue, look: bool = True) -> float:
@@ -103,6 +104,10 @@ class Scheduler:
 
     def _reload(self, store: ScheduleStore, version: str | None) -> None:
         schedules, bad = store.load()
+        if (schedules or bad) and not self._told_tasks:
+            # The queue uses schedules now: let the CLI know what this worker serves.
+            store.note_tasks([t.spec for t in self.registry.tasks().values()])
+            self._told_tasks = True
         for name, why in bad.items():
             self._note(f"bad:{name}:{why}", "schedule %r is not readable, skipped: %s",
                        name, why)

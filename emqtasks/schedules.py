@@ -24,6 +24,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 from . import serialization
+from .cluster import node_kwargs
 from .cron import Cron, Every, Timing, timing_of
 from .errors import EmqError, InvalidSchedule, InvalidScheduleName, UnknownTask
 from .keys import check_group, check_job_id, new_job_id
@@ -273,7 +274,8 @@ class ScheduleStore:
         return out
 
     def server_seconds(self) -> float:
-        secs, micros = self.queue.client.time()
+        """The clock of the server that holds the queue (on a cluster, its node)."""
+        secs, micros = self.queue.client.time(**node_kwargs(self.queue.client, self.keys.ring))
         return int(secs) + int(micros) / 1e6
 
     def get(self, name: str) -> Schedule | None:

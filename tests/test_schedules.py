@@ -232,3 +232,37 @@ def test_the_schedule_commands_without_a_worker(app: App, redis_url: str) -> Non
     assert run("schedule", "remove", "s1").exit_code == 0
     assert run("schedule", "add", "s4", "s.tick", "--every", "x").exit_code == 2
     assert [s.name for s in app.schedules()] == ["s3"]
+
+
+# -- on a Redis Cluster ----------------------------------------------------------------------
+
+@pytest.mark.timeout(90)
+def test_schedules_on_a_redis_cluster_live_in_the_queues_slot() -> None:
+    from cluster import ClusterServers
+
+    from emqtasks.keys import QueueKeys
+
+    servers = ClusterServers.start_or_skip()
+    try:
+        name = servers.queues_on_every_shard("sc")[1]
+        app = App(redis_url=servers.url, queue=name)
+        app.schedule("cl", schedule_tasks.tick, every=1, args=("cl",))
+        sched = Scheduler(_registry())
+        store = ScheduleStore(app.queue())
+        sched.run_due(app.queue())
+        _wait_server_past(store, min(e.next for e in sched.entries.values()) + 0.01)
+        sched.run_due(app.queue())
+        lease = app.queue().claim(1)[0]
+        assert lease.id.startswith("sched:cl:") and lease.task == "s.tick"
+        info = app.schedules()[0]
+        assert (info.name, info.last_id, info.last_state) == ("cl", lease.id, "active")
+        owner = servers.master_of_queue(name)
+        with servers.node(owner) as node:   # every key of it on the queue's node
+            held = set(node.scan_iter(match=QueueKeys(name).all_pattern, count=1000))
+        assert {app.queue().keys.schedules, app.queue().keys.schedstate,
+                app.queue().keys.schedver} <= held
+        assert app.unschedule("cl") is True
+        app.purge()
+        app.close()
+    finally:
+        servers.close()

@@ -34,21 +34,24 @@ from .keys import check_queue_name
 _SCRIPTING = ("evalsha", "eval")
 
 #: enqueue.lua and wait.lua (with the helpers of _common.lua they reach), plus the direct
-#: calls of a producer: BLPOP in JobHandle.get, HGET (status), HGETALL (info), PING (CLI).
+#: calls of a producer: BLPOP in JobHandle.get, HGET (status), HGETALL (info), PING (CLI);
+#: and schedule.lua's put / drop (INCR of the version) for App.schedule and unschedule.
 PRODUCER_COMMANDS = (
     *_SCRIPTING,
-    "time", "exists", "hset", "hget", "hmget", "hincrby", "hdel", "hgetall",
+    "time", "exists", "hset", "hget", "hmget", "hincrby", "hdel", "hgetall", "incr",
     "zadd", "zrange", "zcard", "sismember", "rpush", "llen", "expire",
     "blpop", "ping",
 )
 
-#: claim, ack, retry, release, extend, reap and promote .lua, plus the direct calls of a
-#: worker: BLPOP / RPUSH / LTRIM / EXPIRE on the wake key, PING, INFO (the eviction check).
-#: Tasks that enqueue more work use the worker's user: enqueue's commands are all here.
+#: claim, ack, retry, release, extend, reap, promote and schedule .lua, plus the direct
+#: calls of a worker: BLPOP / RPUSH / LTRIM / EXPIRE on the wake key, PING, INFO (the
+#: eviction check), and for periodic schedules GET of their version, HGETALL of them and
+#: their state, TIME. Tasks that enqueue more work use the worker's user: enqueue's
+#: commands are all here.
 WORKER_COMMANDS = (
     *_SCRIPTING,
-    "time", "exists", "del", "expire",
-    "hget", "hmget", "hset", "hdel", "hincrby",
+    "time", "exists", "del", "expire", "get", "incr",
+    "hget", "hmget", "hset", "hdel", "hincrby", "hexists", "hgetall",
     "lindex", "llen", "lmove", "lrem", "rpush", "ltrim", "blpop",
     "sismember",
     "zadd", "zcard", "zpopmin", "zrange", "zrangebyscore", "zrem",

@@ -4,24 +4,30 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Iterable
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, overload
 
+from . import schedules as _sched
 from .config import Settings
 from .connection import connect
-from .errors import InvalidArgument, LaneFull, UnknownTask
+from .cron import Timing
+from .errors import InvalidArgument, InvalidSchedule, LaneFull, UnknownSchedule, UnknownTask
 from .keys import check_queue_name
 from .lanes import DEFAULT_FIELDS
 from .queue import Queue
 from .registry import GroupSpec, Registry, TaskSpec
+from .schedules import Schedule, ScheduleInfo, ScheduleStore
 from .task import JobHandle, Task, build_job
 from .verdicts import CancelVerdict, EnqueueVerdict
 
 P = ParamSpec("P")
 R = TypeVar("R")
 _apps: list[App] = []
+#: What ``@task(schedule=...)`` takes: ``emqtasks.cron(...)``, ``emqtasks.every(...)``, a cron
+#: string, or seconds.
+ScheduleSpec = Timing | str | float | timedelta | None
 
 
 class App:
@@ -41,6 +47,9 @@ class App:
         self._queues: dict[str, Queue] = {}
         self._lock = threading.Lock()
         self.registry = Registry()
+        #: Schedules declared in code (decorator, or App.schedule while a worker imports its
+        #: modules): the worker stores them at start.
+        self.declared_schedules: dict[str, Schedule] = {}
         _apps.append(self)
 
     # -- configuration ------------------------------------------------------------------
@@ -96,19 +105,26 @@ class App:
     def task(self, fn: None = None, /, *, name: str | None = None, group: GroupSpec = None,
              max_attempts: int = 3, retry_delay: float = 1.0, lease: float = 30.0,
              queue: str | None = None, time_limit: float | None = None,
-             result_ttl: int = 86_400) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+             result_ttl: int = 86_400,
+             schedule: ScheduleSpec = None) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     @overload
     def task(self, fn: Callable[P, R], /, *, name: str | None = None,
              group: GroupSpec = None, max_attempts: int = 3, retry_delay: float = 1.0,
              lease: float = 30.0, queue: str | None = None, time_limit: float | None = None,
-             result_ttl: int = 86_400) -> Task[P, R]: ...
+             result_ttl: int = 86_400, schedule: ScheduleSpec = None) -> Task[P, R]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
              group: GroupSpec = None, max_attempts: int = 3, retry_delay: float = 1.0,
              lease: float = 30.0, queue: str | None = None, time_limit: float | None = None,
-             result_ttl: int = 86_400) -> Any:
-        """Register a function as a task; usable as ``@app.task`` or ``@app.task(...)``."""
+             result_ttl: int = 86_400, schedule: ScheduleSpec = None) -> Any:
+        """Register a function as a task; usable as ``@app.task`` or ``@app.task(...)``.
+
+        ``schedule`` (a task that takes no arguments) runs it periodically under a schedule
+        named after the task, stored when a worker starts: ``emqtasks.cron(...)``,
+        ``emqtasks.every(...)``, a cron string, or seconds.
+        """
+        timing = None if schedule is None else _sched.declared_timing(schedule)
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
             if max_attempts < 1 or lease <= 0 or retry_delay < 0 or result_ttl < 0:
@@ -120,8 +136,13 @@ class App:
                             group=group, max_attempts=max_attempts, retry_delay=retry_delay,
                             lease=lease, queue=queue, time_limit=time_limit,
                             result_ttl=int(result_ttl))
+            declared = None
+            if timing is not None:   # checked before the task is registered
+                declared = _sched.make_schedule(spec.name, spec.name, timing=timing, fn=f)
             t: Task[Any, Any] = Task(self, spec)
             self.registry.add(t)
+            if declared is not None:
+                self.declared_schedules[declared.name] = declared
             return t
 
         return register(fn) if fn is not None else register
@@ -149,11 +170,81 @@ class App:
         return JobHandle(q, job.id, verdict.word)
 
     def _spec_for(self, name: str) -> TaskSpec:
+        return self._local_spec(name) or TaskSpec(name=name, fn=_not_here)
+
+    def _local_spec(self, name: str) -> TaskSpec | None:
+        """The spec of a task registered in this process (this App first), or None."""
         for app in (self, *_apps):
             if name in app.registry:
                 spec: TaskSpec = app.registry.get(name).spec
                 return spec
-        return TaskSpec(name=name, fn=_not_here)
+        return None
+
+    # -- periodic schedules -----------------------------------------------------------------
+    def schedule(self, name: str, task: str | Task[Any, Any], *, cron: str | None = None,
+                 every: float | timedelta | None = None, args: Iterable[Any] = (),
+                 kwargs: Mapping[str, Any] | None = None, group: str | None = None,
+                 tz: str = "UTC", catchup: str = "latest", jitter: float = 0.0,
+                 overlap: bool = True) -> Schedule:
+        """Call ``task`` periodically: ``cron`` (5 fields, read in ``tz``) or ``every``
+        seconds; each slot is enqueued once, whatever the number of workers.
+
+        Called while a worker imports its modules, this declares the schedule and the
+        worker stores it at start; anywhere else it is stored now (replacing one of that
+        name) and running workers pick it up within one tick. Bad values raise a named
+        ``ScheduleError`` (or ``UnknownTask``) quoting them, and nothing is stored.
+        """
+        task_name = task.name if isinstance(task, Task) else task
+        spec = task.spec if isinstance(task, Task) else (
+            self._local_spec(task) if isinstance(task, str) else None)
+        s = _sched.make_schedule(name, task_name, cron=cron, every=every, tz=tz,
+                                 args=tuple(args), kwargs=kwargs, group=group,
+                                 catchup=catchup, jitter=jitter, overlap=overlap,
+                                 fn=spec.fn if spec else None,
+                                 limit=self.settings.max_payload_bytes)
+        if _sched.deferring():
+            self.declared_schedules[s.name] = s
+            return s
+        store = self._store(spec.queue if spec else None)
+        if spec is None and store.task_known(task_name) is None:
+            raise UnknownTask(f"unknown task {task_name!r}: not registered in this process, "
+                              f"and no worker of queue {store.queue.name!r} serves it")
+        store.put(s, origin="runtime")
+        return s
+
+    def unschedule(self, name: str, queue: str | None = None) -> bool:
+        """Remove a stored schedule (running workers stop it within one tick); False if
+        there was none. Jobs it enqueued already stay."""
+        return self._store(queue).drop(name)
+
+    def schedules(self, queue: str | None = None) -> list[ScheduleInfo]:
+        """The schedules stored on the queue: name, task, spec, tz, next run, last slot's
+        job id and its state (also with no worker running)."""
+        return self._store(queue).infos()
+
+    def run_schedule(self, name: str, queue: str | None = None) -> JobHandle[Any]:
+        """Enqueue one extra run of a schedule now, with an id of its own."""
+        store = self._store(queue)
+        s = store.get(name)
+        if s is None:
+            raise UnknownSchedule(f"no schedule {name!r} on queue {store.queue.name!r}")
+        spec = self._local_spec(s.task)
+        if spec is None:
+            options = store.task_known(s.task)
+            if options is None:
+                raise UnknownTask(f"schedule {name!r} names task {s.task!r}, which no worker "
+                                  f"of queue {store.queue.name!r} serves")
+            spec, group_fn = _sched.spec_from_options(s.task, options)
+            if group_fn and s.group is None:
+                raise InvalidSchedule(
+                    f"task {s.task} picks its group with a function that only its module "
+                    f"can run: run this where the module is imported (-A), or give "
+                    f"schedule {name!r} a group")
+        job_id, duplicate = _sched.run_now(store, s, spec, self.settings.max_payload_bytes)
+        return JobHandle(store.queue, job_id, duplicate)
+
+    def _store(self, queue: str | None = None) -> ScheduleStore:
+        return ScheduleStore(self.queue(queue))
 
     # -- admin verbs on the app's queue ------------------------------------------------------
     def pause(self) -> None:
@@ -253,7 +344,8 @@ def task(fn: Callable[P, R], /) -> Task[P, R]: ...
 def task(fn: None = None, /, *, name: str | None = None, group: GroupSpec = None,
          max_attempts: int = 3, retry_delay: float = 1.0, lease: float = 30.0,
          queue: str | None = None, time_limit: float | None = None,
-         result_ttl: int = 86_400) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+         result_ttl: int = 86_400,
+         schedule: ScheduleSpec = None) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
 def task(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:

@@ -106,3 +106,32 @@ class Retry(EmqError):
         self.delay = delay
         self.reason = reason
         super().__init__(reason or f"retry requested (delay={delay})")
+
+
+class ScheduleError(EmqError):
+    """A schedule refused where it is declared (decorator, App.schedule, CLI): nothing stored."""
+
+
+class InvalidCron(ScheduleError):
+    """A malformed cron expression (5 fields needed), or one that never fires."""
+
+
+class UnknownTimezone(ScheduleError):
+    """A time zone that is not an IANA name zoneinfo knows (``UTC``, ``Europe/Paris``...)."""
+
+
+class InvalidInterval(ScheduleError):
+    """An ``every`` that is not a whole number of seconds >= 1."""
+
+
+class InvalidScheduleName(ScheduleError):
+    """A schedule name that cannot be part of a job id: 1-64 letters, digits, ``_ . -``."""
+
+
+class InvalidSchedule(ScheduleError):
+    """Schedule options that do not fit: both or neither of cron/every, a catch-up policy,
+    jitter, or arguments the task does not take."""
+
+
+class UnknownSchedule(ScheduleError):
+    """No schedule of that name is stored on the queue."""

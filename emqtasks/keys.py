@@ -138,6 +138,27 @@ class QueueKeys:
     def group_of_lane(self, key: str) -> str:
         return key[len(self.base) + 2 : -len(":pending")]
 
+    # -- periodic schedules (schedules.py, lua/schedule.lua) ------------------------------
+    @property
+    def schedules(self) -> str:
+        """hash: schedule name -> its spec (JSON)."""
+        return self.base + "schedules"
+
+    @property
+    def schedstate(self) -> str:
+        """hash: ``<name>:last`` / ``:job`` / ``:lastid`` / ``:key`` / ``:origin`` per schedule."""
+        return self.base + "schedstate"
+
+    @property
+    def schedver(self) -> str:
+        """string: bumped by every change of ``schedules``."""
+        return self.base + "schedver"
+
+    @property
+    def tasks(self) -> str:
+        """hash: task name -> its options (JSON), as the workers of the queue serve them."""
+        return self.base + "tasks"
+
     @property
     def all_pattern(self) -> str:
         # Queue names hold no glob characters, and Redis globs give braces no meaning.

@@ -49,14 +49,16 @@ class JobHandle(Generic[R_co]):
         return self.verdict == "duplicate"
 
     def status(self) -> str | None:
-        """pending, delayed, active, done, dead, cancelled; None once the row expired."""
+        """pending, delayed, active, done, dead, cancelled, skipped (a schedule's slot skipped
+        by overlap control); None once the row expired."""
         return self._queue.status(self.id)
 
     def info(self) -> dict[str, Any] | None:
         return self._queue.job(self.id)
 
     def get(self, timeout: float | None = None, poll: float | None = None) -> R_co:
-        """The task's return value; TaskFailed if it died or was cancelled; ResultTimeout
+        """The task's return value; TaskFailed if it died, was cancelled, or was a schedule's
+        slot skipped by overlap control; ResultTimeout
         (a TimeoutError) when it has not finished within ``timeout`` seconds.
 
         Blocks on the job's own notification key (one BLPOP per ``poll`` seconds, default
@@ -72,8 +74,8 @@ class JobHandle(Generic[R_co]):
             if state == "done":
                 value: R_co = serialization.loads_result(result)
                 return value
-            if state in ("dead", "cancelled"):
-                raise TaskFailed(self.id, error if state == "dead" else "cancelled")
+            if state in ("dead", "cancelled", "skipped"):
+                raise TaskFailed(self.id, "cancelled" if state == "cancelled" else error)
             if state is None:
                 raise TaskFailed(self.id, "the job row is gone (expired, purged, never "
                                           "existed, or result_ttl=0)")

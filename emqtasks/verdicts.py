@@ -59,6 +59,16 @@ class ExtendVerdict(IntEnum):
     EXTENDED = 1
 
 
+class FireVerdict(IntEnum):
+    """schedule 'fire' (one slot of a periodic schedule)."""
+
+    GONE = -2         # the schedule was removed meanwhile: nothing written
+    EARLY = -1        # the slot is after the server's now: nothing written
+    DUPLICATE = 0     # the slot was handled already (by this or another master)
+    ENQUEUED = 1
+    SKIPPED = 2       # overlap control: the previous slot's job is still pending or running
+
+
 class CancelVerdict(str, Enum):
     """cancel: equal to its plain string ('cancelled', 'missing', 'active', 'finished')."""
 

@@ -6,6 +6,7 @@ import importlib
 import logging
 import os
 import sys
+import time
 
 import click
 import redis
@@ -17,7 +18,10 @@ from ..config import WorkerSettings, redacted
 from ..connection import connect
 from ..errors import EmqError
 from ..queue import Queue
+from ..registry import Registry
+from ..schedules import ScheduleStore, deferred, register_declared
 from ..worker.child import every_task
+from ..worker.resilience import Outage
 from .common import CliError, open_queue, queue_options, settings_for
 
 
@@ -46,7 +50,8 @@ def worker(modules: tuple[str, ...], concurrency: int | None, redis_url: str | N
     """Run a master and N forked children on one queue."""
     logging.basicConfig(level=loglevel.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s emqtasks[%(process)d] %(message)s")
-    import_modules(modules)
+    with deferred():   # App.schedule in a module declares; stored below, on the final queue
+        import_modules(modules)
     apps = [a for a in all_apps() if a.tasks and a is not default_app]
     settings = settings_for(redis_url, queue, apps[0].explicit if len(apps) == 1 else None)
     for app in {default_app, *apps}:
@@ -61,8 +66,14 @@ def worker(modules: tuple[str, ...], concurrency: int | None, redis_url: str | N
                                time_limit=time_limit, grace=grace)
     try:
         registry = every_task()
+        # Idempotent, so a dropped connection is simply tried again (for up to 30 s).
+        give_up = time.monotonic() + 30
+        Outage(logging.getLogger("emqtasks.worker"), "start",
+               stop=lambda: time.monotonic() > give_up).call(register_schedules, probe, registry)
     except EmqError as exc:
         raise CliError(str(exc)) from None
+    except redis.exceptions.RedisError as exc:
+        raise CliError(f"cannot store the schedules: {exc}") from None
     logging.getLogger("emqtasks.worker").info(
         "emqtasks %s: queue %r, concurrency %d, %d tasks registered (%s), redis %s",
         __version__, settings.queue, wsettings.concurrency, len(registry),
@@ -87,6 +98,21 @@ def import_modules(modules: tuple[str, ...]) -> None:
         except Exception as exc:
             raise CliError(f"cannot import module {name!r}: {type(exc).__name__}: {exc}") \
                 from None
+
+
+def register_schedules(queue: Queue, registry: Registry) -> None:
+    """Store the schedules the modules declare for this queue (the queue of their task,
+    else the worker's), and note the worker's tasks on the queue for the CLI."""
+    specs = {name: t.spec for name, t in registry.tasks().items()}
+    declared = [s for app in all_apps() for s in app.declared_schedules.values()
+                if s.task not in specs or specs[s.task].queue in (None, queue.name)]
+    changed, dropped = register_declared(ScheduleStore(queue), declared, specs)
+    if declared or dropped:
+        logging.getLogger("emqtasks.worker").info(
+            "schedules declared in code: %d (%s)%s%s", len(declared),
+            ", ".join(sorted(s.name for s in declared)) or "none",
+            f"; stored or changed: {', '.join(changed)}" if changed else "",
+            f"; no longer declared, removed: {', '.join(dropped)}" if dropped else "")
 
 
 def warn_about_eviction(queue: Queue) -> None:

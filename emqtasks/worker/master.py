@@ -27,6 +27,7 @@ from ..queue import WAKE_DUE, Lease, Queue
 from ..registry import Registry
 from .child import GO, GOT_WORK, IDLE, STOP, Child
 from .resilience import TRANSIENT, Outage
+from .scheduler import Scheduler
 from .slots import Running, Slots
 
 log = logging.getLogger("emqtasks.worker")
@@ -69,6 +70,7 @@ class Master:
         self.has_idle = threading.Event()
         self.park_stop = threading.Event()
         self.stats = {"started": 0, "died": 0, "replaced": 0, "time_limited": 0}
+        self.scheduler = Scheduler(registry)   # periodic schedules, run by the park thread
         self._stopping = False
         self._hard_stop = False
         self._respawn_at: dict[int, tuple[float, float]] = {}   # index -> (when, backoff)
@@ -361,12 +363,18 @@ class Master:
         tick = self.settings.tick
         next_reap = time.monotonic() + tick
         next_promote = next_reap
+        next_sched = 0.0   # the scheduler's first call loads the schedules
         while not self.park_stop.is_set():
             try:
                 now = time.monotonic()
-                if now >= next_reap:
+                ticked = now >= next_reap
+                if ticked:
                     outage.call(self._reap, queue)
                     next_reap = now + tick
+                if ticked or now >= next_sched:
+                    # Due slots of periodic schedules; on the tick, a look for changed ones.
+                    slot_in = outage.call(self.scheduler.run_due, queue, ticked)
+                    next_sched = now + min(tick, slot_in)
                 if now >= next_promote:
                     due_in, claimable = outage.call(self._promote, queue)
                     # While children are busy nobody parks to hear of new delayed work,
@@ -380,7 +388,8 @@ class Master:
                         self.has_idle.clear()
                         os.write(self._wake_w, b"w")
                         continue
-                horizon = max(min(next_reap, next_promote) - time.monotonic(), 0.001)
+                horizon = max(min(next_reap, next_promote, next_sched) - time.monotonic(),
+                              0.001)
                 if not self.has_idle.wait(horizon) or self.park_stop.is_set():
                     continue
                 token = outage.call(queue.park, horizon)

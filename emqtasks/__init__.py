@@ -1,6 +1,7 @@
 """emqtasks: a Celery-style background task runner on Redis, fair per group, without polling."""
 
-from .app import App, default_app, task
+from .app import App, default_app, on, task
+from .context import JobContext, JobLogFilter, current_job
 from .errors import (
     ClusterUrlError,
     ConfigError,
@@ -10,6 +11,7 @@ from .errors import (
     InvalidGroup,
     InvalidJobId,
     InvalidQueueName,
+    NoCurrentJob,
     PayloadTooLarge,
     ResultTimeout,
     Retry,
@@ -36,6 +38,8 @@ __version__ = "0.1.0"
 __all__ = [
     # defining and enqueueing tasks
     "task", "App", "Task", "JobHandle", "Retry", "default_app",
+    # inside a task, and hooks
+    "current_job", "JobContext", "JobLogFilter", "on",
     # the consumer-side verbs the worker is built on, and their replies
     "Queue", "Lease", "Acked", "EnqueueVerdict", "AckVerdict", "RetryVerdict",
     "ReleaseVerdict", "ExtendVerdict", "CancelVerdict",
@@ -43,6 +47,6 @@ __all__ = [
     "EmqError", "ConfigError", "ClusterUrlError", "InvalidQueueName", "InvalidJobId",
     "InvalidGroup", "InvalidArgument", "SerializationError", "PayloadTooLarge",
     "UnknownTask", "DuplicateTaskName", "ScriptError", "TaskFailed", "ResultTimeout",
-    "TimeLimitExceeded", "WorkerLost",
+    "TimeLimitExceeded", "WorkerLost", "NoCurrentJob",
     "__version__",
 ]

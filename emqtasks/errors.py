@@ -83,3 +83,7 @@ class Retry(EmqError):
         self.delay = delay
         self.reason = reason
         super().__init__(reason or f"retry requested (delay={delay})")
+
+
+class NoCurrentJob(EmqError, RuntimeError):
+    """``current_job()`` was called outside a task run by a worker."""

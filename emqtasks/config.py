@@ -74,3 +74,4 @@ class WorkerSettings:
     time_limit: float = 0.0           # 0: no limit unless the task sets one
     grace: float = 30.0               # how long a warm shutdown lets running jobs finish
     renew_every: float = 0.0          # 0: a third of each job's lease
+    async_concurrency: int = 1        # async jobs one child runs at once

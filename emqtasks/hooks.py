@@ -48,23 +48,13 @@ class Hooks:
 
     def fire(self, event: str, *args: Any,
              run: Callable[[Any], Any] | None = None) -> None:
-        """Call every hook of event; a coroutine a hook returns runs to its end with
-        ``run`` (e.g. loop.run_until_complete), or on a fresh loop."""
+        """Call every hook of event. A coroutine a hook returns is handed to ``run`` (a
+        worker child runs it on its event loop), else run to its end on a fresh loop."""
         for fn in self._by_event.get(event, ()):
             try:
                 result = fn(*args)
                 if inspect.isawaitable(result):
-                    (run or asyncio.run)(_awaited(result))
-            except Exception:
-                log.exception("hook %s for %s raised; carrying on", _name(fn), event)
-
-    async def afire(self, event: str, *args: Any) -> None:
-        """fire() from a coroutine: awaitable results are awaited here."""
-        for fn in self._by_event.get(event, ()):
-            try:
-                result = fn(*args)
-                if inspect.isawaitable(result):
-                    await result
+                    (run or asyncio.run)(_guarded(result, fn, event))
             except Exception:
                 log.exception("hook %s for %s raised; carrying on", _name(fn), event)
 
@@ -78,8 +68,11 @@ class Hooks:
         return out
 
 
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
+async def _guarded(awaitable: Any, fn: Callable[..., Any], event: str) -> None:
+    try:
+        await awaitable
+    except Exception:
+        log.exception("hook %s for %s raised; carrying on", _name(fn), event)
 
 
 def _name(fn: Callable[..., Any]) -> str:

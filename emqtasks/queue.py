@@ -182,10 +182,21 @@ class Queue:
         reply = self.client.blpop([self.keys.wake], timeout=_block_seconds(timeout))
         return None if reply is None else reply[1]
 
-    def push_wake(self) -> None:
+    @staticmethod
+    def park_many(queues: Sequence[Queue], timeout: float) -> tuple[int, str] | None:
+        """park() on the wake keys of several queues of one server (one BLPOP): (index of
+        the queue whose token came, the token), or None on timeout."""
+        if len(queues) == 1:
+            token = queues[0].park(timeout)
+            return None if token is None else (0, token)
+        keys = [q.keys.wake for q in queues]
+        reply = queues[0].client.blpop(keys, timeout=_block_seconds(timeout))
+        return None if reply is None else (keys.index(reply[0]), reply[1])
+
+    def push_wake(self, token: str = WAKE_WORK) -> None:
         """Hand a readiness token on (bounded like the ones the scripts push)."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.rpush(self.keys.wake, "1")
+        pipe.rpush(self.keys.wake, token)
         pipe.ltrim(self.keys.wake, 0, 15)
         pipe.expire(self.keys.wake, 60)
         pipe.execute()

@@ -87,7 +87,7 @@ def worker(modules: tuple[str, ...], concurrency: int | None, redis_url: str | N
 
 def queue_specs(text: str | None) -> list[QueueSpec]:
     try:
-        return parse_queues(text or DEFAULT_QUEUE)
+        return parse_queues(DEFAULT_QUEUE if text is None else text)
     except EmqError as exc:
         raise CliError(str(exc)) from None
 

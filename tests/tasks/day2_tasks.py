@@ -137,22 +137,33 @@ async def async_whoami(tag: str) -> dict[str, object]:
     return snap
 
 
-@task(name="d2.outlives", group="ctx", lease=0.5, max_attempts=3, retry_delay=0.05)
+@task(name="d2.outlives", group="ctx", lease=3.0, max_attempts=3, retry_delay=0.05)
 def outlives(tag: str) -> None:
-    """Blocks its lease renewal out (SIGSTOP of nothing: it just sleeps longer than the
-    lease while the test reaps and re-claims it), then says whether it still holds."""
+    """Notes its fence, waits for the test's go (meanwhile the test expires and reaps the
+    lease, and another child claims the job again), then notes whether it still holds."""
     job = current_job()
     r = _r()
-    r.hset(_k("first_fence"), tag, job.fence)
-    r.rpush(_k(f"ready:{tag}"), "1")
+    r.rpush(_k(f"fences:{tag}"), job.fence)
     r.blpop([_k(f"go:{tag}")], timeout=20)
-    r.hset(_k("holds_after"), tag, int(job.still_holds()))
+    r.rpush(_k(f"holds:{tag}"), json.dumps([job.fence, job.still_holds()]))
 
 
 @task(name="d2.logs", group="ctx")
-def logs(tag: str) -> str:
-    logging.getLogger("d2.user").warning("user log line of %s", tag)
-    return tag
+def logs(tag: str) -> list[str]:
+    """Logs through a handler of its own with the job fields in its format; returns what
+    the handler wrote."""
+    import io
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logging.Formatter("%(emq_job_id)s %(emq_task)s %(message)s"))
+    user = logging.getLogger("d2.user")
+    user.addHandler(handler)
+    try:
+        user.warning("user log line of %s", tag)
+    finally:
+        user.removeHandler(handler)
+    return out.getvalue().split()
 
 
 # -- hooks ---------------------------------------------------------------------------------

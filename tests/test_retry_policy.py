@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import day2_tasks as d2
 import pytest
-from day2 import cleanup, key, start, wait_until
+from day2 import cleanup, key, start
 
 from emqtasks import App, InvalidArgument, TaskFailed
 from emqtasks.retry_policy import RetryPolicy

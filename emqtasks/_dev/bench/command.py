@@ -39,9 +39,17 @@ from .scenarios import Row, render, run_all
 @click.option("--peers", is_flag=True,
               help="the same workloads on Huey and Dramatiq too, side by side, where they "
                    "are installed (pip install 'emqtasks[peers]'); ratios emqtasks/peer")
+@click.option("--async", "async_", is_flag=True,
+              help="only async jobs: 1,000 (--jobs) that each await sleep(0.2), on -c 2 "
+                   "--async-concurrency 100: wall time, jobs/s, most at once")
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
-          as_json: bool, quick: bool, cluster: bool, peers: bool) -> None:
+          as_json: bool, quick: bool, cluster: bool, peers: bool, async_: bool) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
+    if async_:   # its own scenario and report: see async_bench.py
+        from . import async_bench
+
+        async_bench.run(redis_url, jobs, runs, as_json, quick)
+        return
     if peers:   # its own scenarios and report: see bench_peers.py
         if cluster:
             raise BenchError("--peers and --cluster are separate benches: give one")

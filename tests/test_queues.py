@@ -108,3 +108,23 @@ def test_bad_worker_input_is_one_line_and_exit_2(app: App, args: list[str], says
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("emqtasks: error:"), result.stderr
     assert says in lines[0], lines[0]
+
+
+def test_stats_names_each_queue_of_a_list(app: App, two: tuple[str, str]) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from emqtasks.cli import main
+
+    a, b = two
+    enqueue(app, d2.sync_record, [(f"a:{i}",) for i in range(3)], queue=a)
+    enqueue(app, d2.sync_record, [(f"b:{i}",) for i in range(2)], queue=b)
+    url = app.settings.redis_url
+    out = CliRunner().invoke(main, ["stats", "--redis-url", url, "-Q", f"{a},{b}"])
+    assert out.exit_code == 0, out.output
+    assert f"queue {a}: 3 pending" in out.output and f"queue {b}: 2 pending" in out.output
+    out = CliRunner().invoke(main, ["stats", "--redis-url", url, "-Q", f"{a}:3,{b}:1",
+                                    "--json"])
+    data = json.loads(out.output)
+    assert [(q["queue"], q["pending"]) for q in data["queues"]] == [(a, 3), (b, 2)]

@@ -9,44 +9,12 @@ the rotation comes round again, so an idle queue costs one empty claim per turn.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-from ..errors import ConfigError
-from ..keys import check_queue_name
+from ..config import QueueSpec, parse_queues
 from ..queue import Lease, Queue
 
+__all__ = ["Claimed", "QueueSet", "QueueSpec", "parse_queues"]
+
 Claimed = tuple[int, Lease]   # (index of the queue in the -Q list, the lease)
-
-
-class QueueSpec(NamedTuple):
-    name: str
-    weight: int | None = None   # None: strict order
-
-
-def parse_queues(text: str) -> list[QueueSpec]:
-    """``a,b,c`` (strict) or ``a:3,b:1`` (weighted); ConfigError names what is wrong."""
-    specs: list[QueueSpec] = []
-    parts = text.split(",")
-    for part in parts:
-        name, sep, weight = part.strip().partition(":")
-        name = name.strip()
-        if not name and len(parts) > 1:
-            raise ConfigError(f"invalid queue list {text!r}: an empty queue name")
-        check_queue_name(name)   # InvalidQueueName: "invalid queue name ..."
-        if any(s.name == name for s in specs):
-            raise ConfigError(f"invalid queue list {text!r}: {name!r} is listed twice")
-        w: int | None = None
-        if sep:
-            if not weight.strip().isdigit() or int(weight) < 1:
-                raise ConfigError(f"invalid queue list {text!r}: the weight of {name!r} "
-                                  f"must be an integer >= 1, not {weight!r}")
-            w = int(weight)
-        specs.append(QueueSpec(name, w))
-    weighted = [s.weight is not None for s in specs]
-    if any(weighted) and not all(weighted):
-        raise ConfigError(f"invalid queue list {text!r}: give every queue a weight "
-                          f"(a:3,b:1) or none (a,b: strict order)")
-    return specs
 
 
 class QueueSet:

@@ -32,7 +32,7 @@ from .common import AdminCommand, CliError, open_queue, queue_options, settings_
               help="child processes [default: number of CPUs]")
 @functools.partial(queue_options, queue_help="queue(s) to serve: a name; a,b,c in strict "
                                            "order; a:3,b:1 by weight")
-@click.option("--async-concurrency", type=click.IntRange(1, 10_000), default=1,
+@click.option("--async-concurrency", type=click.IntRange(1, 1000), default=1,
               show_default=True,
               help="async jobs one child runs at once (sync jobs: one at a time)")
 @click.option("--loglevel", default="INFO", show_default=True,

@@ -69,6 +69,7 @@ class Runner:
         self.hooks = hooks if hooks is not None else every_hook()
         self.default_time_limit = default_time_limit
         self._signatures: dict[str, inspect.Signature | None] = {}
+        self._plans: dict[str, tuple[TaskSpec | None, float, int]] = {}
         #: How Redis calls are made; a child routes them through its Outage.
         self.call: Callable[..., Any] = lambda fn, *args: fn(*args)
         #: The sync job of the last execute(), and whether its task function is running now
@@ -80,12 +81,16 @@ class Runner:
 
     # -- looking a job up ---------------------------------------------------------------
     def plan(self, lease: Lease) -> Plan:
-        spec = self.registry.get(lease.task).spec if lease.task in self.registry else None
-        limit = float(spec.time_limit) if spec is not None and spec.time_limit else \
-            self.default_time_limit
+        known = self._plans.get(lease.task)
+        if known is None:
+            spec = self.registry.get(lease.task).spec if lease.task in self.registry else None
+            limit = float(spec.time_limit) if spec is not None and spec.time_limit else \
+                self.default_time_limit
+            kind = ASYNC if spec is not None and spec.is_async else SYNC
+            known = self._plans[lease.task] = (spec, limit, kind)
+        spec, limit, kind = known
         policy = spec.policy if spec is not None else DEFAULT_POLICY
-        kind = ASYNC if spec is not None and spec.is_async else SYNC
-        return Plan(spec, limit, kind, policy.delay(lease.attempts))
+        return Plan(spec, limit, kind, policy.delay(lease.attempts) if policy.backoff else None)
 
     def prepare(self, lease: Lease) -> tuple[Callable[..., Any], list[Any], dict[str, Any]]:
         """Look the task up and decode its arguments; raises for a job that can never run."""

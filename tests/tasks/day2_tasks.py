@@ -77,8 +77,8 @@ def sync_record(tag: str) -> str:
 
 
 # -- retry policies ------------------------------------------------------------------------
-@task(name="d2.backoff", retry_backoff=0.2, retry_jitter=False, retry_backoff_max=0.8,
-      max_attempts=5)
+@task(name="d2.backoff", retry_backoff=0.4, retry_jitter=False, retry_backoff_max=1.6,
+      max_attempts=5, retry_delay=5.0)
 def backoff(tag: str) -> None:
     """Always fails, noting the server time of each start."""
     _r().rpush(_k(f"at:{tag}"), _server_ms())

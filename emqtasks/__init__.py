@@ -1,6 +1,7 @@
 """emqtasks: a Celery-style background task runner on Redis, fair per group, without polling."""
 
-from .app import App, default_app, task
+from .app import App, default_app, on, task
+from .context import JobContext, JobLogFilter, current_job
 from .cron import Cron, Every, cron, every
 from .errors import (
     ClusterUrlError,
@@ -15,6 +16,7 @@ from .errors import (
     InvalidQueueName,
     InvalidSchedule,
     InvalidScheduleName,
+    NoCurrentJob,
     PayloadTooLarge,
     ResultTimeout,
     Retry,
@@ -48,6 +50,8 @@ __all__ = [
     "task", "App", "Task", "JobHandle", "Retry", "default_app",
     # periodic schedules
     "cron", "every", "Cron", "Every", "Schedule", "ScheduleInfo",
+    # inside a task, and hooks
+    "current_job", "JobContext", "JobLogFilter", "on",
     # the consumer-side verbs the worker is built on, and their replies
     "Queue", "Lease", "Acked", "EnqueueVerdict", "AckVerdict", "RetryVerdict",
     "ReleaseVerdict", "ExtendVerdict", "CancelVerdict", "FireVerdict",
@@ -55,7 +59,8 @@ __all__ = [
     "EmqError", "ConfigError", "ClusterUrlError", "InvalidQueueName", "InvalidJobId",
     "InvalidGroup", "InvalidArgument", "SerializationError", "PayloadTooLarge",
     "UnknownTask", "DuplicateTaskName", "ScriptError", "TaskFailed", "ResultTimeout",
-    "TimeLimitExceeded", "WorkerLost", "ScheduleError", "InvalidCron", "UnknownTimezone",
-    "InvalidInterval", "InvalidScheduleName", "InvalidSchedule", "UnknownSchedule",
+    "TimeLimitExceeded", "WorkerLost", "NoCurrentJob", "ScheduleError", "InvalidCron",
+    "UnknownTimezone", "InvalidInterval", "InvalidScheduleName", "InvalidSchedule",
+    "UnknownSchedule",
     "__version__",
 ]

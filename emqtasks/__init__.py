@@ -1,6 +1,7 @@
 """emqtasks: a Celery-style background task runner on Redis, fair per group, without polling."""
 
-from .app import App, default_app, task
+from .app import App, default_app, on, task
+from .context import JobContext, JobLogFilter, current_job
 from .cron import Cron, Every, cron, every
 from .errors import (
     ClusterUrlError,
@@ -16,6 +17,7 @@ from .errors import (
     InvalidSchedule,
     InvalidScheduleName,
     LaneFull,
+    NoCurrentJob,
     PayloadTooLarge,
     RateLimited,
     ResultTimeout,
@@ -50,6 +52,8 @@ __all__ = [
     "task", "App", "Task", "JobHandle", "Retry", "RateLimited", "default_app",
     # periodic schedules
     "cron", "every", "Cron", "Every", "Schedule", "ScheduleInfo",
+    # inside a task, and hooks
+    "current_job", "JobContext", "JobLogFilter", "on",
     # the consumer-side verbs the worker is built on, and their replies
     "Queue", "Lease", "Acked", "EnqueueVerdict", "AckVerdict", "RetryVerdict",
     "ReleaseVerdict", "ExtendVerdict", "CancelVerdict", "FireVerdict",
@@ -58,7 +62,8 @@ __all__ = [
     "InvalidGroup", "InvalidArgument", "SerializationError", "PayloadTooLarge",
     "UnknownTask", "DuplicateTaskName", "ScriptError", "TaskFailed", "ResultTimeout",
     "LaneFull",
-    "TimeLimitExceeded", "WorkerLost", "ScheduleError", "InvalidCron", "UnknownTimezone",
-    "InvalidInterval", "InvalidScheduleName", "InvalidSchedule", "UnknownSchedule",
+    "TimeLimitExceeded", "WorkerLost", "NoCurrentJob", "ScheduleError", "InvalidCron",
+    "UnknownTimezone", "InvalidInterval", "InvalidScheduleName", "InvalidSchedule",
+    "UnknownSchedule",
     "__version__",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -14,10 +15,12 @@ from .config import Settings
 from .connection import connect
 from .cron import Timing
 from .errors import InvalidArgument, InvalidSchedule, LaneFull, UnknownSchedule, UnknownTask
+from .hooks import EVENTS, F, HookEvent, Hooks
 from .keys import check_queue_name
 from .lanes import DEFAULT_FIELDS
 from .queue import Queue
 from .registry import GroupSpec, Registry, TaskSpec
+from .retry_policy import ExceptionTypes, RetryPolicy
 from .schedules import Schedule, ScheduleInfo, ScheduleStore
 from .task import JobHandle, Task, build_job
 from .verdicts import CancelVerdict, EnqueueVerdict
@@ -50,6 +53,7 @@ class App:
         #: Schedules declared in code (decorator, or App.schedule while a worker imports its
         #: modules): the worker stores them at start.
         self.declared_schedules: dict[str, Schedule] = {}
+        self.hooks = Hooks()
         _apps.append(self)
 
     # -- configuration ------------------------------------------------------------------
@@ -97,6 +101,19 @@ class App:
         self._client = None
         self._queues = {}
 
+    # -- hooks --------------------------------------------------------------------------
+    def on(self, event: HookEvent) -> Callable[[F], F]:
+        """Register a hook: ``@app.on("task_dead")`` (see emqtasks.hooks for the events).
+        An unknown event is InvalidArgument at decoration."""
+        if event not in EVENTS:
+            raise InvalidArgument(f"unknown hook event {event!r}: one of {', '.join(EVENTS)}")
+
+        def register(fn: F) -> F:
+            self.hooks.add(event, fn)
+            return fn
+
+        return register
+
     # -- tasks --------------------------------------------------------------------------
     @overload
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
@@ -105,25 +122,38 @@ class App:
     def task(self, fn: None = None, /, *, name: str | None = None, group: GroupSpec = None,
              max_attempts: int = 3, retry_delay: float = 1.0, lease: float = 30.0,
              queue: str | None = None, time_limit: float | None = None,
-             result_ttl: int = 86_400,
-             schedule: ScheduleSpec = None) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+             result_ttl: int = 86_400, retry_backoff: bool | float = False,
+             retry_backoff_max: float = 600.0, retry_jitter: bool = True,
+             retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
+             schedule: ScheduleSpec = None,
+             ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     @overload
     def task(self, fn: Callable[P, R], /, *, name: str | None = None,
              group: GroupSpec = None, max_attempts: int = 3, retry_delay: float = 1.0,
              lease: float = 30.0, queue: str | None = None, time_limit: float | None = None,
-             result_ttl: int = 86_400, schedule: ScheduleSpec = None) -> Task[P, R]: ...
+             result_ttl: int = 86_400, retry_backoff: bool | float = False,
+             retry_backoff_max: float = 600.0, retry_jitter: bool = True,
+             retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
+             schedule: ScheduleSpec = None,
+             ) -> Task[P, R]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
              group: GroupSpec = None, max_attempts: int = 3, retry_delay: float = 1.0,
              lease: float = 30.0, queue: str | None = None, time_limit: float | None = None,
-             result_ttl: int = 86_400, schedule: ScheduleSpec = None) -> Any:
-        """Register a function as a task; usable as ``@app.task`` or ``@app.task(...)``.
+             result_ttl: int = 86_400, retry_backoff: bool | float = False,
+             retry_backoff_max: float = 600.0, retry_jitter: bool = True,
+             retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
+             schedule: ScheduleSpec = None) -> Any:
+        """Register a function (or an ``async def`` coroutine function) as a task; usable
+        as ``@app.task`` or ``@app.task(...)``.
 
         ``schedule`` (a task that takes no arguments) runs it periodically under a schedule
         named after the task, stored when a worker starts: ``emqtasks.cron(...)``,
         ``emqtasks.every(...)``, a cron string, or seconds.
         """
+        policy = RetryPolicy.of(retry_backoff, retry_backoff_max, retry_jitter, retry_for,
+                                dont_retry_for)   # at decoration: InvalidArgument
         timing = None if schedule is None else _sched.declared_timing(schedule)
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
@@ -135,7 +165,8 @@ class App:
             spec = TaskSpec(name=name or f"{_module_name(f)}.{f.__qualname__}", fn=f,
                             group=group, max_attempts=max_attempts, retry_delay=retry_delay,
                             lease=lease, queue=queue, time_limit=time_limit,
-                            result_ttl=int(result_ttl))
+                            result_ttl=int(result_ttl), policy=policy,
+                            is_async=inspect.iscoroutinefunction(f))
             declared = None
             if timing is not None:   # checked before the task is registered
                 declared = _sched.make_schedule(spec.name, spec.name, timing=timing, fn=f)
@@ -241,7 +272,7 @@ class App:
                     f"can run: run this where the module is imported (-A), or give "
                     f"schedule {name!r} a group")
         job_id, duplicate = _sched.run_now(store, s, spec, self.settings.max_payload_bytes)
-        return JobHandle(store.queue, job_id, duplicate)
+        return JobHandle(store.queue, job_id, "duplicate" if duplicate else "enqueued")
 
     def _store(self, queue: str | None = None) -> ScheduleStore:
         return ScheduleStore(self.queue(queue))
@@ -344,13 +375,20 @@ def task(fn: Callable[P, R], /) -> Task[P, R]: ...
 def task(fn: None = None, /, *, name: str | None = None, group: GroupSpec = None,
          max_attempts: int = 3, retry_delay: float = 1.0, lease: float = 30.0,
          queue: str | None = None, time_limit: float | None = None,
-         result_ttl: int = 86_400,
+         result_ttl: int = 86_400, retry_backoff: bool | float = False,
+         retry_backoff_max: float = 600.0, retry_jitter: bool = True,
+         retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
          schedule: ScheduleSpec = None) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
 def task(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Register a task on the default App (settings from EMQ_REDIS_URL / EMQ_QUEUE)."""
     return default_app.task(fn, **options)
+
+
+def on(event: HookEvent) -> Callable[[F], F]:
+    """Register a hook on the default App (the one module-level ``@task`` uses)."""
+    return default_app.on(event)
 
 
 def all_apps() -> list[App]:

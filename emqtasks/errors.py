@@ -135,3 +135,5 @@ class InvalidSchedule(ScheduleError):
 
 class UnknownSchedule(ScheduleError):
     """No schedule of that name is stored on the queue."""
+class NoCurrentJob(EmqError, RuntimeError):
+    """``current_job()`` was called outside a task run by a worker."""

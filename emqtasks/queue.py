@@ -54,7 +54,8 @@ class Acked(NamedTuple):
 
 
 class Lease(NamedTuple):
-    """A claimed job. ``attempts`` and ``nonce`` together are the fencing token."""
+    """A claimed job. ``attempts`` and ``nonce`` together are the fencing token; ``fence``
+    grows with every claim of the row and never goes back (for guarding external writes)."""
 
     id: str
     task: str
@@ -64,11 +65,12 @@ class Lease(NamedTuple):
     group: str
     lease_ms: int
     more: bool = False    # other work was serviceable when this job was claimed
+    fence: int = 0        # the row's claim counter after this claim
 
     @classmethod
     def from_reply(cls, row: Sequence[Any]) -> Lease:
         return cls(row[0], row[1], row[2] or "", int(row[3]), row[4], row[5], int(row[6]),
-                   bool(row[7]))
+                   bool(row[7]), int(row[8]) if len(row) > 8 else 0)
 
 
 def _block_seconds(timeout: float) -> float:
@@ -186,10 +188,21 @@ class Queue:
         reply = self.client.blpop([self.keys.wake], timeout=_block_seconds(timeout))
         return None if reply is None else reply[1]
 
-    def push_wake(self) -> None:
+    @staticmethod
+    def park_many(queues: Sequence[Queue], timeout: float) -> tuple[int, str] | None:
+        """park() on the wake keys of several queues of one server (one BLPOP): (index of
+        the queue whose token came, the token), or None on timeout."""
+        if len(queues) == 1:
+            token = queues[0].park(timeout)
+            return None if token is None else (0, token)
+        keys = [q.keys.wake for q in queues]
+        reply = queues[0].client.blpop(keys, timeout=_block_seconds(timeout))
+        return None if reply is None else (keys.index(reply[0]), reply[1])
+
+    def push_wake(self, token: str = WAKE_WORK) -> None:
         """Hand a readiness token on (bounded like the ones the scripts push)."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.rpush(self.keys.wake, "1")
+        pipe.rpush(self.keys.wake, token)
         pipe.ltrim(self.keys.wake, 0, 15)
         pipe.expire(self.keys.wake, 60)
         pipe.execute()
@@ -291,6 +304,14 @@ class Queue:
         """Block until the job's end is announced or timeout passes (one BLPOP)."""
         return self.client.blpop([self.keys.done(job_id)],
                                  timeout=_block_seconds(timeout)) is not None
+
+    def holds(self, lease: Lease) -> bool:
+        """Whether this lease is still the current claim of its job (one HMGET, no verb):
+        false once it expired and the job was claimed again, or finished."""
+        state, attempts, nonce = self.client.hmget(self.keys.job(lease.id), "state",
+                                                   "attempts", "nonce")
+        return bool(state == "active" and attempts == str(lease.attempts)
+                    and nonce == lease.nonce)
 
     def status(self, job_id: str) -> str | None:
         state: str | None = self.client.hget(self.keys.job(job_id), "state")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import DuplicateTaskName, UnknownTask
+from .retry_policy import DEFAULT_POLICY, RetryPolicy
 
 GroupSpec = str | Callable[..., str] | None
 
@@ -24,6 +25,8 @@ class TaskSpec:
     queue: str | None = None
     time_limit: float | None = None
     result_ttl: int = 86_400
+    policy: RetryPolicy = DEFAULT_POLICY
+    is_async: bool = False          # a coroutine function: a worker runs it on its loop
 
 
 class Registry:

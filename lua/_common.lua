@@ -229,7 +229,7 @@ local function ring_turn(g)
 end
 
 -- Claim one job: turn the ring one step, pop the head of that lane, lease it.
--- Returns {id, task, payload, attempts, nonce, group, lease_ms, more} or nil when nothing is
+-- Returns {id, task, payload, attempts, nonce, group, lease_ms, more, fence} or nil when nothing is
 -- serviceable. Ghosts (ids whose row is gone) and stale ring entries are skipped, at most
 -- 64 of them per call; past that a wake is pushed so a worker comes back for the rest.
 local function claim_one(nonce, now)
@@ -243,14 +243,18 @@ local function claim_one(nonce, now)
     else
       local id = popped[1]
       local jk = job_key(id)
-      local row = redis.call('HMGET', jk, 'task', 'payload', 'lease', 'state', 'attempts')
+      local row = redis.call('HMGET', jk, 'task', 'payload', 'lease', 'state', 'attempts', 'fence')
       if not row[4] then
         if redis.call('ZCARD', lane) == 0 then ring_leave(g, false) end
       else
         local rotated = ring_turn(g)
         local att = tonumber(row[5]) + 1
         local lease = tonumber(row[3])
-        redis.call('HSET', jk, 'state', 'active', 'attempts', att, 'nonce', nonce, 'started', now)
+        -- fence: grows with every claim of the row, never rolled back (attempts is: by a
+        -- release, or a requeue of a dead job), so a task can guard writes elsewhere with it.
+        local fence = tonumber(row[6] or '0') + 1
+        redis.call('HSET', jk, 'state', 'active', 'attempts', att, 'nonce', nonce, 'started', now,
+          'fence', fence)
         redis.call('ZADD', K_active, now + lease, id)
         local act = redis.call('HINCRBY', K_gactive, g, 1)
         local lim = limit_of(g)
@@ -272,7 +276,7 @@ local function claim_one(nonce, now)
           if at then wait_push(g, at) end
           if redis.call('LLEN', K_ring) == 0 then more = 0 end
         end
-        return {id, row[1], row[2], att, nonce, g, lease, more}
+        return {id, row[1], row[2], att, nonce, g, lease, more, fence}
       end
     end
   end

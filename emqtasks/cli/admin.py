@@ -10,6 +10,7 @@ cancel refused, a job that does not exist).
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from datetime import datetime, timezone
@@ -17,6 +18,8 @@ from typing import Any
 
 import click
 
+from ..config import parse_queues
+from ..errors import EmqError
 from ..queue import Queue
 from .common import (
     AdminCommand,
@@ -259,14 +262,24 @@ def job(redis_url: str | None, queue: str | None, job_id: str, as_json: bool) ->
 
 
 @click.command(cls=AdminCommand)
-@queue_options
+@functools.partial(queue_options, queue_help="queue name, or several: a,b (a:3,b:1)")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def stats(redis_url: str | None, queue: str | None, as_json: bool) -> None:
-    """Lanes, in-flight jobs, limits, weights, pauses, delayed and dead counts."""
-    data = run_admin(redis_url, queue, lambda q: q.stats())
+    """Lanes, in-flight jobs, limits, weights, pauses, delayed and dead counts (of each
+    queue of a worker's -Q list)."""
+    try:
+        names = [s.name for s in parse_queues(queue)] if queue and "," in queue else [queue]
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
+    every = [run_admin(redis_url, name, lambda q: q.stats()) for name in names]
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        click.echo(json.dumps(every[0] if len(every) == 1 else {"queues": every}, indent=2))
         return
+    for data in every:
+        _print_stats(data)
+
+
+def _print_stats(data: dict[str, Any]) -> None:
     click.echo(f"queue {data['queue']}{' (PAUSED)' if data['paused'] else ''}: "
                f"{data['pending']} pending, {data['active']} active, "
                f"{data['delayed']} delayed, {data['dead']} dead, {data['ring']} on the ring")

@@ -44,12 +44,12 @@ class AdminCommand(click.Command):
                            f"(see '{ctx.command_path} --help')") from None
 
 
-def queue_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+def queue_options(fn: Callable[..., Any], queue_help: str = "queue name") -> Callable[..., Any]:
     """--redis-url and -Q, for every command (defaults: EMQ_REDIS_URL, EMQ_QUEUE)."""
     fn = click.option("--redis-url", envvar="EMQ_REDIS_URL", default=None,
                       help="Redis URL [env EMQ_REDIS_URL; default redis://127.0.0.1:6379/0]")(fn)
     fn = click.option("-Q", "--queue", envvar="EMQ_QUEUE", default=None,
-                      help="queue name [env EMQ_QUEUE; default 'default']")(fn)
+                      help=f"{queue_help} [env EMQ_QUEUE; default 'default']")(fn)
     return fn
 
 

@@ -1,8 +1,9 @@
 """The master (the metronome): park on the wake key, fan readiness, renew, supervise, stop.
 
-Two threads. The park thread owns the only blocking Redis call: it reaps and promotes on
-the tick, and while some child is idle it parks on BLPOP of the wake key for as long as
-nothing is due; a token it takes becomes a byte on the wake pipe. The main thread never
+Two threads (or one park thread per queue on a Redis Cluster). The park thread (park.py)
+owns the only blocking Redis call: it reaps and promotes on the tick, and while some child
+is idle it parks on BLPOP of the wake keys of its queues for as long as nothing is due; a
+token it takes becomes a byte (the queue's index) on the wake pipe. The main thread never
 blocks on Redis: it selects over the children's pipes and sentinels, the wake pipe and the
 signal pipe, fans readiness to idle children, renews leases, enforces time limits, fails
 the job of a dead child and replaces it, and runs the shutdown.
@@ -21,14 +22,17 @@ from typing import Any
 
 import multiprocess
 
+from ..cluster import is_cluster
 from ..config import WorkerSettings
 from ..errors import TimeLimitExceeded, WorkerLost
-from ..queue import WAKE_DUE, Lease, Queue
+from ..hooks import Hooks
+from ..queue import Lease, Queue
 from ..registry import Registry
-from .child import GO, GOT_WORK, IDLE, STOP, Child
-from .resilience import TRANSIENT, Outage
+from . import park
+from .child import GO, GOT_WORK, IDLE, STOP, Child, ChildConfig
+from .resilience import Outage
 from .scheduler import Scheduler
-from .slots import Running, Slots
+from .slots import ASYNC, Running, Slots
 
 log = logging.getLogger("emqtasks.worker")
 _ctx = multiprocess.get_context("fork")
@@ -51,20 +55,27 @@ class ChildHandle:
 
 
 class Master:
-    """Runs a pool of N children on one queue until told to stop."""
+    """Runs a pool of N children on the queues of a -Q list until told to stop."""
 
     #: Seconds between the SIGTERM that stops a job at its time limit (it raises
     #: TimeLimitExceeded in the task) and the SIGKILL for a task that did not stop.
     time_limit_grace = 1.0
 
-    def __init__(self, make_queue: Callable[[], Queue], settings: WorkerSettings,
-                 registry: Registry) -> None:
-        self.make_queue = make_queue
+    def __init__(self, make_queues: Callable[[], list[Queue]], settings: WorkerSettings,
+                 registry: Registry, hooks: Hooks | None = None,
+                 weights: list[int] | None = None) -> None:
+        self.make_queues = make_queues
         self.registry = registry
         self.settings = settings
-        self.queue = make_queue()
+        self.hooks = hooks if hooks is not None else Hooks()
+        self.queues = make_queues()
+        self.queue = self.queues[0]
         self.outage = Outage(log, "master", stop=self._give_up)
-        self.slots = Slots(settings.concurrency)
+        self.child_config = ChildConfig(
+            make_queues, registry, settings.max_tasks_per_child, settings.time_limit,
+            weights, settings.async_concurrency, self.hooks)
+        per_child = settings.async_concurrency if self.child_config.runs_async else 1
+        self.slots = Slots(settings.concurrency, per_child)
         self.children: list[ChildHandle | None] = [None] * settings.concurrency
         self.selector = selectors.DefaultSelector()
         self.has_idle = threading.Event()
@@ -85,14 +96,15 @@ class Master:
     def run(self) -> int:
         self._install_signals()
         # Recover and promote before anyone claims; also proves the scripts run.
-        self._reap(self.queue)
-        self._promote(self.queue)
+        first_due: dict[int, float | None] = {}
+        for i, q in enumerate(self.queues):
+            park.reap(q)
+            first_due[i] = park.promote(q)[0]
         for index in range(self.settings.concurrency):
             self._spawn(index)
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signal")
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
-        park = threading.Thread(target=self._park_loop, name="emq-park", daemon=True)
-        park.start()
+        parkers = park.start(self._parkers(first_due))
         self._fan()  # work may already be waiting: a restarted pool must not need a wake
         try:
             while self._alive_children():
@@ -104,10 +116,23 @@ class Master:
         finally:
             self.park_stop.set()
             self.has_idle.set()
-            park.join(timeout=1.0)
+            for thread in parkers:
+                thread.join(timeout=1.0)
         log.info("stopped: %(started)d children started, %(died)d died, "
                  "%(time_limited)d stopped at their time limit", self.stats)
         return 0
+
+    def _parkers(self, first_due: dict[int, float | None]) -> list[park.Parker]:
+        """One Parker for the queues of one server; on a Cluster one per queue (each queue
+        is a slot of its own, maybe on another node: one BLPOP cannot span them)."""
+        every = list(range(len(self.queues)))
+        groups = [[i] for i in every] if is_cluster(self.queue.client) else [every]
+        wake = park.wake_byte(self._wake_w)
+        # The periodic schedules live on the first queue of the list: its Parker keeps them.
+        return [park.Parker(self.make_queues, g, self.settings.tick, self.has_idle,
+                            self.park_stop, wake, first_due,
+                            self.scheduler if n == 0 else None)
+                for n, g in enumerate(groups)]
 
     def _install_signals(self) -> None:
         def on_signal(signum: int, _frame: Any) -> None:
@@ -126,9 +151,7 @@ class Master:
     def _spawn(self, index: int, backoff: float = 0.25) -> None:
         master_end, child_end = _ctx.Pipe(duplex=True)
         self.slots.reset(index)
-        child = Child(index, child_end, self.slots, self.make_queue, os.getpid(),
-                      self.settings.max_tasks_per_child, self.settings.time_limit,
-                      self.registry)
+        child = Child(index, child_end, self.slots, os.getpid(), self.child_config)
         others = [h.pipe.fileno() for h in self.children if h is not None]
         process = _ctx.Process(target=_child_entry, args=(child, master_end.fileno(), others),
                                name=f"emqtasks-child-{index}", daemon=False)
@@ -165,7 +188,7 @@ class Master:
 
     # -- the main loop ----------------------------------------------------------------
     def _step(self) -> None:
-        busy = any(h is not None and not h.idle for h in self.children)
+        busy = any(h is not None and not h.idle for h in self.children) or self._async_busy()
         timeout = 0.1 if (busy or self._stopping) else 1.0
         for key, _ in self.selector.select(timeout):
             tag = key.data
@@ -196,8 +219,18 @@ class Master:
                     log.warning("second interrupt: stopping children now")
                     self._kill_all()
 
+    def _async_busy(self) -> bool:
+        """Whether an async child runs jobs while it accepts a go (reported idle)."""
+        return self.slots.per_child > 1 and any(
+            self.slots.running(h.index) for h in self.children if h is not None)
+
+    def _fire_stopping(self) -> None:
+        if self.hooks.has("worker_stopping"):
+            self.hooks.fire("worker_stopping")
+
     def _begin_warm_stop(self, why: str) -> None:
         log.info("%s: finishing running jobs (grace %.1fs)", why, self.settings.grace)
+        self._fire_stopping()
         self._stopping = True
         self._grace_deadline = time.monotonic() + self.settings.grace
         self.slots.set_stopping()
@@ -209,11 +242,12 @@ class Master:
 
     def _on_wake(self) -> None:
         try:
-            os.read(self._wake_r, 64)
+            tokens = os.read(self._wake_r, 64)
         except BlockingIOError:
             return
-        if self._stopping or not self._fan():
-            self._call(self.queue.push_wake)   # not ours to use: hand it on
+        for qi in tokens:   # one byte per token: the index of its queue
+            if self._stopping or not self._fan():
+                self._call(self.queues[qi].push_wake)   # not ours to use: hand it on
 
     def _fan(self) -> bool:
         """Wake one idle child; it recruits the next by reporting GOT_WORK, so a lone job
@@ -248,9 +282,10 @@ class Master:
                 _send(h.pipe, STOP)
             else:
                 self.has_idle.set()
-        elif message == GOT_WORK and not self._stopping and not self._fan():
+        elif message[:1] == GOT_WORK and not self._stopping and not self._fan():
             # More work than this pool can take: let another master have a look too.
-            self._call(self.queue.push_wake)
+            qi = message[1] if len(message) > 1 else 0
+            self._call(self.queues[qi].push_wake)
 
     def _on_exit(self, index: int) -> None:
         h = self.children[index]
@@ -263,10 +298,10 @@ class Master:
             pass
         h.process.join(timeout=1.0)
         code = h.process.exitcode
-        running = self.slots.read(index)
+        running = self.slots.running(index)
         try:
-            if running is not None:
-                self._settle_lost_job(h, running, code)
+            if running:
+                self._settle_lost_jobs(h, running, code)
             elif code not in (0, None):
                 log.warning("child %d (pid %s) exited with %s", index, h.process.pid, code)
         except Exception:
@@ -278,7 +313,7 @@ class Master:
             # A child that dies young with no job (a refused AUTH, a broken import) must
             # not be forked again in a tight loop: wait, doubling up to 10 s.
             lived = time.monotonic() - h.born
-            delay = 0.0 if lived > 5 or running is not None else min(10.0, h.backoff * 2)
+            delay = 0.0 if lived > 5 or running else min(10.0, h.backoff * 2)
             self._respawn_at[index] = (time.monotonic() + delay, delay or 0.25)
 
     def _respawn_due(self) -> None:
@@ -296,11 +331,21 @@ class Master:
             _send(child.pipe, GO)
             self._note_idle()
 
+    def _settle_lost_jobs(self, h: ChildHandle, running: list[Running],
+                          code: int | None) -> None:
+        for job in running:
+            try:
+                self._settle_lost_job(h, job, code)
+            except Exception:
+                log.exception("could not settle job %s of child %d; its lease will expire",
+                              job.lease.id, h.index)
+
     def _settle_lost_job(self, h: ChildHandle, running: Running, code: int | None) -> None:
         lease = running.lease
+        queue = self.queues[running.queue]
         reason = h.kill_reason if h.limited == (lease.id, lease.nonce) else None
         if self._hard_stop and reason is None:
-            ok = self._call(self.queue.release, lease, "released: worker stopped mid-job")
+            ok = self._call(queue.release, lease, "released: worker stopped mid-job")
             log.warning("job %s released back to its lane at shutdown (%s)", lease.id,
                         "ok" if ok else "already settled")
             return
@@ -311,114 +356,71 @@ class Master:
             how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
             error = (f"{WorkerLost.__name__}: child pid {h.process.pid} died "
                      f"({how}) while running the job")
-        verdict = self._call(self.queue.retry, lease, error, None, False)
+        delay = running.retry_delay if running.retry_delay >= 0 else None
+        verdict = self._call(queue.retry, lease, error, delay, False)
         log.warning("job %s failed, %s: %s", lease.id,
                     verdict.outcome, error)
 
     # -- leases and limits --------------------------------------------------------------
     def _supervise_running(self) -> None:
+        """Renew the lease of every job in flight, and enforce their time limits."""
         now = time.monotonic()
-        due: list[Lease] = []
+        due: dict[int, list[Lease]] = {}
         for h in self.children:
-            if h is None or h.idle or not h.process.is_alive():
-                continue   # a dead child's job is settled by _on_exit, never renewed
-            running = self.slots.read(h.index)
-            if running is None:
-                h.renewed.clear()
+            if h is None or not h.process.is_alive():
+                continue   # a dead child's jobs are settled by _on_exit, never renewed
+            if h.idle and self.slots.per_child == 1:
                 continue
-            lease = running.lease
-            key = (lease.id, lease.nonce)
-            if running.time_limit > 0 and now - running.started > running.time_limit:
-                if h.limited != key:
-                    # SIGTERM first: the child raises TimeLimitExceeded in the task, fails
-                    # the job through the fence and stays to serve the next one.
-                    h.limited, h.kill_at = key, now + self.time_limit_grace
-                    h.kill_reason = (f"{TimeLimitExceeded.__name__}: ran past its time "
-                                     f"limit of {running.time_limit:g}s")
-                    self.stats["time_limited"] += 1
-                    self.slots.flag_time_limit(h.index, lease.nonce)
-                    h.process.terminate()
-                elif now >= h.kill_at:
-                    # A task blocked in C, or one that swallowed the exception: kill it.
-                    h.process.kill()
-                    continue
-            last = h.renewed.get(key, running.started)
-            every = self.settings.renew_every or lease.lease_ms / 3000
-            if now - last >= every:
-                h.renewed = {key: now}
-                due.append(lease)
-        if due:
-            self._call(self.queue.extend, due)
+            renewed: dict[tuple[str, str], float] = {}
+            for job in self.slots.running(h.index):
+                if self._past_time_limit(h, job, now):
+                    break   # killed: _on_exit settles its jobs
+                lease = job.lease
+                key = (lease.id, lease.nonce)
+                last = h.renewed.get(key, job.started)
+                every = self.settings.renew_every or lease.lease_ms / 3000
+                if now - last >= every:
+                    last = now
+                    due.setdefault(job.queue, []).append(lease)
+                renewed[key] = last
+            h.renewed = renewed
+        for qi, leases in due.items():
+            self._call(self.queues[qi].extend, leases)
+
+    def _past_time_limit(self, h: ChildHandle, job: Running, now: float) -> bool:
+        """Enforce a job's time limit; True when its child was killed for it now.
+
+        A sync job gets SIGTERM first (the child raises TimeLimitExceeded in the task, fails
+        the job through the fence and stays to serve the next one), SIGKILL of its child a
+        grace later. An async job is cancelled by its child at its limit; a child whose loop
+        is still blocked a grace (and a second to settle) later is killed."""
+        ran = now - job.started
+        if job.time_limit <= 0 or ran <= job.time_limit:
+            return False
+        key = (job.lease.id, job.lease.nonce)
+        if h.limited != key:
+            if job.kind == ASYNC and ran <= job.time_limit + self.time_limit_grace + 1.0:
+                return False
+            h.limited, h.kill_at = key, now + self.time_limit_grace
+            h.kill_reason = (f"{TimeLimitExceeded.__name__}: ran past its time "
+                             f"limit of {job.time_limit:g}s")
+            self.stats["time_limited"] += 1
+            if job.kind != ASYNC:
+                self.slots.flag_time_limit(h.index, job.lease.nonce)
+                h.process.terminate()
+                return False
+            h.kill_at = now
+        if now >= h.kill_at:
+            # A task blocked in C, or one that swallowed the exception: kill it.
+            h.process.kill()
+            return True
+        return False
 
     def _kill_all(self) -> None:
         self._hard_stop = True
         for h in self.children:
             if h is not None and h.process.is_alive():
                 h.process.kill()
-
-    # -- the park thread -----------------------------------------------------------------
-    def _park_loop(self) -> None:
-        queue = self.make_queue()   # its own connection: BLPOP holds it
-        outage = Outage(log, "park", stop=self.park_stop.is_set)
-        tick = self.settings.tick
-        next_reap = time.monotonic() + tick
-        next_promote = next_reap
-        next_sched = 0.0   # the scheduler's first call loads the schedules
-        while not self.park_stop.is_set():
-            try:
-                now = time.monotonic()
-                ticked = now >= next_reap
-                if ticked:
-                    outage.call(self._reap, queue)
-                    next_reap = now + tick
-                if ticked or now >= next_sched:
-                    # Due slots of periodic schedules; on the tick, a look for changed ones.
-                    slot_in = outage.call(self.scheduler.run_due, queue, ticked)
-                    next_sched = now + min(tick, slot_in)
-                if now >= next_promote:
-                    due_in, claimable = outage.call(self._promote, queue)
-                    # While children are busy nobody parks to hear of new delayed work,
-                    # so look at least every second; an idle pool hears it on the wake key.
-                    look = tick if self.has_idle.is_set() else min(tick, 1.0)
-                    next_promote = now + min(look, due_in if due_in is not None else look)
-                    if claimable and self.has_idle.is_set() and not self.park_stop.is_set():
-                        # Work waits on the ring while a child idles: its wake token was
-                        # lost (a BLPOP reply dropped with the connection, a master killed
-                        # holding it). Tokens are hints; the ring is the truth.
-                        self.has_idle.clear()
-                        os.write(self._wake_w, b"w")
-                        continue
-                horizon = max(min(next_reap, next_promote, next_sched) - time.monotonic(),
-                              0.001)
-                if not self.has_idle.wait(horizon) or self.park_stop.is_set():
-                    continue
-                token = outage.call(queue.park, horizon)
-                if token == WAKE_DUE:
-                    next_promote = 0.0
-                elif token is not None:
-                    if self.park_stop.is_set():
-                        outage.call(queue.push_wake)
-                        break
-                    self.has_idle.clear()
-                    os.write(self._wake_w, b"w")
-            except TRANSIENT:
-                continue   # only when stopping; the outage already logged it
-            except Exception:
-                log.exception("park loop error; carrying on")
-                self.park_stop.wait(1.0)
-
-    def _reap(self, queue: Queue) -> None:
-        returned, dead = queue.reap()
-        if returned or dead:
-            log.info("reaped expired leases: %d back to their lanes, %d dead", returned, dead)
-
-    def _promote(self, queue: Queue) -> tuple[float | None, bool]:
-        """Promote every due job; returns (seconds until the next is due or None, whether
-        a claim would find work now)."""
-        _, due_in, claimable = queue.promote_and_look()
-        while due_in == 0:
-            _, due_in, claimable = queue.promote_and_look()
-        return due_in, claimable
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         return self.outage.call(fn, *args)

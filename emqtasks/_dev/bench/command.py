@@ -43,13 +43,22 @@ from .scenarios import Row, render, run_all
 @click.option("--peers", is_flag=True,
               help="the same workloads on Huey and Dramatiq too, side by side, where they "
                    "are installed (pip install 'emqtasks[peers]'); ratios emqtasks/peer")
+@click.option("--async", "async_", is_flag=True,
+              help="only async jobs: 1,000 (--jobs) that each await sleep(0.2), on -c 2 "
+                   "--async-concurrency 100: wall time, jobs/s, most at once")
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
-          as_json: bool, quick: bool, cluster: bool, controls: bool, peers: bool) -> None:
+          as_json: bool, quick: bool, cluster: bool, controls: bool, peers: bool,
+          async_: bool) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
     if controls:   # its own scenarios and report: see controls.py
         from . import controls as bench_controls
 
         bench_controls.run(redis_url, concurrency, runs, quick, as_json)
+        return
+    if async_:
+        if peers or cluster:
+            raise BenchError("--async, --peers and --cluster are separate benches: give one")
+        run_async(redis_url, jobs, runs, as_json, quick)
         return
     if peers:   # its own scenarios and report: see bench_peers.py
         if cluster:
@@ -58,13 +67,8 @@ def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int |
 
         bench_peers.run(redis_url, concurrency, jobs, runs, as_json, quick)
         return
-    if cluster:   # its own scenario and report: see bench_cluster.py
-        from . import cluster as bench_cluster
-
-        source = click.get_current_context().get_parameter_source("concurrency")
-        bench_cluster.run(redis_url, 4 if source is click.core.ParameterSource.DEFAULT
-                          else concurrency, jobs or (1_000 if quick else 10_000),
-                          runs or (1 if quick else 3), as_json)
+    if cluster:
+        run_cluster(redis_url, concurrency, jobs, runs, as_json, quick)
         return
     if redis_url and is_cluster_url(redis_url):
         raise BenchError("a redis+cluster:// URL takes --cluster: the other scenarios meter "
@@ -106,6 +110,25 @@ def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int |
                    f"(logs in {b.log_dir}); the first ones:")
         for line in b.worker_problems[:10]:
             click.echo(f"  {line}")
+
+
+def run_cluster(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
+                as_json: bool, quick: bool) -> None:
+    """Its own scenario and report: see bench_cluster.py."""
+    from . import cluster as bench_cluster
+
+    source = click.get_current_context().get_parameter_source("concurrency")
+    bench_cluster.run(redis_url, 4 if source is click.core.ParameterSource.DEFAULT
+                      else concurrency, jobs or (1_000 if quick else 10_000),
+                      runs or (1 if quick else 3), as_json)
+
+
+def run_async(redis_url: str | None, jobs: int | None, runs: int | None, as_json: bool,
+              quick: bool) -> None:
+    """Its own scenario and report: see async_bench.py."""
+    from . import async_bench
+
+    async_bench.run(redis_url, jobs, runs, as_json, quick)
 
 
 def open_server(redis_url: str | None) -> tuple[LocalRedis | None, str, str]:

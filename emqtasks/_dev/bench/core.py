@@ -224,7 +224,7 @@ class WorkerProcess(LoggedProcess, testing.WorkerProcess):
     """An ``emqtasks worker`` on one queue, with bounded start and stop."""
 
     def __init__(self, redis_url: str, queue: str, concurrency: int, client: Any,
-                 log_dir: Path, tick: float = 1.0) -> None:
+                 log_dir: Path, tick: float = 1.0, extra: tuple[str, ...] = ()) -> None:
         self.name = f"emqbench-{queue}"
         self.queue = queue
         self.concurrency = concurrency
@@ -232,7 +232,7 @@ class WorkerProcess(LoggedProcess, testing.WorkerProcess):
         env = {k: v for k, v in os.environ.items() if k not in ("EMQ_REDIS_URL", "EMQ_QUEUE")}
         testing.WorkerProcess.__init__(
             self, ["emqtasks._dev.bench.tasks"], redis_url=with_client_name(redis_url, self.name),
-            queue=queue, concurrency=concurrency, tick=tick, env=env,
+            queue=queue, concurrency=concurrency, tick=tick, env=env, extra=extra,
             log_path=log_dir / f"worker-{queue}.log")
         self.start_seconds: float | None = None
 
@@ -305,9 +305,10 @@ class Bench:
                 app.close()
 
     @contextmanager
-    def worker(self, app: App) -> Iterator[WorkerProcess]:
-        w = WorkerProcess(self.url, app.settings.queue, self.sizes.concurrency, self.client,
-                          self.log_dir, tick=self.sizes.tick)
+    def worker(self, app: App, *extra: str,
+               concurrency: int | None = None) -> Iterator[WorkerProcess]:
+        w = WorkerProcess(self.url, app.settings.queue, concurrency or self.sizes.concurrency,
+                          self.client, self.log_dir, tick=self.sizes.tick, extra=extra)
         try:
             w.wait_up()
             assert w.start_seconds is not None

@@ -8,6 +8,7 @@ process (opened after the fork), on the URL the worker configured the default Ap
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -68,7 +69,30 @@ def seq(seq_key: str, group: str = "default", mark: str = "") -> list[int]:
     return [int(n), int(seen)]
 
 
-FUNCTIONS = (noop, stamp, seq)
+# INCR the running count, keep the highest seen in KEYS[2].
+_PEAK = """
+local n = redis.call('INCR', KEYS[1])
+if tonumber(redis.call('GET', KEYS[2]) or '0') < n then redis.call('SET', KEYS[2], n) end
+return n
+"""
+_peak_script: tuple[int, Any] | None = None
+
+
+async def nap(counter: str, group: str = "default", seconds: float = 0.2) -> None:
+    """An async job that awaits I/O: counts how many naps run at once (the peak in
+    ``<counter>:peak``), sleeps, then counts itself in ``counter``."""
+    global _peak_script
+    if _peak_script is None or _peak_script[0] != os.getpid():
+        _peak_script = (os.getpid(), _redis().register_script(_PEAK))
+    _peak_script[1](keys=[f"{counter}:running", f"{counter}:peak"])
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        _redis().decr(f"{counter}:running")
+    _redis().incr(counter)
+
+
+FUNCTIONS = (noop, stamp, seq, nap)
 
 
 def bind(app: App) -> dict[str, Any]:

@@ -16,8 +16,10 @@ from .errors import (
     InvalidQueueName,
     InvalidSchedule,
     InvalidScheduleName,
+    LaneFull,
     NoCurrentJob,
     PayloadTooLarge,
+    RateLimited,
     ResultTimeout,
     Retry,
     ScheduleError,
@@ -47,7 +49,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     # defining and enqueueing tasks
-    "task", "App", "Task", "JobHandle", "Retry", "default_app",
+    "task", "App", "Task", "JobHandle", "Retry", "RateLimited", "default_app",
     # periodic schedules
     "cron", "every", "Cron", "Every", "Schedule", "ScheduleInfo",
     # inside a task, and hooks
@@ -59,6 +61,7 @@ __all__ = [
     "EmqError", "ConfigError", "ClusterUrlError", "InvalidQueueName", "InvalidJobId",
     "InvalidGroup", "InvalidArgument", "SerializationError", "PayloadTooLarge",
     "UnknownTask", "DuplicateTaskName", "ScriptError", "TaskFailed", "ResultTimeout",
+    "LaneFull",
     "TimeLimitExceeded", "WorkerLost", "NoCurrentJob", "ScheduleError", "InvalidCron",
     "UnknownTimezone", "InvalidInterval", "InvalidScheduleName", "InvalidSchedule",
     "UnknownSchedule",

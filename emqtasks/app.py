@@ -14,9 +14,10 @@ from . import schedules as _sched
 from .config import Settings
 from .connection import connect
 from .cron import Timing
-from .errors import InvalidArgument, InvalidSchedule, UnknownSchedule, UnknownTask
+from .errors import InvalidArgument, InvalidSchedule, LaneFull, UnknownSchedule, UnknownTask
 from .hooks import EVENTS, F, HookEvent, Hooks
 from .keys import check_queue_name
+from .lanes import DEFAULT_FIELDS
 from .queue import Queue
 from .registry import GroupSpec, Registry, TaskSpec
 from .retry_policy import ExceptionTypes, RetryPolicy
@@ -180,20 +181,24 @@ class App:
     def send_task(self, task: str | Task[Any, Any], args: Iterable[Any] = (),
                   kwargs: dict[str, Any] | None = None, *, job_id: str | None = None,
                   group: str | None = None, countdown: float | None = None,
-                  eta: datetime | float | None = None,
-                  queue: str | None = None) -> JobHandle[Any]:
+                  eta: datetime | float | None = None, queue: str | None = None,
+                  priority: int = 0) -> JobHandle[Any]:
         """Enqueue a call by task name (or Task) on this app's server.
 
         A name registered on this App (else on another App of this process) keeps its
         options (group function, attempts, lease...); an unknown name is sent with the
-        defaults of ``@task``, for a worker elsewhere that knows it.
+        defaults of ``@task``, for a worker elsewhere that knows it. Raises LaneFull
+        (nothing written) when the job's lane holds its cap of waiting jobs.
         """
         spec = task.spec if isinstance(task, Task) else self._spec_for(task)
         job = build_job(spec, tuple(args), kwargs or {}, limit=self.settings.max_payload_bytes,
-                        job_id=job_id, group=group, countdown=countdown, eta=eta)
+                        job_id=job_id, group=group, countdown=countdown, eta=eta,
+                        priority=priority)
         q = self.queue(queue if queue is not None else spec.queue)
         verdict = q.enqueue_many([job])[0]
-        return JobHandle(q, job.id, verdict == EnqueueVerdict.DUPLICATE)
+        if verdict == EnqueueVerdict.FULL:
+            raise LaneFull(job.group, job.id)
+        return JobHandle(q, job.id, verdict.word)
 
     def _spec_for(self, name: str) -> TaskSpec:
         return self._local_spec(name) or TaskSpec(name=name, fn=_not_here)
@@ -267,7 +272,7 @@ class App:
                     f"can run: run this where the module is imported (-A), or give "
                     f"schedule {name!r} a group")
         job_id, duplicate = _sched.run_now(store, s, spec, self.settings.max_payload_bytes)
-        return JobHandle(store.queue, job_id, duplicate)
+        return JobHandle(store.queue, job_id, "duplicate" if duplicate else "enqueued")
 
     def _store(self, queue: str | None = None) -> ScheduleStore:
         return ScheduleStore(self.queue(queue))
@@ -288,8 +293,39 @@ class App:
     def set_group_limit(self, group: str, limit: int | None) -> None:
         self.queue().set_group_limit(group, limit)
 
-    def set_group_weight(self, group: str, weight: int) -> None:
+    def set_group_weight(self, group: str, weight: int | None) -> None:
         self.queue().set_group_weight(group, weight)
+
+    def set_group_rate(self, group: str, max_jobs: int | None, per: float = 1.0) -> None:
+        """At most ``max_jobs`` of the group's jobs start in any window of ``per`` seconds
+        (a burst of max_jobs allowed); ``None`` clears the group's own rate."""
+        self.queue().set_group_rate(group, max_jobs, per)
+
+    def set_group_max_size(self, group: str, max_size: int | None) -> None:
+        """Cap the group's waiting jobs; ``None`` clears the group's own cap."""
+        self.queue().set_group_max_size(group, max_size)
+
+    def set_group_defaults(self, limit: int | None = None,
+                           rate: tuple[int, float] | None = None,
+                           max_size: int | None = None, weight: int | None = None) -> None:
+        """Settings for every group without one of its own, including groups that do not
+        exist yet; explicit settings win. A None argument leaves that default as it is
+        (``clear_group_defaults`` clears)."""
+        given = {"limit": limit, "rate": rate, "max_size": max_size, "weight": weight}
+        values = {k: v for k, v in given.items() if v is not None}
+        if values:
+            self.queue().set_group_defaults(**values)
+
+    def clear_group_defaults(self, *names: str) -> None:
+        """Clear the named defaults (limit, rate, max_size, weight), or all of them."""
+        self.queue().set_group_defaults(**{n: None for n in names or DEFAULT_FIELDS})
+
+    def group_defaults(self) -> dict[str, Any]:
+        return self.queue().group_defaults()
+
+    def lane(self, group: str) -> dict[str, Any]:
+        """Why is this lane waiting: one group's stats() row, without scanning the queue."""
+        return self.queue().lane(group)
 
     def stats(self) -> dict[str, Any]:
         return self.queue().stats()

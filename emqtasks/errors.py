@@ -39,6 +39,16 @@ class PayloadTooLarge(SerializationError):
     """An encoded payload over the configured size limit (default 1 MB)."""
 
 
+class LaneFull(EmqError):
+    """``delay()`` / ``apply_async()`` into a lane that holds its cap of waiting jobs."""
+
+    def __init__(self, group: str, job_id: str) -> None:
+        self.group = group
+        self.job_id = job_id
+        super().__init__(f"lane {group!r} is full (its max_size of waiting jobs): job "
+                         f"{job_id} was not enqueued")
+
+
 class UnknownTask(EmqError):
     """A task name that is not in the registry of this process."""
 
@@ -71,6 +81,19 @@ class TimeLimitExceeded(EmqError):
 
 class WorkerLost(EmqError):
     """The child running a job died (killed, crashed, out of memory) before it finished."""
+
+
+class RateLimited(EmqError):
+    """Raise inside a task that hit an outside limit (an HTTP 429): its job goes back to the
+    head of its lane without spending an attempt, and its whole group sits out ``delay``
+    seconds (other groups are not affected)."""
+
+    def __init__(self, delay: float, reason: str = "") -> None:
+        from .validate import seconds
+
+        self.delay = seconds(delay, "RateLimited delay", minimum=0.0)
+        self.reason = reason
+        super().__init__(reason or f"rate limited: the group sits out {self.delay:g}s")
 
 
 class Retry(EmqError):

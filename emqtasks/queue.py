@@ -6,10 +6,13 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+from . import lanes
 from .cluster import node_kwargs, scan_keys
 from .errors import InvalidArgument, InvalidJobId, ScriptError
 from .keys import QueueKeys, check_group, check_job_id
+from .lanes import parse_rate
 from .scripts import Scripts
+from .validate import integer, seconds
 from .verdicts import (
     AckVerdict,
     CancelVerdict,
@@ -39,6 +42,7 @@ class NewJob(NamedTuple):
     delay_ms: int
     ttl: int
     countdown_ms: int = 0
+    priority: int = 0     # -100..100, lower first within the lane
 
 
 class Acked(NamedTuple):
@@ -134,11 +138,13 @@ class Queue:
             self._k, [lease.id, lease.attempts, lease.nonce, error, delay_arg,
                       "1" if final else "0"]))
 
-    def release(self, lease: Lease,
-                reason: str = "released by a stopping worker") -> ReleaseVerdict:
-        """Hand a job back unrun (fenced), attempt rolled back: RELEASED, or STALE."""
+    def release(self, lease: Lease, reason: str = "released by a stopping worker",
+                backoff: float = 0.0) -> ReleaseVerdict:
+        """Hand a job back unrun (fenced), attempt rolled back: RELEASED, or STALE. With
+        ``backoff`` seconds, its whole group sits out that long (RateLimited)."""
+        off = int(seconds(backoff, "a back-off") * 1000)
         return ReleaseVerdict(self.scripts.release(self._k, [lease.id, lease.attempts,
-                                                             lease.nonce, reason]))
+                                                             lease.nonce, reason, off]))
 
     def extend(self, leases: Iterable[Lease],
                lease_ms: int | None = None) -> list[ExtendVerdict]:
@@ -215,14 +221,41 @@ class Queue:
         return bool(self.scripts.pause_group(self._k, [check_group(group), "0"]) == 1)
 
     def set_group_limit(self, group: str, limit: int | None) -> None:
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
-            raise InvalidArgument(f"a group limit is an integer >= 1 or None, not {limit!r}")
-        self.scripts.limit(self._k, [check_group(group), "" if limit is None else limit])
+        value = "" if limit is None else integer(limit, "a group limit", 1)
+        self.scripts.limit(self._k, [check_group(group), value])
 
-    def set_group_weight(self, group: str, weight: int) -> None:
-        if not isinstance(weight, int) or weight < 1:
-            raise InvalidArgument(f"a group weight is an integer >= 1, not {weight!r}")
-        self.scripts.weight(self._k, [check_group(group), weight])
+    def set_group_weight(self, group: str, weight: int | None) -> None:
+        """None clears the group's own weight (it then has the default weight, else 1)."""
+        value = "" if weight is None else integer(weight, "a group weight", 1)
+        self.scripts.weight(self._k, [check_group(group), value])
+
+    def set_group_rate(self, group: str, max_jobs: int | None, per: float = 1.0) -> None:
+        """At most max_jobs starts of the group in any window of ``per`` seconds (a burst
+        of max_jobs allowed); None clears the group's own rate."""
+        self.scripts.rate(self._k, [check_group(group), *rate_args(max_jobs, per)])
+
+    def set_group_max_size(self, group: str, max_size: int | None) -> None:
+        """Cap the group's waiting jobs (enqueues into a full lane are refused); None clears."""
+        value = "" if max_size is None else integer(max_size, "a lane cap (max_size)", 0)
+        self.scripts.maxsize(self._k, [check_group(group), value])
+
+    def set_group_defaults(self, **values: Any) -> tuple[int, int]:
+        """Set defaults for every group without a setting of its own: limit, rate
+        ((max_jobs, per) or "max_jobs:per_ms"), max_size, weight; a value of None clears that
+        default. Lanes already waiting follow at once; returns (groups on the ring, groups
+        held back by their rate)."""
+        pairs: list[Any] = []
+        for name, value in values.items():
+            pairs += [name, default_arg(name, value)]
+        groups = sorted(self.groups())
+        ringed, waiting = self.scripts.defaults(self._k, [len(pairs) // 2, *pairs, *groups])
+        return int(ringed), int(waiting)
+
+    def group_defaults(self) -> dict[str, Any]:
+        """The defaults for every group that are set (rate as (max_jobs, per seconds))."""
+        raw = self.client.hgetall(self.keys.gdefaults)
+        return {name: parse_rate(value) if name == "rate" else int(value)
+                for name, value in raw.items()}
 
     def cancel(self, job_id: str) -> CancelVerdict:
         """CANCELLED, MISSING, ACTIVE (running jobs are not interrupted) or FINISHED."""
@@ -299,45 +332,37 @@ class Queue:
         k = self.keys
         found = {k.group_of_lane(key) for key in self.scan(k.lane_pattern)}
         pipe = self.client.pipeline(transaction=False)
-        pipe.hkeys(k.gactive)
-        pipe.hkeys(k.glimit)
-        pipe.hkeys(k.gweight)
+        for name in ("gactive", "glimit", "gweight", "grate", "gmax"):
+            pipe.hkeys(getattr(k, name))
+        pipe.zrange(k.gwait, 0, -1)
         pipe.smembers(k.gpaused)
         for names in pipe.execute():
             found.update(names)
         return found
 
     def stats(self) -> dict[str, Any]:
-        """Per group pending / active / limit / weight / paused, and queue totals."""
+        """Queue totals, and per group its books, effective settings and state (lanes.py)."""
         k = self.keys
         groups = sorted(self.groups())
+        books = lanes.read_books(self.client, k, groups)
         pipe = self.client.pipeline(transaction=False)
-        for g in groups:
-            pipe.zcard(k.lane(g))
-        pipe.hgetall(k.gactive)
-        pipe.hgetall(k.glimit)
-        pipe.hgetall(k.gweight)
-        pipe.smembers(k.gpaused)
-        pipe.exists(k.paused)
-        pipe.zcard(k.delayed)
-        pipe.zcard(k.dead)
-        pipe.zcard(k.active)
+        for key in (k.delayed, k.dead, k.active):
+            pipe.zcard(key)
         pipe.llen(k.ring)
-        replies = pipe.execute()
-        pending = replies[: len(groups)]
-        gactive, glimit, gweight, gpaused, paused, delayed, dead, active, ring = \
-            replies[len(groups):]
-        per_group = {
-            g: {"pending": n, "active": int(gactive.get(g, 0)),
-                "limit": int(glimit[g]) if g in glimit else None,
-                "weight": int(gweight.get(g, 1)), "paused": g in gpaused}
-            for g, n in zip(groups, pending)
-        }
+        delayed, dead, active, ring = pipe.execute()
+        per_group = {g: lanes.view(self.client, k, g, books) for g in groups}
         return {
-            "queue": self.name, "paused": bool(paused), "pending": sum(pending),
+            "queue": self.name, "paused": books["paused"],
+            "pending": sum(v["pending"] for v in per_group.values()),
             "active": active, "delayed": delayed, "dead": dead, "ring": ring,
             "groups": per_group,
         }
+
+    def lane(self, group: str) -> dict[str, Any]:
+        """One group's stats() row, read without scanning the queue."""
+        g = check_group(group)
+        return lanes.view(self.client, self.keys, g, lanes.read_books(self.client, self.keys,
+                                                                      [g]))
 
     def purge(self) -> int:
         """Delete every key of the queue (jobs, lanes, books, flags); returns keys removed."""
@@ -351,3 +376,33 @@ class Queue:
         if batch:
             removed += self.client.unlink(*batch)
         return removed
+
+
+def rate_args(max_jobs: int | None, per: float) -> list[Any]:
+    """The rate script's (max_jobs, per_ms), or ('', '') to clear."""
+    if max_jobs is None:
+        return ["", ""]
+    count = integer(max_jobs, "a rate's max_jobs", 1)
+    window = seconds(per, "a rate's per", minimum=0.0, strict=True)
+    return [count, max(1, round(window * 1000))]
+
+
+def default_arg(name: str, value: Any) -> Any:
+    """One default as the defaults script stores it; '' clears it."""
+    if value is None:
+        return ""
+    if name == "rate":
+        if isinstance(value, str):
+            parsed = parse_rate(value)
+            assert parsed is not None
+            value = parsed
+        if not isinstance(value, (tuple, list)) or len(value) != 2:
+            raise InvalidArgument(f"a default rate is (max_jobs, per seconds), not {value!r}")
+        count, per_ms = rate_args(value[0], value[1])
+        return f"{count}:{per_ms}"
+    if name == "max_size":
+        return integer(value, "a default max_size", 0)
+    if name in ("limit", "weight"):
+        return integer(value, f"a default {name}", 1)
+    raise InvalidArgument(f"unknown group default {name!r}: limit, rate, max_size or weight")
+

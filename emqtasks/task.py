@@ -19,7 +19,7 @@ from .errors import InvalidArgument, InvalidGroup, ResultTimeout, TaskFailed
 from .keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
 from .queue import NewJob, Queue
 from .registry import TaskSpec
-from .verdicts import EnqueueVerdict
+from .validate import integer
 
 if TYPE_CHECKING:
     from .app import App
@@ -30,14 +30,23 @@ R_co = TypeVar("R_co", covariant=True)
 
 
 class JobHandle(Generic[R_co]):
-    """A job's id, whether the enqueue was a duplicate, and a way to follow it."""
+    """A job's id, what its enqueue answered, and a way to follow it.
 
-    __slots__ = ("id", "duplicate", "_queue")
+    ``verdict`` is "enqueued", "duplicate" (the id existed: nothing was written) or "full"
+    (``map()`` into a lane at its cap: nothing was written); ``duplicate`` is
+    ``verdict == "duplicate"``.
+    """
 
-    def __init__(self, queue: Queue, job_id: str, duplicate: bool) -> None:
+    __slots__ = ("id", "verdict", "_queue")
+
+    def __init__(self, queue: Queue, job_id: str, verdict: str = "enqueued") -> None:
         self._queue = queue
         self.id = job_id
-        self.duplicate = duplicate
+        self.verdict = verdict
+
+    @property
+    def duplicate(self) -> bool:
+        return self.verdict == "duplicate"
 
     def status(self) -> str | None:
         """pending, delayed, active, done, dead, cancelled, skipped (a schedule's slot skipped
@@ -76,7 +85,7 @@ class JobHandle(Generic[R_co]):
             q.wait_done(self.id, left)
 
     def __repr__(self) -> str:
-        return f"<JobHandle {self.id}{' duplicate' if self.duplicate else ''}>"
+        return f"<JobHandle {self.id}{'' if self.verdict == 'enqueued' else ' ' + self.verdict}>"
 
 
 class Task(Generic[P, R]):
@@ -98,21 +107,24 @@ class Task(Generic[P, R]):
     def apply_async(self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None,
                     job_id: str | None = None, group: str | None = None,
                     countdown: float | None = None,
-                    eta: datetime | float | None = None) -> JobHandle[R]:
-        """Enqueue one call. ``eta`` is a datetime or a UNIX timestamp; both go via delayed."""
+                    eta: datetime | float | None = None, priority: int = 0) -> JobHandle[R]:
+        """Enqueue one call. ``eta`` is a datetime or a UNIX timestamp; both go via delayed.
+        ``priority`` (-100..100, lower first) orders jobs within the group's lane only.
+        Raises LaneFull (nothing written) when the lane holds its cap of waiting jobs."""
         return self.app.send_task(self, args, kwargs, job_id=job_id, group=group,
-                                  countdown=countdown, eta=eta)
+                                  countdown=countdown, eta=eta, priority=priority)
 
-    def map(self, calls: Iterable[Any]) -> list[JobHandle[R]]:
-        """Enqueue many calls in one round trip; each item a tuple of args or a dict of kwargs."""
+    def map(self, calls: Iterable[Any], priority: int = 0) -> list[JobHandle[R]]:
+        """Enqueue many calls in one round trip; each item a tuple of args or a dict of kwargs.
+        A call into a full lane is not written and its handle says ``verdict == "full"``."""
         limit = self.app.settings.max_payload_bytes
-        jobs = [build_job(self.spec, *_split_call(c), limit=limit) for c in calls]
+        jobs = [build_job(self.spec, *_split_call(c), limit=limit, priority=priority)
+                for c in calls]
         if not jobs:
             return []
         queue = self.app.queue(self.spec.queue)
         verdicts = queue.enqueue_many(jobs)
-        return [JobHandle(queue, j.id, v == EnqueueVerdict.DUPLICATE)
-                for j, v in zip(jobs, verdicts)]
+        return [JobHandle(queue, j.id, v.word) for j, v in zip(jobs, verdicts)]
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
@@ -169,7 +181,8 @@ def _by_name(fn: Callable[..., Any], args: tuple[Any, ...],
 
 def build_job(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any], *, limit: int,
               job_id: str | None = None, group: str | None = None,
-              countdown: float | None = None, eta: datetime | float | None = None) -> NewJob:
+              countdown: float | None = None, eta: datetime | float | None = None,
+              priority: int = 0) -> NewJob:
     """The row of one call of a task, gated: raises before anything is written."""
     payload = serialization.dumps_args(args, kwargs, limit)
     return NewJob(
@@ -182,6 +195,7 @@ def build_job(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any], *, 
         delay_ms=int(spec.retry_delay * 1000),
         ttl=spec.result_ttl,
         countdown_ms=_countdown_ms(countdown, eta),
+        priority=integer(priority, "a priority", -100, 100),
     )
 
 

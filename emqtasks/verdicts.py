@@ -17,6 +17,12 @@ class EnqueueVerdict(IntEnum):
     BAD_ID = -1       # refused: a malformed id (the client gate runs first)
     DUPLICATE = 0     # the id exists: nothing was written
     ENQUEUED = 1
+    FULL = 2          # the lane holds its cap of waiting jobs: nothing was written
+
+    @property
+    def word(self) -> str:
+        """What ``JobHandle.verdict`` says: enqueued, duplicate or full."""
+        return self.name.lower()
 
 
 class AckVerdict(IntEnum):

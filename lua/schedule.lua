@@ -94,7 +94,7 @@ redis.call('HSET', jk, 'task', task, 'payload', payload, 'group', g, 'state', st
 if countdown > 0 then
   delay_push(id, now + countdown)
 else
-  lane_push(g, id, now)
+  lane_push(g, id, lane_score(0, now), now)
 end
 redis.call('HSET', STATE, name .. ':job', id)
 return {1, now, slot}

@@ -175,8 +175,10 @@ def test_pause_limit_stats_and_purge(cluster: ClusterServers, capp: App) -> None
     assert sorted(lease.group for lease in q.claim(4)) == ["L", "O"]
     stats = capp.stats()
     assert (stats["pending"], stats["active"]) == (2, 2)
-    assert stats["groups"]["L"] == {"pending": 2, "active": 1, "limit": 1, "weight": 1,
-                                    "paused": False}
+    row = stats["groups"]["L"]
+    assert {k: row[k] for k in ("pending", "active", "limit", "weight", "paused")} == \
+        {"pending": 2, "active": 1, "limit": 1, "weight": 1, "paused": False}
+    assert row["state"] == "at_limit" and capp.lane("L")["state"] == "at_limit"
     owner = cluster.master_of_queue(capp.settings.queue)
     assert set(keys_on(cluster, owner, capp.settings.queue)) >= {q.keys.gactive, q.keys.active}
     assert capp.purge() > 0

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from .. import __version__
-from . import admin, schedules
+from . import admin, fairness, schedules
 from .embedded import embedded
 from .worker import worker
 
@@ -56,5 +56,5 @@ def main() -> None:
 
 main.add_command(worker)
 main.add_command(embedded)
-for _command in (*admin.COMMANDS, *schedules.COMMANDS):
+for _command in (*admin.COMMANDS, *fairness.COMMANDS, *schedules.COMMANDS):
     main.add_command(_command)

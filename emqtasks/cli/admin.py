@@ -31,6 +31,7 @@ from .common import (
     run_admin,
     settings_for,
 )
+from .fairness import describe_rate
 
 # -- pause / resume ----------------------------------------------------------------------
 
@@ -260,7 +261,7 @@ def job(redis_url: str | None, queue: str | None, job_id: str, as_json: bool) ->
             click.echo(f"{field + ':':<13} {value}")
 
 
-@click.command()
+@click.command(cls=AdminCommand)
 @functools.partial(queue_options, queue_help="queue name, or several: a,b (a:3,b:1)")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def stats(redis_url: str | None, queue: str | None, as_json: bool) -> None:
@@ -283,11 +284,13 @@ def _print_stats(data: dict[str, Any]) -> None:
                f"{data['pending']} pending, {data['active']} active, "
                f"{data['delayed']} delayed, {data['dead']} dead, {data['ring']} on the ring")
     if data["groups"]:
-        click.echo(f"{'group':<24} {'pending':>8} {'active':>7} {'limit':>6} {'weight':>6}  paused")
+        click.echo(f"{'group':<24} {'state':<13} {'pending':>8} {'active':>7} {'limit':>6} "
+                   f"{'weight':>6} {'rate':>9}  paused")
         for g, row in data["groups"].items():
             limit = "-" if row["limit"] is None else row["limit"]
-            click.echo(f"{g[:24]:<24} {row['pending']:>8} {row['active']:>7} {limit!s:>6} "
-                       f"{row['weight']:>6}  {'yes' if row['paused'] else ''}")
+            click.echo(f"{g[:24]:<24} {row['state']:<13} {row['pending']:>8} "
+                       f"{row['active']:>7} {limit!s:>6} {row['weight']:>6} "
+                       f"{describe_rate(row['rate']):>9}  {'yes' if row['paused'] else ''}")
 
 
 @click.command("check")

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from .. import serialization
 from ..context import JobContext, reset_current, set_current
-from ..errors import Retry, SerializationError, TimeLimitExceeded, UnknownTask
+from ..errors import RateLimited, Retry, SerializationError, TimeLimitExceeded, UnknownTask
 from ..hooks import Hooks
 from ..queue import Lease, Queue
 from ..registry import Registry, TaskSpec
@@ -36,7 +36,7 @@ class Outcome:
     """What became of one job, for tests and the summary."""
 
     job_id: str
-    verdict: str          # done, retry, dead, stale
+    verdict: str          # done, retry, dead, stale, rate_limited
     error: str | None = None
 
 
@@ -162,6 +162,8 @@ class Runner:
         at once for an exception the policy does not retry."""
         ctx.exception = exc
         policy = plan.spec.policy if plan.spec is not None else DEFAULT_POLICY
+        if isinstance(exc, RateLimited):
+            return self._back_off(ctx, qi, exc)
         if isinstance(exc, Retry):
             delay = exc.delay if exc.delay is not None else plan.retry_delay
             return self._settle(ctx, qi, _describe(exc), delay, False)
@@ -180,6 +182,18 @@ class Runner:
         if name in ("retry", "dead"):
             self.fire("task_retried" if name == "retry" else "task_dead", ctx)
         return Outcome(lease.id, name, error)
+
+    def _back_off(self, ctx: JobContext, qi: int, exc: RateLimited) -> Outcome:
+        """The task hit an outside limit: the job goes back to the head of its lane without
+        spending an attempt and its group sits out the delay (fenced: STALE if the lease
+        was lost meanwhile). Not a retry: no hook fires."""
+        lease = ctx._lease
+        reason = f"{RateLimited.__name__}: {exc}"
+        verdict = self.call(self.queues[qi].release, lease, reason, exc.delay)
+        name = "rate_limited" if verdict else "stale"
+        log.info("job %s (%s, queue %s) %s: group %s sits out %gs", lease.id,
+                 _brief(lease.task, 120), ctx.queue, name, _brief(lease.group, 120), exc.delay)
+        return Outcome(lease.id, name, reason)
 
     # -- hooks and the loop -----------------------------------------------------------------
     def fire(self, event: str, *args: Any) -> None:

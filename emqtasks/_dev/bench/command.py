@@ -36,6 +36,10 @@ from .scenarios import Row, render, run_all
               help="only the shard scaling: 1, 2, 3 queues drained at once on one server vs "
                    "a 3-master Redis Cluster (-c 4 per worker unless given; 10000 jobs per "
                    "queue; --redis-url may name a redis+cluster:// cluster)")
+@click.option("--controls", is_flag=True,
+              help="only the fairness controls: claim cost of 10,000 groups under a default "
+                   "limit and rate vs 10 plain groups, idle cost with rate-limited groups "
+                   "parked, rate-limit precision")
 @click.option("--peers", is_flag=True,
               help="the same workloads on Huey and Dramatiq too, side by side, where they "
                    "are installed (pip install 'emqtasks[peers]'); ratios emqtasks/peer")
@@ -43,8 +47,14 @@ from .scenarios import Row, render, run_all
               help="only async jobs: 1,000 (--jobs) that each await sleep(0.2), on -c 2 "
                    "--async-concurrency 100: wall time, jobs/s, most at once")
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
-          as_json: bool, quick: bool, cluster: bool, peers: bool, async_: bool) -> None:
+          as_json: bool, quick: bool, cluster: bool, controls: bool, peers: bool,
+          async_: bool) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
+    if controls:   # its own scenarios and report: see controls.py
+        from . import controls as bench_controls
+
+        bench_controls.run(redis_url, concurrency, runs, quick, as_json)
+        return
     if async_:
         if peers or cluster:
             raise BenchError("--async, --peers and --cluster are separate benches: give one")

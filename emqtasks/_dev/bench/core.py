@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,7 +147,7 @@ def tree_cpu(root: int) -> float:
     return total
 
 
-def median(values: list[float | None]) -> float | None:
+def median(values: Sequence[float | None]) -> float | None:
     real = [v for v in values if v is not None]
     return statistics.median(real) if real else None
 

@@ -31,6 +31,8 @@ from .slots import Running, Slots
 
 log = logging.getLogger("emqtasks.worker")
 _ctx = multiprocess.get_context("fork")
+#: Exit codes of a child killed from outside, not failed on its own (see _respawn_delay).
+_KILLED = (-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT)
 
 
 class ChildHandle:
@@ -273,11 +275,25 @@ class Master:
             h.pipe.close()
             self.children[index] = None
         if not self._stopping:
-            # A child that dies young with no job (a refused AUTH, a broken import) must
-            # not be forked again in a tight loop: wait, doubling up to 10 s.
-            lived = time.monotonic() - h.born
-            delay = 0.0 if lived > 5 or running is not None else min(10.0, h.backoff * 2)
+            delay = self._respawn_delay(h, code, running is not None)
             self._respawn_at[index] = (time.monotonic() + delay, delay or 0.25)
+
+    def _respawn_delay(self, h: ChildHandle, code: int | None, had_job: bool) -> float:
+        """How long to wait before replacing a child that exited.
+
+        At once, unless it crashed young: a child that retired after --max-tasks-per-child
+        jobs (exit 0), was killed from outside (SIGKILL: the OOM killer, an operator), died
+        running a job or lived over 5 s is replaced now. One that failed on its own within
+        5 s with no job (exit 1 of a refused AUTH, a segfault) must not be forked again in
+        a tight loop: it waits, doubling up to 10 s.
+        """
+        lived = time.monotonic() - h.born
+        if code == 0 or code in _KILLED or had_job or lived > 5:
+            return 0.0
+        delay = min(10.0, h.backoff * 2)
+        log.warning("child %d (pid %s) failed %.1fs after its start (exit %s) with no job: "
+                    "restarting it in %.1fs", h.index, h.process.pid, lived, code, delay)
+        return delay
 
     def _respawn_due(self) -> None:
         now = time.monotonic()

@@ -1,0 +1,97 @@
+"""Defects found by an adversarial pass (issue #19), each pinned by a test that failed before
+its fix: a retiring or killed child throttling the pool, a restart losing a due time, bad
+timing values escaping the error tree, and a silent server taking 30 s to report."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import worker_tasks as wt
+from workerproc import WorkerProc
+
+from emqtasks import App
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def start(app: App, *extra: str, concurrency: int = 2, tick: float = 0.2,
+          modules: tuple[str, ...] = ("worker_tasks",)) -> WorkerProc:
+    w = WorkerProc(app.settings.redis_url, app.settings.queue, *extra,
+                   concurrency=concurrency, tick=tick, modules=modules)
+    w.wait_ready()
+    return w
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "emqtasks.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# -- 1. a child that retires, or is killed idle, is replaced at once ---------------------------
+
+def test_max_tasks_per_child_does_not_throttle_the_pool(app: App) -> None:
+    # Given a pool of 2 whose children retire after 5 jobs each
+    with start(app, "--max-tasks-per-child", "5") as w:
+        began = time.monotonic()
+        # When 100 no-op jobs arrive (20 retirements)
+        handles = [app.send_task(wt.needs_two, (i, 1)) for i in range(100)]
+        # Then they all complete in a few seconds (56 s when a retirement counted as a
+        # crash and each replacement waited a doubling backoff)
+        assert [h.get(timeout=60) for h in handles] == [i + 1 for i in range(100)]
+        assert time.monotonic() - began < 10, w.output(tail=20)
+        assert "restarting it in" not in w.output()
+        w.stop()
+
+
+def _replacement(w: WorkerProc, old: int) -> int:
+    found: list[int] = []
+
+    def fresh() -> bool:
+        found[:] = [p for p in w.children() if p != old and _alive(p)]
+        return bool(found)
+
+    w.wait_for(fresh, timeout=20, what="a replacement child")
+    return found[0]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_child_killed_while_idle_is_replaced_at_once(app: App) -> None:
+    # Given a pool of one idle child
+    with start(app, concurrency=1) as w:
+        child = w.children()[0]
+        began = time.monotonic()
+        # When it is SIGKILLed five times over, each time just after its replacement came
+        for _ in range(5):
+            os.kill(child, signal.SIGKILL)
+            child = _replacement(w, child)
+        # Then each replacement came at once (a young idle death was a crash: 0.5 + 1 + 2 +
+        # 4 + 8 s of backoff), and the pool still runs jobs
+        assert app.send_task(wt.needs_two, (2, 3)).get(timeout=20) == 5
+        assert time.monotonic() - began < 6, w.output(tail=20)
+        w.stop()
+
+
+def test_a_child_failing_at_its_start_is_restarted_with_a_backoff(app: App) -> None:
+    # Given a task module that makes every forked child exit at once (a broken setup)
+    w = WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                   modules=("crash_tasks",))
+    with w:
+        w.wait_for(lambda: "tasks registered" in w.output(), what="worker start")
+        # When it runs for 3 s, Then the child is not forked in a tight loop: the restarts
+        # wait 0.5, 1, 2 s, and each wait says why
+        time.sleep(3.0)
+        restarts = w.output().count("restarting it in")
+        assert 2 <= restarts <= 5, w.output(tail=20)
+        assert "with no job: restarting it in 0.5s" in w.output()

@@ -180,10 +180,11 @@ class Queue:
         reply = self.client.blpop([self.keys.wake], timeout=_block_seconds(timeout))
         return None if reply is None else reply[1]
 
-    def push_wake(self) -> None:
-        """Hand a readiness token on (bounded like the ones the scripts push)."""
+    def push_wake(self, token: str = WAKE_WORK) -> None:
+        """Hand a token on: WAKE_WORK (work is claimable) or WAKE_DUE (re-read when to
+        promote). Bounded like the ones the scripts push."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.rpush(self.keys.wake, "1")
+        pipe.rpush(self.keys.wake, token)
         pipe.ltrim(self.keys.wake, 0, 15)
         pipe.expire(self.keys.wake, 60)
         pipe.execute()

@@ -95,3 +95,37 @@ def test_a_child_failing_at_its_start_is_restarted_with_a_backoff(app: App) -> N
         restarts = w.output().count("restarting it in")
         assert 2 <= restarts <= 5, w.output(tail=20)
         assert "with no job: restarting it in 0.5s" in w.output()
+
+
+# -- 2. a restart keeps the due time of a delayed job -------------------------------------------
+
+def _lateness_ms(app: App, job_id: str, countdown_s: float) -> int:
+    created, started = app.queue().client.hmget(app.queue().keys.job(job_id),
+                                                "created", "started")
+    return int(started) - int(created) - int(countdown_s * 1000)
+
+
+def test_a_restarted_pool_runs_a_delayed_job_on_time(app: App) -> None:
+    # Given a pool with a long tick, and a job due in 6 s whose 'd' wake it took
+    first = start(app, tick=20)
+    h = app.send_task(wt.needs_two, (1, 2), countdown=6)
+    time.sleep(1.0)
+    # When the pool is stopped and another started, as in a deploy
+    assert first.stop() == 0
+    with start(app, tick=20) as second:
+        # Then the job runs at its due time (16.5 s late when the new master parked a tick)
+        assert h.get(timeout=40) == 3
+        assert _lateness_ms(app, h.id, 6) < 1500
+        second.stop()
+
+
+def test_a_stopping_master_hands_on_the_due_time_token_it_took(app: App) -> None:
+    q = app.queue()
+    # Given a lone idle pool that took the 'd' token of a job due in 30 s
+    with start(app, tick=20) as w:
+        app.send_task(wt.needs_two, (1, 2), countdown=30)
+        w.wait_for(lambda: q.client.llen(q.keys.wake) == 0, what="the 'd' token taken")
+        # When it stops
+        assert w.stop() == 0
+    # Then the token is back on the wake list for another master, not swallowed
+    assert "d" in q.client.lrange(q.keys.wake, 0, -1)

@@ -75,6 +75,10 @@ class Master:
         self._hard_stop = False
         self._respawn_at: dict[int, tuple[float, float]] = {}   # index -> (when, backoff)
         self._term_at = 0.0   # when the first SIGTERM / SIGINT arrived (set by the handler)
+        # When the earliest delayed job is due (monotonic; None: nothing delayed), as the
+        # last promote said. The park thread parks no longer than that; a stopping master
+        # hands the knowledge on with a 'd' token, since it may hold the only one.
+        self._next_due_at: float | None = None
         self._grace_deadline = 0.0
         self._signal_r, self._signal_w = os.pipe()
         self._wake_r, self._wake_w = os.pipe()
@@ -84,7 +88,9 @@ class Master:
     # -- lifecycle --------------------------------------------------------------------
     def run(self) -> int:
         self._install_signals()
-        # Recover and promote before anyone claims; also proves the scripts run.
+        # Recover and promote before anyone claims; also proves the scripts run. The due
+        # time it learns is the park thread's first deadline: the 'd' token of a job
+        # scheduled earlier may have been taken by a master that has since stopped.
         self._reap(self.queue)
         self._promote(self.queue)
         for index in range(self.settings.concurrency):
@@ -203,6 +209,10 @@ class Master:
         self.slots.set_stopping()
         self.park_stop.set()
         self.has_idle.set()
+        if self._next_due_at is not None:
+            # This master may have taken the only 'd' token of a delayed job: hand it on,
+            # as it hands on work tokens, so a parked peer re-reads when to promote.
+            self._call(self.queue.push_wake, WAKE_DUE)
         for h in self.children:
             if h is not None and h.idle:
                 _send(h.pipe, STOP)
@@ -376,7 +386,8 @@ class Master:
         outage = Outage(log, "park", stop=self.park_stop.is_set)
         tick = self.settings.tick
         next_reap = time.monotonic() + tick
-        next_promote = next_reap
+        due_at = self._next_due_at   # learnt by run()'s promote
+        next_promote = next_reap if due_at is None else min(next_reap, due_at)
         while not self.park_stop.is_set():
             try:
                 now = time.monotonic()
@@ -400,12 +411,12 @@ class Master:
                 if not self.has_idle.wait(horizon) or self.park_stop.is_set():
                     continue
                 token = outage.call(queue.park, horizon)
+                if token is not None and self.park_stop.is_set():
+                    outage.call(queue.push_wake, token)   # not ours to use: hand it on
+                    break
                 if token == WAKE_DUE:
                     next_promote = 0.0
                 elif token is not None:
-                    if self.park_stop.is_set():
-                        outage.call(queue.push_wake)
-                        break
                     self.has_idle.clear()
                     os.write(self._wake_w, b"w")
             except TRANSIENT:
@@ -425,6 +436,7 @@ class Master:
         _, due_in, claimable = queue.promote_and_look()
         while due_in == 0:
             _, due_in, claimable = queue.promote_and_look()
+        self._next_due_at = None if due_in is None else time.monotonic() + due_in
         return due_in, claimable
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 import worker_tasks as wt
@@ -129,3 +131,38 @@ def test_a_stopping_master_hands_on_the_due_time_token_it_took(app: App) -> None
         assert w.stop() == 0
     # Then the token is back on the wake list for another master, not swallowed
     assert "d" in q.client.lrange(q.keys.wake, 0, -1)
+
+
+# -- 4. a server that accepts and never answers is reported within the connect timeout ---------
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A loopback port that accepts connections and never says a word."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield s.getsockname()[1]
+
+
+@pytest.mark.parametrize("scheme", ["redis", "rediss"])
+def test_a_silent_server_is_one_line_within_seconds(silent_port: int, scheme: str) -> None:
+    url = f"{scheme}://127.0.0.1:{silent_port}/0"
+    began = time.monotonic()
+    out = cli("stats", "--redis-url", url)
+    # 30 s before: the TLS handshake and the connect-time commands waited the socket timeout
+    assert time.monotonic() - began < 15
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("emqtasks: error: cannot "
+                                                                 "reach Redis"), out.stderr
+
+
+def test_a_connection_keeps_its_long_timeout_after_the_short_handshake(app: App) -> None:
+    # A park blocks longer than the connect timeout on a fresh connection and is not cut
+    from emqtasks.connection import CONNECT_TIMEOUT, connect
+    from emqtasks.queue import Queue
+
+    q = Queue(connect(app.settings.redis_url, single_thread=True), app.settings.queue)
+    began = time.monotonic()
+    assert q.park(CONNECT_TIMEOUT + 1) is None
+    assert time.monotonic() - began >= CONNECT_TIMEOUT + 0.9
+    q.client.close()

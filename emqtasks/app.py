@@ -9,9 +9,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, overload
 
+from . import validate
 from .config import Settings
 from .connection import connect
-from .errors import InvalidArgument, UnknownTask
+from .errors import UnknownTask
 from .keys import check_queue_name
 from .queue import Queue
 from .registry import GroupSpec, Registry, TaskSpec
@@ -33,6 +34,8 @@ class App:
 
     def __init__(self, redis_url: str | None = None, queue: str | None = None,
                  max_payload_bytes: int | None = None) -> None:
+        if max_payload_bytes is not None:   # checked now; the rest of Settings on first use
+            validate.integer(max_payload_bytes, "max_payload_bytes")
         self._explicit: dict[str, Any] = {"redis_url": redis_url, "queue": queue,
                                           "max_payload_bytes": max_payload_bytes}
         self._settings: Settings | None = None
@@ -110,15 +113,13 @@ class App:
         """Register a function as a task; usable as ``@app.task`` or ``@app.task(...)``."""
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
-            if max_attempts < 1 or lease <= 0 or retry_delay < 0 or result_ttl < 0:
-                raise InvalidArgument("max_attempts >= 1, lease > 0, retry_delay >= 0 and "
-                                      "result_ttl >= 0 are required")
             if queue is not None:
                 check_queue_name(queue)   # at registration, not at the first delay()
-            spec = TaskSpec(name=name or f"{_module_name(f)}.{f.__qualname__}", fn=f,
-                            group=group, max_attempts=max_attempts, retry_delay=retry_delay,
-                            lease=lease, queue=queue, time_limit=time_limit,
-                            result_ttl=int(result_ttl))
+            # TaskSpec checks the options (validate.py): a bad one fails here, at import.
+            spec = TaskSpec(name=f"{_module_name(f)}.{f.__qualname__}" if name is None
+                            else name, fn=f, group=group, max_attempts=max_attempts,
+                            retry_delay=retry_delay, lease=lease, queue=queue,
+                            time_limit=time_limit, result_ttl=result_ttl)
             t: Task[Any, Any] = Task(self, spec)
             self.registry.add(t)
             return t
@@ -136,7 +137,7 @@ class App:
         options (group function, attempts, lease...); an unknown name is sent with the
         defaults of ``@task``, for a worker elsewhere that knows it.
         """
-        spec = task.spec if isinstance(task, Task) else self._spec_for(task)
+        spec = task.spec if isinstance(task, Task) else self._spec_for(validate.task_name(task))
         job = build_job(spec, tuple(args), kwargs or {}, limit=self.settings.max_payload_bytes,
                         job_id=job_id, group=group, countdown=countdown, eta=eta)
         q = self.queue(queue if queue is not None else spec.queue)

@@ -7,9 +7,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from .cluster import node_kwargs, scan_keys
-from .errors import InvalidArgument, InvalidJobId, ScriptError
+from .errors import InvalidJobId, ScriptError
 from .keys import QueueKeys, check_group, check_job_id
 from .scripts import Scripts
+from .validate import MAX_COUNT, integer, optional_seconds, seconds
 from .verdicts import (
     AckVerdict,
     CancelVerdict,
@@ -110,6 +111,7 @@ class Queue:
     # -- consumer ---------------------------------------------------------------------
     def claim(self, n: int = 1) -> list[Lease]:
         """Lease up to n jobs, one per turn of the ring; [] when nothing is serviceable."""
+        n = integer(n, "the number of jobs to claim")
         return [Lease.from_reply(r) for r in self.scripts.claim(self._k, [n, _nonce()])]
 
     def ack(self, lease: Lease, result: str = "null",
@@ -127,6 +129,7 @@ class Queue:
     def retry(self, lease: Lease, error: str, delay: float | None = None,
               final: bool = False) -> RetryVerdict:
         """Fail a job (fenced): RETRIED into delayed, DEAD, or STALE (nothing written)."""
+        delay = optional_seconds(delay, "a retry delay")
         delay_arg = "" if delay is None else int(delay * 1000)
         return RetryVerdict(self.scripts.retry(
             self._k, [lease.id, lease.attempts, lease.nonce, error, delay_arg,
@@ -143,6 +146,8 @@ class Queue:
         """Push lease deadlines out to now + lease (each job's own by default); fenced:
         per lease EXTENDED, or STALE."""
         leases = list(leases)
+        if lease_ms is not None:
+            lease_ms = integer(lease_ms, "lease_ms", 1, MAX_COUNT)
         by_len: dict[int, list[Lease]] = {}
         for lease in leases:
             by_len.setdefault(lease_ms or lease.lease_ms, []).append(lease)
@@ -177,6 +182,7 @@ class Queue:
         Returns None on timeout, WAKE_WORK when work became claimable, WAKE_DUE when
         `delayed` got a new earliest entry (re-read when to promote).
         """
+        timeout = seconds(timeout, "a park timeout", high=MAX_COUNT)
         reply = self.client.blpop([self.keys.wake], timeout=_block_seconds(timeout))
         return None if reply is None else reply[1]
 
@@ -203,13 +209,12 @@ class Queue:
         return bool(self.scripts.pause_group(self._k, [check_group(group), "0"]) == 1)
 
     def set_group_limit(self, group: str, limit: int | None) -> None:
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
-            raise InvalidArgument(f"a group limit is an integer >= 1 or None, not {limit!r}")
+        if limit is not None:
+            limit = integer(limit, "a group limit (None clears it)")
         self.scripts.limit(self._k, [check_group(group), "" if limit is None else limit])
 
     def set_group_weight(self, group: str, weight: int) -> None:
-        if not isinstance(weight, int) or weight < 1:
-            raise InvalidArgument(f"a group weight is an integer >= 1, not {weight!r}")
+        weight = integer(weight, "a group weight")
         self.scripts.weight(self._k, [check_group(group), weight])
 
     def cancel(self, job_id: str) -> CancelVerdict:
@@ -232,6 +237,7 @@ class Queue:
 
     def dead_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The most recent dead jobs, newest first, each a job() view."""
+        limit = integer(limit, "limit", 0)
         ids = self.client.zrevrange(self.keys.dead, 0, max(limit, 1) - 1)
         return [j for j in (self.job(i) for i in ids) if j is not None]
 

@@ -6,7 +6,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import DuplicateTaskName, UnknownTask
+from . import validate
+from .errors import DuplicateTaskName, InvalidGroup, UnknownTask
+from .keys import check_group
 
 GroupSpec = str | Callable[..., str] | None
 
@@ -24,6 +26,26 @@ class TaskSpec:
     queue: str | None = None
     time_limit: float | None = None
     result_ttl: int = 86_400
+
+    def __post_init__(self) -> None:
+        # Every option is checked here, when the task is defined, so a bad one never
+        # reaches an enqueue (validate.py has the ranges).
+        checked = {
+            "name": validate.task_name(self.name),
+            "max_attempts": validate.integer(self.max_attempts, "max_attempts", 1,
+                                             validate.MAX_ATTEMPTS),
+            "retry_delay": validate.seconds(self.retry_delay, "retry_delay"),
+            "lease": validate.lease(self.lease),
+            "time_limit": validate.time_limit(self.time_limit),
+            "result_ttl": validate.integer(self.result_ttl, "result_ttl", 0, validate.MAX_TTL),
+        }
+        for field, value in checked.items():
+            object.__setattr__(self, field, value)
+        if isinstance(self.group, str):
+            check_group(self.group)
+        elif self.group is not None and not callable(self.group):
+            raise InvalidGroup(f"a task's group is a string or a function of the call's "
+                               f"arguments, not {self.group!r}")
 
 
 class Registry:

@@ -11,12 +11,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 import worker_tasks as wt
+from helpers import count_keys, make_task
 from workerproc import WorkerProc
 
-from emqtasks import App
+from emqtasks import AckVerdict, App, EmqError, InvalidArgument, Queue, Retry
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -131,6 +134,136 @@ def test_a_stopping_master_hands_on_the_due_time_token_it_took(app: App) -> None
         assert w.stop() == 0
     # Then the token is back on the wake list for another master, not swallowed
     assert "d" in q.client.lrange(q.keys.wake, 0, -1)
+
+
+# -- 3. bad timing values get a named error and write nothing --------------------------------
+
+NAN, INF = float("nan"), float("inf")
+BAD_CALLS = {
+    "countdown=inf": {"countdown": INF},
+    "countdown=nan": {"countdown": NAN},
+    "countdown='5'": {"countdown": "5"},
+    "countdown=True": {"countdown": True},
+    "countdown=11 years": {"countdown": 11 * 365 * 86_400},
+    "eta='tomorrow'": {"eta": "tomorrow"},
+    "eta=nan": {"eta": NAN},
+    "eta=inf": {"eta": INF},
+    "eta=far ahead": {"eta": datetime.now(timezone.utc) + timedelta(days=3700)},
+}
+
+
+@pytest.mark.parametrize("options", BAD_CALLS.values(), ids=list(BAD_CALLS))
+def test_a_bad_countdown_or_eta_is_invalid_argument_and_writes_nothing(
+        app: App, queue: Queue, options: dict[str, Any]) -> None:
+    t = make_task(app)
+    with pytest.raises(InvalidArgument) as caught:
+        t.apply_async(args=(1,), **options)
+    assert repr(next(iter(options.values())))[:20] in str(caught.value)
+    with pytest.raises(InvalidArgument):
+        app.send_task(t.name, (1,), **options)
+    assert count_keys(queue) == 0
+
+
+BAD_OPTIONS = {
+    "lease=inf": {"lease": INF},
+    "lease=nan": {"lease": NAN},
+    "lease=1e-6": {"lease": 1e-6},
+    "lease=0": {"lease": 0},
+    "lease='30'": {"lease": "30"},
+    "retry_delay=inf": {"retry_delay": INF},
+    "retry_delay=-1": {"retry_delay": -1},
+    "max_attempts=2.5": {"max_attempts": 2.5},
+    "max_attempts=2.0": {"max_attempts": 2.0},
+    "max_attempts=True": {"max_attempts": True},
+    "max_attempts=0": {"max_attempts": 0},
+    "result_ttl=nan": {"result_ttl": NAN},
+    "result_ttl=-1": {"result_ttl": -1},
+    "time_limit=0": {"time_limit": 0},
+    "time_limit=inf": {"time_limit": INF},
+    "name=''": {"name": ""},
+    "group=5": {"group": 5},
+}
+
+
+@pytest.mark.parametrize("options", BAD_OPTIONS.values(), ids=list(BAD_OPTIONS))
+def test_a_bad_task_option_is_refused_when_the_task_is_defined(
+        app: App, options: dict[str, Any]) -> None:
+    with pytest.raises(EmqError):
+        make_task(app, **{"name": "tests.helpers.noop", **options})
+
+
+def test_good_timing_values_keep_their_meaning(app: App, queue: Queue) -> None:
+    t = make_task(app, lease=0.001, max_attempts=1, result_ttl=0, time_limit=None,
+                  retry_delay=0)
+    assert queue.client.hget(queue.keys.job(t.delay(1).id), "lease") == "1"
+    # A countdown or eta in the past means now (as in Celery); both given: the later wins
+    for options in ({"countdown": -5}, {"countdown": 0},
+                    {"eta": datetime.now(timezone.utc) - timedelta(hours=1)},
+                    {"eta": 0}, {"countdown": 0.0, "eta": time.time() - 1}):
+        assert t.apply_async(args=(1,), **options).status() == "pending"
+    later = t.apply_async(args=(1,), countdown=1, eta=time.time() + 60)
+    assert later.status() == "delayed"
+    due = queue.client.zscore(queue.keys.delayed, later.id)
+    assert due - int(queue.client.hget(queue.keys.job(later.id), "created")) > 50_000
+
+
+@pytest.mark.parametrize("name", ["", "   ", 123, None, b"t.x"])
+def test_a_task_name_that_is_not_a_non_empty_string_is_refused(
+        app: App, queue: Queue, name: Any) -> None:
+    with pytest.raises(InvalidArgument):
+        app.send_task(name, (1,))
+    assert count_keys(queue) == 0
+
+
+@pytest.mark.parametrize("value", [True, 2.0, 0, -1, NAN, "2"])
+def test_a_bad_group_limit_or_weight_is_invalid_argument_and_writes_nothing(
+        app: App, queue: Queue, value: Any) -> None:
+    with pytest.raises(InvalidArgument):
+        app.set_group_limit("g", value)
+    with pytest.raises(InvalidArgument):
+        app.set_group_weight("g", value)
+    assert count_keys(queue) == 0
+
+
+def test_the_consumer_verbs_refuse_bad_numbers(app: App, queue: Queue) -> None:
+    h = make_task(app).delay(1)
+    lease = queue.claim(1)[0]
+    for call in (lambda: queue.claim(True), lambda: queue.claim(0),
+                 lambda: queue.retry(lease, "x", delay=INF),
+                 lambda: queue.extend([lease], lease_ms=2.5),
+                 lambda: queue.park(NAN), lambda: queue.dead_jobs(1.5),
+                 lambda: h.get(timeout=NAN), lambda: h.get(timeout=1, poll=0)):
+        with pytest.raises(InvalidArgument):
+            call()
+    with pytest.raises(InvalidArgument):
+        Retry(delay=INF)
+    with pytest.raises(InvalidArgument):
+        App(max_payload_bytes=NAN)   # type: ignore[arg-type]
+    assert queue.ack(lease).verdict == AckVerdict.DONE   # the job itself was untouched
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "1e400", "five"])
+def test_a_bad_countdown_on_the_command_line_is_one_line_and_exit_2(
+        app: App, queue: Queue, value: str) -> None:
+    out = cli("enqueue", "t.x", "--countdown", value, "--redis-url", app.settings.redis_url,
+              "-Q", queue.name)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "emqtasks: error:" in out.stderr, out.stderr
+    assert "--countdown" in out.stderr
+    assert count_keys(queue) == 0
+
+
+@pytest.mark.parametrize("args", [["stats", "--bogus"], ["check", "--bogus"],
+                                  ["worker", "-A", "json", "--tick", "nan"],
+                                  ["worker", "-A", "json", "--grace", "inf"],
+                                  ["worker", "-A", "json", "--time-limit", "nan"]])
+def test_bad_options_of_stats_check_and_worker_are_one_line_and_exit_2(
+        args: list[str]) -> None:
+    out = cli(*args, "--redis-url", "redis://127.0.0.1:1/0")
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("emqtasks: error: "), \
+        out.stderr
+    assert next(a for a in args if a.startswith("--")) in out.stderr   # the option named
 
 
 # -- 4. a server that accepts and never answers is reported within the connect timeout ---------

@@ -17,11 +17,13 @@ from typing import Any
 
 import click
 
+from .. import validate
 from ..queue import Queue
 from .common import (
     AdminCommand,
     CliError,
     Refused,
+    Seconds,
     last_line,
     positive_int,
     queue_options,
@@ -203,7 +205,7 @@ def _json_option(text: str, option: str, kind: type, kind_name: str) -> Any:
                    "is not known here]")
 @click.option("--job-id", default=None, metavar="ID",
               help="the job's id (an id that exists already is reported as duplicate)")
-@click.option("--countdown", type=click.FloatRange(0), default=None, metavar="S",
+@click.option("--countdown", type=Seconds(0, validate.MAX_COUNTDOWN), default=None, metavar="S",
               help="run no earlier than S seconds from now")
 def enqueue(redis_url: str | None, queue: str | None, task_name: str, args_json: str,
             kwargs_json: str, group: str | None, job_id: str | None,
@@ -257,7 +259,7 @@ def job(redis_url: str | None, queue: str | None, job_id: str, as_json: bool) ->
             click.echo(f"{field + ':':<13} {value}")
 
 
-@click.command()
+@click.command(cls=AdminCommand)
 @queue_options
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def stats(redis_url: str | None, queue: str | None, as_json: bool) -> None:
@@ -277,7 +279,7 @@ def stats(redis_url: str | None, queue: str | None, as_json: bool) -> None:
                        f"{row['weight']:>6}  {'yes' if row['paused'] else ''}")
 
 
-@click.command("check")
+@click.command("check", cls=AdminCommand)
 @queue_options
 @click.option("--repair", is_flag=True, help="rebuild ring and gactive, restore lost jobs")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")

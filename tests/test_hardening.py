@@ -136,6 +136,22 @@ def test_a_stopping_master_hands_on_the_due_time_token_it_took(app: App) -> None
     assert "d" in q.client.lrange(q.keys.wake, 0, -1)
 
 
+def test_a_master_rides_out_redis_errors_at_its_start(app: App) -> None:
+    # Given a server that fails the master's first connections and its first reap (it
+    # restarted just after the worker's start-up probe answered)
+    w = WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                   modules=("outage_at_start",))
+    with w:
+        # Then the master does not die of it (it crashed with a traceback): it retries,
+        # comes up, parks (its park thread lived), and runs a job it is woken for
+        w.wait_ready()
+        w.wait_for(lambda: any(c.get("cmd") == "blpop" for c in app.client.client_list()),
+                   what="the master parked")
+        assert app.send_task("outage.add", (2, 3)).get(timeout=20) == 5
+        assert "Traceback" not in w.output(), w.output()
+        assert w.stop() == 0
+
+
 # -- 3. bad timing values get a named error and write nothing --------------------------------
 
 NAN, INF = float("nan"), float("inf")

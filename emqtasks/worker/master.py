@@ -63,8 +63,12 @@ class Master:
         self.make_queue = make_queue
         self.registry = registry
         self.settings = settings
-        self.queue = make_queue()
+        self._hard_stop = False
+        self._term_at = 0.0   # when the first SIGTERM / SIGINT arrived (set by the handler)
         self.outage = Outage(log, "master", stop=self._give_up)
+        # Through the outage: a server that went down just after the start-up probe must
+        # not crash the master (a single-connection client connects as it is made).
+        self.queue = self.outage.call(make_queue)
         self.slots = Slots(settings.concurrency)
         self.children: list[ChildHandle | None] = [None] * settings.concurrency
         self.selector = selectors.DefaultSelector()
@@ -72,9 +76,7 @@ class Master:
         self.park_stop = threading.Event()
         self.stats = {"started": 0, "died": 0, "replaced": 0, "time_limited": 0}
         self._stopping = False
-        self._hard_stop = False
         self._respawn_at: dict[int, tuple[float, float]] = {}   # index -> (when, backoff)
-        self._term_at = 0.0   # when the first SIGTERM / SIGINT arrived (set by the handler)
         # When the earliest delayed job is due (monotonic; None: nothing delayed), as the
         # last promote said. The park thread parks no longer than that; a stopping master
         # hands the knowledge on with a 'd' token, since it may hold the only one.
@@ -91,8 +93,8 @@ class Master:
         # Recover and promote before anyone claims; also proves the scripts run. The due
         # time it learns is the park thread's first deadline: the 'd' token of a job
         # scheduled earlier may have been taken by a master that has since stopped.
-        self._reap(self.queue)
-        self._promote(self.queue)
+        self._call(self._reap, self.queue)
+        self._call(self._promote, self.queue)
         for index in range(self.settings.concurrency):
             self._spawn(index)
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signal")
@@ -382,8 +384,11 @@ class Master:
 
     # -- the park thread -----------------------------------------------------------------
     def _park_loop(self) -> None:
-        queue = self.make_queue()   # its own connection: BLPOP holds it
         outage = Outage(log, "park", stop=self.park_stop.is_set)
+        try:
+            queue = outage.call(self.make_queue)   # its own connection: BLPOP holds it
+        except TRANSIENT:
+            return   # stopped before the server came back
         tick = self.settings.tick
         next_reap = time.monotonic() + tick
         due_at = self._next_due_at   # learnt by run()'s promote

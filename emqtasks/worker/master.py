@@ -211,13 +211,18 @@ class Master:
         self.slots.set_stopping()
         self.park_stop.set()
         self.has_idle.set()
-        if self._next_due_at is not None:
-            # This master may have taken the only 'd' token of a delayed job: hand it on,
-            # as it hands on work tokens, so a parked peer re-reads when to promote.
-            self._call(self.queue.push_wake, WAKE_DUE)
         for h in self.children:
             if h is not None and h.idle:
                 _send(h.pipe, STOP)
+        if self._next_due_at is not None:
+            # This master may have taken the only 'd' token of a delayed job: hand it on,
+            # as it hands on work tokens, so a parked peer re-reads when to promote. Once,
+            # not through the outage: a stop must not wait for the server (tokens are
+            # hints; the peers' ticks read `delayed` anyway).
+            try:
+                self.queue.push_wake(WAKE_DUE)
+            except TRANSIENT:
+                log.info("could not hand on the due-time token: Redis unavailable")
 
     def _on_wake(self) -> None:
         try:

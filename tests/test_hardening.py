@@ -305,6 +305,15 @@ def test_a_silent_server_is_one_line_within_seconds(silent_port: int, scheme: st
                                                                  "reach Redis"), out.stderr
 
 
+def test_tls_at_a_plain_redis_port_is_one_line_within_seconds(redis_url: str) -> None:
+    if not redis_url.startswith("redis://"):
+        pytest.skip("needs a plain redis:// server")
+    began = time.monotonic()
+    out = cli("stats", "--redis-url", "rediss://" + redis_url.removeprefix("redis://"))
+    assert time.monotonic() - began < 15
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+
+
 def test_a_connection_keeps_its_long_timeout_after_the_short_handshake(app: App) -> None:
     # A park blocks longer than the connect timeout on a fresh connection and is not cut
     from emqtasks.connection import CONNECT_TIMEOUT, connect

@@ -81,6 +81,7 @@ class Master:
         # last promote said. The park thread parks no longer than that; a stopping master
         # hands the knowledge on with a 'd' token, since it may hold the only one.
         self._next_due_at: float | None = None
+        self._due_token_held = False   # the park thread took a 'd' no promote acted on yet
         self._grace_deadline = 0.0
         self._signal_r, self._signal_w = os.pipe()
         self._wake_r, self._wake_w = os.pipe()
@@ -394,6 +395,12 @@ class Master:
             queue = outage.call(self.make_queue)   # its own connection: BLPOP holds it
         except TRANSIENT:
             return   # stopped before the server came back
+        try:
+            self._park(queue, outage)
+        finally:
+            self._hand_on_due(queue)
+
+    def _park(self, queue: Queue, outage: Outage) -> None:
         tick = self.settings.tick
         next_reap = time.monotonic() + tick
         due_at = self._next_due_at   # learnt by run()'s promote
@@ -421,12 +428,14 @@ class Master:
                 if not self.has_idle.wait(horizon) or self.park_stop.is_set():
                     continue
                 token = outage.call(queue.park, horizon)
+                if token == WAKE_DUE:
+                    self._due_token_held = True   # until a promote acts on it
+                    next_promote = 0.0
+                    continue
                 if token is not None and self.park_stop.is_set():
                     outage.call(queue.push_wake, token)   # not ours to use: hand it on
                     break
-                if token == WAKE_DUE:
-                    next_promote = 0.0
-                elif token is not None:
+                if token is not None:
                     self.has_idle.clear()
                     os.write(self._wake_w, b"w")
             except TRANSIENT:
@@ -434,6 +443,16 @@ class Master:
             except Exception:
                 log.exception("park loop error; carrying on")
                 self.park_stop.wait(1.0)
+
+    def _hand_on_due(self, queue: Queue) -> None:
+        """A stopping park thread that took a 'd' token and did not act on it, or knows a
+        delayed job is waiting, hands a 'd' on: it may have taken the only one. Once, not
+        through the outage (tokens are hints; the peers' ticks read `delayed` anyway)."""
+        if self._due_token_held or self._next_due_at is not None:
+            try:
+                queue.push_wake(WAKE_DUE)
+            except TRANSIENT:
+                log.info("could not hand on the due-time token: Redis unavailable")
 
     def _reap(self, queue: Queue) -> None:
         returned, dead = queue.reap()
@@ -447,6 +466,7 @@ class Master:
         while due_in == 0:
             _, due_in, claimable = queue.promote_and_look()
         self._next_due_at = None if due_in is None else time.monotonic() + due_in
+        self._due_token_held = False
         return due_in, claimable
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:

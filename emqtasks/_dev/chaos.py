@@ -74,6 +74,7 @@ class Report:
     violations: list[str] = field(default_factory=list)
     drain_seconds: float = 0.0
     worker_errors: list[str] = field(default_factory=list)
+    worker_exits: list[str] = field(default_factory=list)   # last log line of each exit
     log_dir: str = ""
 
     @property
@@ -109,6 +110,7 @@ class Report:
             *(f"  dead, should not be: {i}" for i in self.unexpected_dead[:10]),
             *(f"  violation: {v}" for v in self.violations[:10]),
             *(f"  worker error: {line}" for line in self.worker_errors[:5]),
+            *(f"  a worker exited: {line}" for line in self.worker_exits[:5]),
             "OK" if self.ok else f"FAILED (worker logs in {self.log_dir})",
         ]
 
@@ -133,6 +135,7 @@ class Soak:
         self.acked: dict[str, str] = {}     # job id -> kind, once its enqueue returned
         self.countdowns = 0
         self.events: Counter[str] = Counter()
+        self.exits: list[str] = []
         self._stop = threading.Event()
         self._started = 0
 
@@ -251,6 +254,7 @@ class Soak:
         for i, w in enumerate(self.workers):
             if w is not None and w.proc.poll() is not None:
                 w.stop()
+                self.exits.append(f"exit {w.proc.returncode}: {w.output(tail=1)[:200]}")
                 self.workers[i] = self._start_worker()
                 self.events["worker_restarts"] += 1
 
@@ -332,6 +336,7 @@ class Soak:
             app.close()
         report.check_ok, report.violations = result.ok, result.violations
         report.worker_errors = _errors(self.log_dir.glob("worker-*.log"))
+        report.worker_exits = list(self.exits)
 
 
 def _states(client: Any, queue: str, ids: Iterable[str]) -> dict[str, str | None]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, overload
 
 from . import schedules as _sched
+from . import validate
 from .config import Settings
 from .connection import connect
 from .cron import Timing
@@ -43,6 +44,8 @@ class App:
 
     def __init__(self, redis_url: str | None = None, queue: str | None = None,
                  max_payload_bytes: int | None = None) -> None:
+        if max_payload_bytes is not None:   # checked now; the rest of Settings on first use
+            validate.integer(max_payload_bytes, "max_payload_bytes")
         self._explicit: dict[str, Any] = {"redis_url": redis_url, "queue": queue,
                                           "max_payload_bytes": max_payload_bytes}
         self._settings: Settings | None = None
@@ -157,15 +160,13 @@ class App:
         timing = None if schedule is None else _sched.declared_timing(schedule)
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
-            if max_attempts < 1 or lease <= 0 or retry_delay < 0 or result_ttl < 0:
-                raise InvalidArgument("max_attempts >= 1, lease > 0, retry_delay >= 0 and "
-                                      "result_ttl >= 0 are required")
             if queue is not None:
                 check_queue_name(queue)   # at registration, not at the first delay()
-            spec = TaskSpec(name=name or f"{_module_name(f)}.{f.__qualname__}", fn=f,
-                            group=group, max_attempts=max_attempts, retry_delay=retry_delay,
-                            lease=lease, queue=queue, time_limit=time_limit,
-                            result_ttl=int(result_ttl), policy=policy,
+            # TaskSpec checks the options (validate.py): a bad one fails here, at import.
+            spec = TaskSpec(name=f"{_module_name(f)}.{f.__qualname__}" if name is None
+                            else name, fn=f, group=group, max_attempts=max_attempts,
+                            retry_delay=retry_delay, lease=lease, queue=queue,
+                            time_limit=time_limit, result_ttl=result_ttl, policy=policy,
                             is_async=inspect.iscoroutinefunction(f))
             declared = None
             if timing is not None:   # checked before the task is registered
@@ -190,7 +191,7 @@ class App:
         defaults of ``@task``, for a worker elsewhere that knows it. Raises LaneFull
         (nothing written) when the job's lane holds its cap of waiting jobs.
         """
-        spec = task.spec if isinstance(task, Task) else self._spec_for(task)
+        spec = task.spec if isinstance(task, Task) else self._spec_for(validate.task_name(task))
         job = build_job(spec, tuple(args), kwargs or {}, limit=self.settings.max_payload_bytes,
                         job_id=job_id, group=group, countdown=countdown, eta=eta,
                         priority=priority)

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .errors import ConfigError
 from .keys import check_queue_name
+from .validate import integer
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_QUEUE = "default"
@@ -49,6 +50,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
+        integer(self.max_payload_bytes, "max_payload_bytes")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

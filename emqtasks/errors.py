@@ -27,8 +27,9 @@ class InvalidGroup(EmqError):
     """A group name that is empty, not a string, not UTF-8, or longer than 256 bytes."""
 
 
-class InvalidArgument(EmqError):
-    """An argument to an admin verb is out of range (a limit below 1, a weight below 1...)."""
+class InvalidArgument(EmqError, ValueError):
+    """A number, count or name that is of the wrong type, not finite or out of range (see
+    emqtasks.validate): a task option, a countdown or eta, a limit; nothing was written."""
 
 
 class SerializationError(EmqError):
@@ -91,7 +92,7 @@ class RateLimited(EmqError):
     def __init__(self, delay: float, reason: str = "") -> None:
         from .validate import seconds
 
-        self.delay = seconds(delay, "RateLimited delay", minimum=0.0)
+        self.delay = seconds(delay, "RateLimited delay")
         self.reason = reason
         super().__init__(reason or f"rate limited: the group sits out {self.delay:g}s")
 
@@ -103,7 +104,9 @@ class Retry(EmqError):
     """
 
     def __init__(self, delay: float | None = None, reason: str = "") -> None:
-        self.delay = delay
+        from .validate import optional_seconds  # here: validate imports this module
+
+        self.delay = optional_seconds(delay, "a Retry delay")
         self.reason = reason
         super().__init__(reason or f"retry requested (delay={delay})")
 

@@ -12,7 +12,7 @@ from .errors import InvalidArgument, InvalidJobId, ScriptError
 from .keys import QueueKeys, check_group, check_job_id
 from .lanes import parse_rate
 from .scripts import Scripts
-from .validate import integer, seconds
+from .validate import MAX_COUNT, integer, optional_seconds, seconds
 from .verdicts import (
     AckVerdict,
     CancelVerdict,
@@ -116,6 +116,7 @@ class Queue:
     # -- consumer ---------------------------------------------------------------------
     def claim(self, n: int = 1) -> list[Lease]:
         """Lease up to n jobs, one per turn of the ring; [] when nothing is serviceable."""
+        n = integer(n, "the number of jobs to claim")
         return [Lease.from_reply(r) for r in self.scripts.claim(self._k, [n, _nonce()])]
 
     def ack(self, lease: Lease, result: str = "null",
@@ -133,6 +134,7 @@ class Queue:
     def retry(self, lease: Lease, error: str, delay: float | None = None,
               final: bool = False) -> RetryVerdict:
         """Fail a job (fenced): RETRIED into delayed, DEAD, or STALE (nothing written)."""
+        delay = optional_seconds(delay, "a retry delay")
         delay_arg = "" if delay is None else int(delay * 1000)
         return RetryVerdict(self.scripts.retry(
             self._k, [lease.id, lease.attempts, lease.nonce, error, delay_arg,
@@ -151,6 +153,8 @@ class Queue:
         """Push lease deadlines out to now + lease (each job's own by default); fenced:
         per lease EXTENDED, or STALE."""
         leases = list(leases)
+        if lease_ms is not None:
+            lease_ms = integer(lease_ms, "lease_ms", 1, MAX_COUNT)
         by_len: dict[int, list[Lease]] = {}
         for lease in leases:
             by_len.setdefault(lease_ms or lease.lease_ms, []).append(lease)
@@ -185,6 +189,7 @@ class Queue:
         Returns None on timeout, WAKE_WORK when work became claimable, WAKE_DUE when
         `delayed` got a new earliest entry (re-read when to promote).
         """
+        timeout = seconds(timeout, "a park timeout", high=MAX_COUNT)
         reply = self.client.blpop([self.keys.wake], timeout=_block_seconds(timeout))
         return None if reply is None else reply[1]
 
@@ -200,7 +205,8 @@ class Queue:
         return None if reply is None else (keys.index(reply[0]), reply[1])
 
     def push_wake(self, token: str = WAKE_WORK) -> None:
-        """Hand a readiness token on (bounded like the ones the scripts push)."""
+        """Hand a token on: WAKE_WORK (work is claimable) or WAKE_DUE (re-read when to
+        promote). Bounded like the ones the scripts push."""
         pipe = self.client.pipeline(transaction=False)
         pipe.rpush(self.keys.wake, token)
         pipe.ltrim(self.keys.wake, 0, 15)
@@ -277,6 +283,7 @@ class Queue:
 
     def dead_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The most recent dead jobs, newest first, each a job() view."""
+        limit = integer(limit, "limit", 0)
         ids = self.client.zrevrange(self.keys.dead, 0, max(limit, 1) - 1)
         return [j for j in (self.job(i) for i in ids) if j is not None]
 
@@ -383,7 +390,7 @@ def rate_args(max_jobs: int | None, per: float) -> list[Any]:
     if max_jobs is None:
         return ["", ""]
     count = integer(max_jobs, "a rate's max_jobs", 1)
-    window = seconds(per, "a rate's per", minimum=0.0, strict=True)
+    window = seconds(per, "a rate's per", above_low=True)
     return [count, max(1, round(window * 1000))]
 
 

@@ -6,7 +6,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import DuplicateTaskName, UnknownTask
+from . import validate
+from .errors import DuplicateTaskName, InvalidGroup, UnknownTask
+from .keys import check_group
 from .retry_policy import DEFAULT_POLICY, RetryPolicy
 
 GroupSpec = str | Callable[..., str] | None
@@ -27,6 +29,26 @@ class TaskSpec:
     result_ttl: int = 86_400
     policy: RetryPolicy = DEFAULT_POLICY
     is_async: bool = False          # a coroutine function: a worker runs it on its loop
+
+    def __post_init__(self) -> None:
+        # Every option is checked here, when the task is defined, so a bad one never
+        # reaches an enqueue (validate.py has the ranges).
+        checked = {
+            "name": validate.task_name(self.name),
+            "max_attempts": validate.integer(self.max_attempts, "max_attempts", 1,
+                                             validate.MAX_ATTEMPTS),
+            "retry_delay": validate.seconds(self.retry_delay, "retry_delay"),
+            "lease": validate.lease(self.lease),
+            "time_limit": validate.time_limit(self.time_limit),
+            "result_ttl": validate.integer(self.result_ttl, "result_ttl", 0, validate.MAX_TTL),
+        }
+        for field, value in checked.items():
+            object.__setattr__(self, field, value)
+        if isinstance(self.group, str):
+            check_group(self.group)
+        elif self.group is not None and not callable(self.group):
+            raise InvalidGroup(f"a task's group is a string or a function of the call's "
+                               f"arguments, not {self.group!r}")
 
 
 class Registry:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from . import serialization
+from . import serialization, validate
 from .connection import MAX_BLOCK
 from .errors import InvalidArgument, InvalidGroup, ResultTimeout, TaskFailed
 from .keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
@@ -65,6 +66,8 @@ class JobHandle(Generic[R_co]):
         5), so a waiting client costs the server next to nothing.
         """
         q = self._queue
+        timeout = validate.optional_seconds(timeout, "timeout", high=math.inf)
+        poll = validate.optional_seconds(poll, "poll", high=math.inf, above_low=True)
         deadline = None if timeout is None else time.monotonic() + timeout
         chunk = min(poll or 5.0, MAX_BLOCK)
         registered = False
@@ -194,7 +197,7 @@ def build_job(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any], *, 
         lease_ms=int(spec.lease * 1000),
         delay_ms=int(spec.retry_delay * 1000),
         ttl=spec.result_ttl,
-        countdown_ms=_countdown_ms(countdown, eta),
+        countdown_ms=validate.countdown_ms(countdown, eta),
         priority=integer(priority, "a priority", -100, 100),
     )
 
@@ -222,11 +225,3 @@ def _split_call(call: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return tuple(call), {}
     raise InvalidArgument(f"map() takes tuples of args or dicts of kwargs, not {call!r}")
 
-
-def _countdown_ms(countdown: float | None, eta: datetime | float | None) -> int:
-    if eta is not None:
-        stamp = eta.timestamp() if isinstance(eta, datetime) else float(eta)
-        countdown = max(countdown or 0.0, stamp - datetime.now(timezone.utc).timestamp())
-    if countdown is None or countdown <= 0:
-        return 0
-    return max(1, int(countdown * 1000))

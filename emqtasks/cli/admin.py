@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from .. import validate
 from ..config import parse_queues
 from ..errors import EmqError
 from ..queue import Queue
@@ -25,6 +26,7 @@ from .common import (
     AdminCommand,
     CliError,
     Refused,
+    Seconds,
     last_line,
     positive_int,
     queue_options,
@@ -207,7 +209,7 @@ def _json_option(text: str, option: str, kind: type, kind_name: str) -> Any:
                    "is not known here]")
 @click.option("--job-id", default=None, metavar="ID",
               help="the job's id (an id that exists already is reported as duplicate)")
-@click.option("--countdown", type=click.FloatRange(0), default=None, metavar="S",
+@click.option("--countdown", type=Seconds(0, validate.MAX_COUNTDOWN), default=None, metavar="S",
               help="run no earlier than S seconds from now")
 def enqueue(redis_url: str | None, queue: str | None, task_name: str, args_json: str,
             kwargs_json: str, group: str | None, job_id: str | None,
@@ -293,7 +295,7 @@ def _print_stats(data: dict[str, Any]) -> None:
                        f"{describe_rate(row['rate']):>9}  {'yes' if row['paused'] else ''}")
 
 
-@click.command("check")
+@click.command("check", cls=AdminCommand)
 @queue_options
 @click.option("--repair", is_flag=True, help="rebuild ring and gactive, restore lost jobs")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")

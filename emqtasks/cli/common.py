@@ -9,9 +9,10 @@ from typing import Any
 import click
 import redis
 
+from .. import validate
 from ..config import Settings, redacted
 from ..connection import connect
-from ..errors import EmqError
+from ..errors import EmqError, InvalidArgument
 from ..queue import Queue
 
 EXIT_USAGE = 2
@@ -34,7 +35,8 @@ class Refused(CliError):
 
 
 class AdminCommand(click.Command):
-    """A command whose usage errors (missing argument, bad option value) are one line too."""
+    """A command whose usage errors (missing argument, unknown option, bad option value) are
+    one line too, exit 2: every command but the groups and the dev commands."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
@@ -42,6 +44,27 @@ class AdminCommand(click.Command):
         except click.UsageError as exc:
             raise CliError(f"{ctx.info_name}: {exc.format_message()} "
                            f"(see '{ctx.command_path} --help')") from None
+
+
+class Seconds(click.types.FloatParamType):
+    """A number of seconds on the command line, checked by emqtasks.validate: finite (click's
+    FloatRange lets nan and inf through) and within [low, high]."""
+
+    name = "seconds"
+
+    def __init__(self, low: float = 0.0, high: float = validate.MAX_DURATION) -> None:
+        self.low, self.high = low, high
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        try:
+            number = super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        try:
+            return validate.seconds(number, "it", low=self.low, high=self.high)
+        except InvalidArgument as exc:
+            self.fail(str(exc).removeprefix("it "), param, ctx)
 
 
 def queue_options(fn: Callable[..., Any], queue_help: str = "queue name") -> Callable[..., Any]:

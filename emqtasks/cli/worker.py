@@ -26,7 +26,7 @@ from ..schedules import ScheduleStore, deferred, register_declared
 from ..worker.queues import QueueSpec, parse_queues
 from ..worker.resilience import Outage
 from ..worker.runner import every_hook, every_task
-from .common import AdminCommand, CliError, open_queue, queue_options, settings_for
+from .common import AdminCommand, CliError, Seconds, open_queue, queue_options, settings_for
 
 
 @click.command(cls=AdminCommand)
@@ -43,13 +43,13 @@ from .common import AdminCommand, CliError, open_queue, queue_options, settings_
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.option("--max-tasks-per-child", type=click.IntRange(0), default=0, show_default=True,
               help="replace a child after this many jobs (0: never)")
-@click.option("--time-limit", type=click.FloatRange(0), default=0.0, show_default=True,
+@click.option("--time-limit", type=Seconds(), default=0.0, show_default=True,
               help="stop a job after this many seconds and retry it: TimeLimitExceeded "
                    "in the task, SIGKILL of its child 1 s later (0: none; a task's own "
                    "time_limit wins)")
-@click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True,
+@click.option("--grace", type=Seconds(), default=30.0, show_default=True,
               help="seconds running jobs get to finish after SIGTERM / Ctrl-C")
-@click.option("--tick", type=click.FloatRange(0.05, 20.0), default=WorkerSettings.tick,
+@click.option("--tick", type=Seconds(0.05, 20.0), default=WorkerSettings.tick,
               show_default=True,
               help="reap expired leases and promote due jobs at least this often (s)")
 def worker(modules: tuple[str, ...], concurrency: int | None, redis_url: str | None,

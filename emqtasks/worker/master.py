@@ -26,16 +26,18 @@ from ..cluster import is_cluster
 from ..config import WorkerSettings
 from ..errors import TimeLimitExceeded, WorkerLost
 from ..hooks import Hooks
-from ..queue import Lease, Queue
+from ..queue import WAKE_DUE, Lease, Queue
 from ..registry import Registry
 from . import park
 from .child import GO, GOT_WORK, IDLE, STOP, Child, ChildConfig
-from .resilience import Outage
+from .resilience import TRANSIENT, Outage
 from .scheduler import Scheduler
 from .slots import ASYNC, Running, Slots
 
 log = logging.getLogger("emqtasks.worker")
 _ctx = multiprocess.get_context("fork")
+#: Exit codes of a child killed from outside, not failed on its own (see _respawn_delay).
+_KILLED = (-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT)
 
 
 class ChildHandle:
@@ -68,9 +70,13 @@ class Master:
         self.registry = registry
         self.settings = settings
         self.hooks = hooks if hooks is not None else Hooks()
-        self.queues = make_queues()
-        self.queue = self.queues[0]
+        self._hard_stop = False
+        self._term_at = 0.0   # when the first SIGTERM / SIGINT arrived (set by the handler)
         self.outage = Outage(log, "master", stop=self._give_up)
+        # Through the outage: a server that went down just after the start-up probe must
+        # not crash the master (a single-connection client connects as it is made).
+        self.queues = self.outage.call(make_queues)
+        self.queue = self.queues[0]
         self.child_config = ChildConfig(
             make_queues, registry, settings.max_tasks_per_child, settings.time_limit,
             weights, settings.async_concurrency, self.hooks)
@@ -83,9 +89,8 @@ class Master:
         self.stats = {"started": 0, "died": 0, "replaced": 0, "time_limited": 0}
         self.scheduler = Scheduler(registry)   # periodic schedules, run by the park thread
         self._stopping = False
-        self._hard_stop = False
         self._respawn_at: dict[int, tuple[float, float]] = {}   # index -> (when, backoff)
-        self._term_at = 0.0   # when the first SIGTERM / SIGINT arrived (set by the handler)
+        self.parkers: list[park.Parker] = []
         self._grace_deadline = 0.0
         self._signal_r, self._signal_w = os.pipe()
         self._wake_r, self._wake_w = os.pipe()
@@ -95,16 +100,19 @@ class Master:
     # -- lifecycle --------------------------------------------------------------------
     def run(self) -> int:
         self._install_signals()
-        # Recover and promote before anyone claims; also proves the scripts run.
+        # Recover and promote before anyone claims; also proves the scripts run. The due
+        # time it learns is the park threads' first deadline: the 'd' token of a job
+        # scheduled earlier may have been taken by a master that has since stopped.
         first_due: dict[int, float | None] = {}
         for i, q in enumerate(self.queues):
-            park.reap(q)
-            first_due[i] = park.promote(q)[0]
+            self._call(park.reap, q)
+            first_due[i] = self._call(park.promote, q)[0]
         for index in range(self.settings.concurrency):
             self._spawn(index)
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signal")
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
-        parkers = park.start(self._parkers(first_due))
+        self.parkers = self._parkers(first_due)
+        parkers = park.start(self.parkers)
         self._fan()  # work may already be waiting: a restarted pool must not need a wake
         try:
             while self._alive_children():
@@ -239,6 +247,15 @@ class Master:
         for h in self.children:
             if h is not None and h.idle:
                 _send(h.pipe, STOP)
+        for i in (i for p in self.parkers for i in p.due_to_hand_on()):
+            # This master may have taken the only 'd' token of a delayed job: hand it on,
+            # as it hands on work tokens, so a parked peer re-reads when to promote. Once,
+            # not through the outage: a stop must not wait for the server (tokens are
+            # hints; the peers' ticks read `delayed` anyway).
+            try:
+                self.queues[i].push_wake(WAKE_DUE)
+            except TRANSIENT:
+                log.info("could not hand on the due-time token: Redis unavailable")
 
     def _on_wake(self) -> None:
         try:
@@ -310,11 +327,25 @@ class Master:
             h.pipe.close()
             self.children[index] = None
         if not self._stopping:
-            # A child that dies young with no job (a refused AUTH, a broken import) must
-            # not be forked again in a tight loop: wait, doubling up to 10 s.
-            lived = time.monotonic() - h.born
-            delay = 0.0 if lived > 5 or running else min(10.0, h.backoff * 2)
+            delay = self._respawn_delay(h, code, bool(running))
             self._respawn_at[index] = (time.monotonic() + delay, delay or 0.25)
+
+    def _respawn_delay(self, h: ChildHandle, code: int | None, had_job: bool) -> float:
+        """How long to wait before replacing a child that exited.
+
+        At once, unless it crashed young: a child that retired after --max-tasks-per-child
+        jobs (exit 0), was killed from outside (SIGKILL: the OOM killer, an operator), died
+        running a job or lived over 5 s is replaced now. One that failed on its own within
+        5 s with no job (exit 1 of a refused AUTH, a segfault) must not be forked again in
+        a tight loop: it waits, doubling up to 10 s.
+        """
+        lived = time.monotonic() - h.born
+        if code == 0 or code in _KILLED or had_job or lived > 5:
+            return 0.0
+        delay = min(10.0, h.backoff * 2)
+        log.warning("child %d (pid %s) failed %.1fs after its start (exit %s) with no job: "
+                    "restarting it in %.1fs", h.index, h.process.pid, lived, code, delay)
+        return delay
 
     def _respawn_due(self) -> None:
         now = time.monotonic()

@@ -38,16 +38,30 @@ class Parker:
         now = time.monotonic()
         # The first promote ran at the master's start: trust the next-due time it gave.
         self.next_promote = [now + min(tick, first_due.get(i) or tick) for i in indexes]
+        # Per queue: a delayed job is known to wait (the last promote said when), or a 'd'
+        # token was taken that no promote acted on yet. A stopping master hands a 'd' on
+        # for each (it may hold the only one): see due_to_hand_on.
+        self.due_known = [first_due.get(i) is not None for i in indexes]
+        self.due_held = [False] * len(indexes)
         self.next_reap = now + tick
         #: The periodic schedules of the master's first queue (kept by one Parker only);
         #: its first call loads them.
         self.scheduler = scheduler
         self.next_sched = 0.0 if scheduler is not None else float("inf")
 
+    def due_to_hand_on(self) -> list[int]:
+        """The master's queue indexes whose 'd' token this Parker may be holding."""
+        return [i for j, i in enumerate(self.indexes) if self.due_known[j] or self.due_held[j]]
+
     def run(self) -> None:
-        every = self.make_queues()   # its own connection: BLPOP holds it
-        queues = [every[i] for i in self.indexes]
         outage = Outage(log, "park", stop=self.stop.is_set)
+        try:
+            # Its own connection (BLPOP holds it), through the outage: a server down just
+            # now must not end the thread (a cluster client connects as it is made).
+            every = outage.call(self.make_queues)
+        except TRANSIENT:
+            return   # stopped before the server came back
+        queues = [every[i] for i in self.indexes]
         while not self.stop.is_set():
             try:
                 self._round(queues, outage)
@@ -82,6 +96,7 @@ class Parker:
         if self.stop.is_set():
             outage.call(queues[j].push_wake, token)   # not ours to use: hand it on
         elif token == WAKE_DUE:
+            self.due_held[j] = True   # until a promote acts on it
             self.next_promote[j] = 0.0
         else:
             self.has_idle.clear()
@@ -92,6 +107,7 @@ class Parker:
         token was lost: a BLPOP reply dropped with the connection, a master killed holding
         it; tokens are hints, the ring is the truth): the master is woken for it."""
         due_in, claimable = outage.call(promote, q)
+        self.due_known[j], self.due_held[j] = due_in is not None, False
         # While children are busy nobody parks to hear of new delayed work, so look at
         # least every second; an idle pool hears it on the wake key.
         look = self.tick if self.has_idle.is_set() else min(self.tick, 1.0)

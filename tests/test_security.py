@@ -336,10 +336,14 @@ def test_a_failing_task_with_a_100_kb_argument_logs_short_lines(app: App) -> Non
         h = app.send_task(st.fails_loudly, (blob,))
         with pytest.raises(TaskFailed):
             h.get(timeout=15)
-        w.wait_for(lambda: "failed, dead" in w.output(), what="the dead line")
+        # Two children may write the lines out of order: the first logs its retry after
+        # the retry is made, when the second may already have run the job again
+        w.wait_for(lambda: "failed, dead" in w.output() and "failed, retry" in w.output(),
+                   what="the retry and the dead line")
         out = w.output()
         w.stop()
-    lines = [ln for ln in out.splitlines() if h.id in ln]
+    lines = sorted((ln for ln in out.splitlines() if h.id in ln),
+                   key=lambda ln: "failed, dead" in ln)
     assert len(lines) == 2 and "failed, retry" in lines[0], lines   # one retry, then dead
     assert all(len(ln) < 1000 for ln in out.splitlines()), max(map(len, out.splitlines()))
     assert "y" * 1000 not in out

@@ -356,8 +356,13 @@ class Master:
 
     # -- the park thread -----------------------------------------------------------------
     def _park_loop(self) -> None:
-        queue = self.make_queue()   # its own connection: BLPOP holds it
         outage = Outage(log, "park", stop=self.park_stop.is_set)
+        try:
+            # Its own connection: BLPOP holds it. A cluster client connects as it is made,
+            # so a server down right now is an outage to ride out, as in a child.
+            queue = outage.call(self.make_queue)
+        except TRANSIENT:
+            return   # stopped before the server came back
         tick = self.settings.tick
         next_reap = time.monotonic() + tick
         next_promote = next_reap

@@ -109,7 +109,10 @@ def check_server(ctx: Context) -> Iterable[Finding]:
 def check_eviction(ctx: Context) -> Iterable[Finding]:
     policy = ctx.config("maxmemory-policy") or ctx.info("memory").get("maxmemory_policy")
     maxmemory = int(ctx.info("memory").get("maxmemory") or 0)
-    if policy == "noeviction":
+    if policy is None:
+        yield Finding("maxmemory-policy", "warn", "cannot read maxmemory-policy (neither "
+                      "CONFIG GET nor INFO memory tells it)", "make sure it is noeviction")
+    elif policy == "noeviction":
         yield Finding("maxmemory-policy", "ok", f"noeviction, maxmemory {maxmemory:,} bytes: a "
                       "full server refuses writes (enqueues fail), never drops keys"
                       if maxmemory else "noeviction, no maxmemory limit: keys are never evicted")

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 import click
+import redis
 
 from ..config import redacted
 from .common import AdminCommand, CliError, open_queue, queue_options, settings_for
@@ -36,6 +37,8 @@ def doctor(redis_url: str | None, queue: str | None, role: str, skip: tuple[str,
     q = open_queue(settings)
     try:
         findings = run(q, role=role, skip=skip)
+    except redis.exceptions.RedisError as exc:   # the server went away mid-way
+        raise CliError(f"Redis error: {exc}") from None
     finally:
         q.client.close()
     verdict = worst(findings)

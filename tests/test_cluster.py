@@ -246,6 +246,21 @@ def test_the_admin_command_runs_on_a_cluster_and_says_when_it_cannot(
 
 
 # -- workers ---------------------------------------------------------------------------------
+def test_the_doctor_examines_the_node_that_serves_the_queue(cluster: ClusterServers,
+                                                           capp: App) -> None:
+    from emqtasks.doctor import run
+
+    capp.send_task("some.task", (1,))
+    found = {f.name: f for f in run(capp.queue())}
+    port = cluster.master_of_queue(capp.settings.queue)
+    assert found["server"].message.endswith(f", cluster, the queue's slot on 127.0.0.1:{port}")
+    assert found["version"].status == "ok"
+    assert found["replication"].message.startswith("1 replica(s)")
+    assert found["acl producer"].status == found["acl worker"].status == "ok"
+    assert found["invariants"].status == "ok" and "1 jobs" in found["invariants"].message
+    assert found["persistence"].status == "error"   # the test cluster keeps nothing on disk
+
+
 def test_a_worker_per_queue_drains_queues_on_three_shards(cluster: ClusterServers) -> None:
     names = cluster.queues_on_every_shard()
     apps = [App(redis_url=cluster.url, queue=n) for n in names]

@@ -19,7 +19,9 @@ from typing import Any
 import click
 
 from ..app import App
-from ..embedded import is_embedded
+from ..config import redacted
+from ..embedded import folder_of, is_embedded
+from ..servers import describe
 
 demo_app = App()
 FLOOD = "bigcorp"
@@ -55,10 +57,15 @@ class Demo:
         self.sent = {t: 0 for t in [FLOOD, *self.quiet]}
         self.tty = sys.stdout.isatty()
         self._lines = 0
+        self.server = ""
 
     def run(self) -> int:
         client = demo_app.client
         client.ping()
+        self.server = f"{describe(client)}, " + (
+            f"the embedded server in {folder_of(self.redis_url)}" if is_embedded(self.redis_url)
+            else redacted(self.redis_url))
+        click.echo(f"server: {self.server}")
         worker = self._start_worker()
         try:
             started = time.monotonic()
@@ -135,7 +142,7 @@ class Demo:
     def _summary(self, elapsed: float) -> None:
         total = sum(self._done().values())
         click.echo(f"\n{total} jobs in {elapsed:.1f}s: {total / elapsed:,.0f} jobs/s "
-                   f"at -c {self.concurrency}")
+                   f"at -c {self.concurrency} on {self.server}")
         flood_waits = self._waits(FLOOD)
         median = statistics.median(flood_waits)
         click.echo(f"{FLOOD:<10} (the flood) waited median {median:8.1f} ms,"

@@ -46,6 +46,14 @@ def server_version(binary: str) -> tuple[int, ...]:
     return (0,)
 
 
+def server_name(binary: str) -> str:
+    """``"Valkey 9.1.2"`` or ``"Redis 7.0.15"``: what a server binary says it is."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10,
+                         check=False).stdout.split()
+    kind = out[0] if out else "unknown"
+    return f"{kind} {'.'.join(map(str, server_version(binary)))}"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -14,6 +14,7 @@ import click
 
 from .. import __version__
 from . import admin, fairness, schedules
+from .doctor import doctor
 from .embedded import embedded
 from .worker import worker
 
@@ -56,5 +57,6 @@ def main() -> None:
 
 main.add_command(worker)
 main.add_command(embedded)
+main.add_command(doctor)
 for _command in (*admin.COMMANDS, *fairness.COMMANDS, *schedules.COMMANDS):
     main.add_command(_command)

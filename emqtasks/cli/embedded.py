@@ -54,7 +54,7 @@ def embedded_status(path: str | None) -> None:
     """Say whether it runs, where, and how many keys it holds."""
     info = _embedded_server(path).status()
     if info["running"]:
-        click.echo(f"running: {info['url']} (pid {info['pid']}, redis {info['version']}, "
+        click.echo(f"running: {info['url']} (pid {info['pid']}, {info['server']}, "
                    f"{info['keys']} keys)")
     else:
         click.echo(f"not running (folder {info['folder']})")

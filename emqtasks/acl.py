@@ -37,13 +37,14 @@ from .keys import check_queue_name
 #: How the verbs run: EVALSHA, and EVAL of the source when the server lost its script cache.
 _SCRIPTING = ("evalsha", "eval")
 
-#: enqueue.lua and wait.lua (with the helpers of _common.lua they reach), plus the direct
-#: calls of a producer: BLPOP in JobHandle.get, HGET (status), HGETALL (info), PING (CLI);
-#: and schedule.lua's put / drop (INCR of the version) for App.schedule and unschedule.
+#: enqueue.lua and wait.lua (with the helpers of _common.lua they reach: LINDEX reads a
+#: rate-limited group's recent starts when its lane opens), plus the direct calls of a
+#: producer: BLPOP in JobHandle.get, HGET (status), HGETALL (info), PING (CLI); and
+#: schedule.lua's put / drop (INCR of the version) for App.schedule and unschedule.
 PRODUCER_COMMANDS = (
     *_SCRIPTING,
     "time", "exists", "hset", "hget", "hmget", "hincrby", "hdel", "hgetall", "incr",
-    "zadd", "zrange", "zcard", "sismember", "rpush", "llen", "expire",
+    "zadd", "zrange", "zcard", "sismember", "rpush", "llen", "lindex", "expire",
     "blpop", "ping",
 )
 
@@ -56,9 +57,9 @@ WORKER_COMMANDS = (
     *_SCRIPTING,
     "time", "exists", "del", "expire", "get", "incr",
     "hget", "hmget", "hset", "hdel", "hincrby", "hexists", "hgetall",
-    "lindex", "llen", "lmove", "lrem", "rpush", "ltrim", "blpop",
+    "lindex", "llen", "lmove", "lrem", "rpush", "lpush", "ltrim", "blpop", "pexpire",
     "sismember",
-    "zadd", "zcard", "zpopmin", "zrange", "zrangebyscore", "zrem",
+    "zadd", "zcard", "zpopmin", "zrange", "zrangebyscore", "zrem", "zscore",
     "ping", "info",
 )
 
@@ -106,7 +107,9 @@ _PROBES: dict[str, tuple[str, ...]] = {
     "lrem": ("{k}", "0", "x"), "sismember": ("{k}", "m"),
     "zadd": ("{k}", "XX", "1", "m"), "zcard": ("{k}",), "zpopmin": ("{k}",),
     "zrange": ("{k}", "0", "-1"), "zrangebyscore": ("{k}", "0", "1"), "zrem": ("{k}", "m"),
-    "rpush": ("{k}", "x"), "ltrim": ("{k}", "1", "0"), "blpop": ("{k}", "0.01"),
+    "rpush": ("{k}", "x"), "lpush": ("{k}", "x"), "incr": ("{k}",),
+    "ltrim": ("{k}", "1", "0"), "blpop": ("{k}", "0.01"), "pexpire": ("{k}", "1000"),
+    "get": ("{k}",), "hexists": ("{k}", "f"), "zscore": ("{k}", "m"),
     "expire": ("{k}", "1"), "del": ("{k}",),
 }
 

@@ -93,12 +93,13 @@ def setuser(user: str, rules: Iterable[str], password: str = "<password>") -> st
 
 # -- which of a role's commands a user may run ---------------------------------------------------
 
-#: One harmless call per command, on ``emq:{q}:doctor`` (a key of the queue that no verb
-#: uses): reads of a key that does not exist, and writes whose arguments make the command
-#: fail after its ACL check (an odd field list, a number that is not one) or do nothing (XX).
-#: Only RPUSH writes: it is tried just before LTRIM, BLPOP, EXPIRE and DEL, which empty the
-#: key or let it expire.
-_PROBES: dict[str, tuple[str, ...]] = {
+#: One harmless call per command a role may need (each of PRODUCER_COMMANDS and
+#: WORKER_COMMANDS must have one: the doctor tries them on Redis 6.2), on ``emq:{q}:doctor``
+#: (a key of the queue that no verb uses): reads of a key that does not exist, and writes
+#: whose arguments make the command fail after its ACL check (an odd field list, a number
+#: that is not one) or do nothing (XX). Only RPUSH writes: it is tried just before LTRIM,
+#: BLPOP, EXPIRE and DEL, which empty the key or let it expire.
+PROBES: dict[str, tuple[str, ...]] = {
     "evalsha": ("0" * 40, "1", "{k}"), "eval": ("return 1", "1", "{k}"),
     "time": (), "ping": (), "info": ("server",),
     "exists": ("{k}",), "hget": ("{k}", "f"), "hmget": ("{k}", "f"), "hgetall": ("{k}",),
@@ -132,10 +133,10 @@ def probe_key(queue: str) -> str:
 
 def _calls(commands: Iterable[str], key: str) -> list[list[str]]:
     wanted = set(commands)
-    unknown = sorted(wanted - set(_PROBES))
+    unknown = sorted(wanted - set(PROBES))
     if unknown:
         raise ValueError(f"no harmless probe for {', '.join(unknown)}")
-    return [[c, *(a.replace("{k}", key) for a in args)] for c, args in _PROBES.items()
+    return [[c, *(a.replace("{k}", key) for a in args)] for c, args in PROBES.items()
             if c in wanted]
 
 

@@ -197,3 +197,9 @@ def test_the_check_list_is_data() -> None:
     assert names[0] == "server" and len(set(names)) == len(names)
     assert {"maxmemory-policy", "persistence", "replication", "latency", "acl", "invariants",
             "native module"} <= set(names)
+
+
+def test_every_command_of_a_role_has_a_harmless_probe() -> None:
+    # A command added to a role needs a probe too: without one, trying it on Redis 6.2
+    # (no ACL DRYRUN, no acl_check_cmd) could change the queue
+    assert set(acl.PRODUCER_COMMANDS) | set(acl.WORKER_COMMANDS) <= set(acl.PROBES)

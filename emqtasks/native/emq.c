@@ -1145,7 +1145,8 @@ static RMS *mk(RedisModuleCtx *ctx, const char *s) {
     return RedisModule_CreateString(ctx, s, strlen(s));
 }
 
-int RedisModule_OnLoad(RedisModuleCtx *ctx, RMS **argv, int argc) {
+__attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ctx, RMS **argv,
+                                                          int argc) {
     (void)argv;
     (void)argc;
     if (EMQ_InitApi(ctx, "emq", 1, REDISMODULE_APIVER_1) != REDISMODULE_OK)

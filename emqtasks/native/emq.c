@@ -79,7 +79,7 @@ static const char WRONGTYPE[] = "WRONGTYPE Operation against a key holding the w
 static RMS *F_TASK, *F_PAYLOAD, *F_GROUP, *F_STATE, *F_ATTEMPTS, *F_MAX, *F_LEASE, *F_DELAY,
     *F_TTL, *F_CREATED, *F_NONCE, *F_STARTED, *F_FINISHED, *F_RESULT, *F_ERROR, *F_WAITERS;
 static RMS *S_ACTIVE, *S_PENDING, *S_DELAYED, *S_DONE, *S_DEAD, *S_ZERO, *S_ONE, *S_D,
-    *S_LEASE_EXPIRED;
+    *S_LEASE_EXPIRED, *S_XX, *S_MINUS1, *S_LEFT, *S_RIGHT;
 
 /* One command call: its context, the fixed keys and the handles open on them. */
 typedef struct {
@@ -87,6 +87,7 @@ typedef struct {
     RMS **k;               /* the 12 fixed key names */
     RMK *h[NFIXED];        /* open handle (NULL: not open, or opened READ and missing) */
     int mode[NFIXED];      /* 0 not open, READ, or READ|WRITE */
+    char bad[NFIXED];      /* found of the wrong type */
     const char *base;
     size_t blen;
     long long now;
@@ -149,13 +150,32 @@ static const char *fmt_num(double d, char buf[40]) {
 
 /* ---- keys ------------------------------------------------------------------------- */
 
-/* The handle of fixed key i, opened READ (may be NULL: missing) or READ|WRITE. */
+static int type_ok(RMK *h, int type) {
+    int t = RedisModule_KeyType(h);
+    if (type == REDISMODULE_KEYTYPE_EMPTY) return 1;
+    return t == REDISMODULE_KEYTYPE_EMPTY || t == type;
+}
+
+/* The handle of fixed key i, opened READ (NULL when missing) or READ|WRITE, its type
+ * checked on the first open; NULL with q->err set when the key has the wrong type. Each
+ * key is opened once per call in the mode the command needs (a READ handle is reopened
+ * only on the rare path that then writes), since every open is a lookup. */
 static RMK *fx(Q *q, int i, int write) {
     int want = write ? (REDISMODULE_READ | REDISMODULE_WRITE) : REDISMODULE_READ;
+    if (q->bad[i]) {
+        fail(q, WRONGTYPE);
+        return NULL;
+    }
     if (q->mode[i] && (q->mode[i] & want) == want) return q->h[i];
     if (q->h[i]) RedisModule_CloseKey(q->h[i]);
     q->h[i] = RedisModule_OpenKey(q->ctx, q->k[i], want);
     q->mode[i] = want;
+    if (!type_ok(q->h[i], FIXED_TYPE[i])) {
+        RedisModule_CloseKey(q->h[i]);
+        q->h[i] = NULL;
+        q->bad[i] = 1;
+        fail(q, WRONGTYPE);
+    }
     return q->h[i];
 }
 
@@ -164,14 +184,12 @@ static void close_all(Q *q) {
         if (q->h[i]) RedisModule_CloseKey(q->h[i]);
 }
 
-static int type_ok(RMK *h, int type) {
-    int t = RedisModule_KeyType(h);
-    if (type == REDISMODULE_KEYTYPE_EMPTY) return 1;
-    return t == REDISMODULE_KEYTYPE_EMPTY || t == type;
-}
+#define B(i) (1u << (i))
 
-/* Check the 12 keys are BASE..FIXED[i], and that those that exist have their types. */
-static int q_init(Q *q, RedisModuleCtx *ctx, RMS **argv) {
+/* Check the 12 keys are BASE..FIXED[i]; open (and type-check) the fixed keys the command
+ * always writes (wmask) and reads (rmask) before it changes anything. Others open when
+ * first touched. */
+static int q_init(Q *q, RedisModuleCtx *ctx, RMS **argv, unsigned wmask, unsigned rmask) {
     memset(q, 0, sizeof *q);
     q->ctx = ctx;
     q->k = argv + 1;
@@ -189,12 +207,11 @@ static int q_init(Q *q, RedisModuleCtx *ctx, RMS **argv) {
             memcmp(p + q->blen, FIXED[i], nl) != 0)
             return fail(q, "ERR emq: KEYS must be the queue's 12 fixed keys in order");
     }
-    for (int i = 0; i < NFIXED; i++) {
-        if (FIXED_TYPE[i] == REDISMODULE_KEYTYPE_EMPTY) continue;
-        if (!type_ok(fx(q, i, 0), FIXED_TYPE[i])) return fail(q, WRONGTYPE);
-    }
+    for (int i = 0; i < NFIXED; i++)
+        if (wmask & B(i)) fx(q, i, 1);
+        else if (rmask & B(i)) fx(q, i, 0);
     q->now = RedisModule_Milliseconds();
-    return 0;
+    return q->err ? -1 : 0;
 }
 
 /* BASE..mid..s..suffix, the name of a job row, lane or done list. */
@@ -251,11 +268,18 @@ static RMS *zfirst(RMK *h, double *score) {
 static int zadd(Q *q, RMK *h, RMS *key, double score, RMS *member, int xx) {
     int flags = xx ? REDISMODULE_ZADD_XX : 0;
     char buf[40];
+    if (!h) return -1;
     if (RedisModule_ZsetAdd(h, score, member, &flags) != REDISMODULE_OK)
         return fail(q, "ERR emq: ZADD failed");
     if (flags & (REDISMODULE_ZADD_ADDED | REDISMODULE_ZADD_UPDATED)) {
-        if (xx)
-            RedisModule_Replicate(q->ctx, "ZADD", "sccs", key, "XX", fmt_num(score, buf), member);
+        /* An integral score goes as 'l': no formatting, and the same text. */
+        int integral = score == floor(score) && fabs(score) < 9007199254740992.0;
+        if (xx && integral)
+            RedisModule_Replicate(q->ctx, "ZADD", "ssls", key, S_XX, (long long)score, member);
+        else if (xx)
+            RedisModule_Replicate(q->ctx, "ZADD", "sscs", key, S_XX, fmt_num(score, buf), member);
+        else if (integral)
+            RedisModule_Replicate(q->ctx, "ZADD", "sls", key, (long long)score, member);
         else
             RedisModule_Replicate(q->ctx, "ZADD", "scs", key, fmt_num(score, buf), member);
     }
@@ -264,6 +288,7 @@ static int zadd(Q *q, RMK *h, RMS *key, double score, RMS *member, int xx) {
 
 static int zrem(Q *q, RMK *h, RMS *key, RMS *member) {
     int deleted = 0;
+    if (!h) return -1;
     if (RedisModule_ZsetRem(h, member, &deleted) != REDISMODULE_OK)
         return fail(q, "ERR emq: ZREM failed");
     if (deleted) RedisModule_Replicate(q->ctx, "ZREM", "ss", key, member);
@@ -272,6 +297,7 @@ static int zrem(Q *q, RMK *h, RMS *key, RMS *member) {
 
 /* HINCRBY: the current value must be an integer, as the server's own command insists. */
 static int hincrby(Q *q, RMK *h, RMS *key, RMS *field, long long by, long long *out) {
+    if (!h) return -1;
     RMS *cur = hget(h, field);
     long long v = 0;
     if (cur && RedisModule_StringToLongLong(cur, &v) != REDISMODULE_OK) {
@@ -297,7 +323,17 @@ static int hdel(Q *q, RMK *h, RMS *key, RMS *field) {
     return 0;
 }
 
+/* HDEL on fixed key i, opened for writing only when the field is there. */
+static int hdel_fx(Q *q, int i, RMS *field) {
+    RMK *h = fx(q, i, 0);
+    int exists = 0;
+    if (!h || !RedisModule_ValueLength(h)) return 0;
+    RedisModule_HashGet(h, REDISMODULE_HASH_EXISTS, field, &exists, NULL);
+    return exists ? hdel(q, fx(q, i, 1), q->k[i], field) : 0;
+}
+
 static int rpush(Q *q, RMK *h, RMS *key, RMS *val) {
+    if (!h) return -1;
     if (RedisModule_ListPush(h, REDISMODULE_LIST_TAIL, val) != REDISMODULE_OK)
         return fail(q, "ERR emq: RPUSH failed");
     RedisModule_Replicate(q->ctx, "RPUSH", "ss", key, val);
@@ -306,6 +342,7 @@ static int rpush(Q *q, RMK *h, RMS *key, RMS *val) {
 
 /* EXPIRE key secs, at an absolute time so that the replica's deadline is the primary's. */
 static int expire_at(Q *q, RMK *h, RMS *key, long long at_ms) {
+    if (!h) return -1;
     int rc = RedisModule_SetAbsExpire ? RedisModule_SetAbsExpire(h, at_ms)
                                       : RedisModule_SetExpire(h, at_ms - q->now);
     if (rc != REDISMODULE_OK) return fail(q, "ERR emq: EXPIRE failed");
@@ -404,7 +441,7 @@ static int under_limit(Q *q, RMS *g, int *ok) {
 
 static int ring_enter(Q *q, RMS *g) {
     if (rpush(q, fx(q, K_RING, 1), q->k[K_RING], g) < 0) return -1;
-    hdel(q, fx(q, K_GTURN, 1), q->k[K_GTURN], g);
+    hdel_fx(q, K_GTURN, g);
     return wake(q, 0);
 }
 
@@ -413,6 +450,7 @@ static int ring_enter(Q *q, RMS *g) {
 static int ring_leave(Q *q, RMS *g, int from_tail) {
     RMK *r = fx(q, K_RING, 1);
     int end = from_tail ? REDISMODULE_LIST_TAIL : REDISMODULE_LIST_HEAD;
+    if (!r) return -1;
     RMS *got = RedisModule_ListPop(r, end);
     if (!got) return fail(q, "ERR emq: the ring is empty where a group should stand");
     if (!eq(got, g)) {
@@ -421,8 +459,8 @@ static int ring_leave(Q *q, RMS *g, int from_tail) {
         return fail(q, "ERR emq: the ring changed under a claim");
     }
     sfree(q, got);
-    RedisModule_Replicate(q->ctx, "LREM", "scs", q->k[K_RING], from_tail ? "-1" : "1", g);
-    hdel(q, fx(q, K_GTURN, 1), q->k[K_GTURN], g);
+    RedisModule_Replicate(q->ctx, "LREM", "sss", q->k[K_RING], from_tail ? S_MINUS1 : S_ONE, g);
+    hdel_fx(q, K_GTURN, g);
     return 0;
 }
 
@@ -549,6 +587,7 @@ static void reply_job(RedisModuleCtx *ctx, Job *j) {
 static RMS *ring_head(Q *q) {
     if (vlen(fx(q, K_RING, 0)) == 0) return NULL;
     RMK *r = fx(q, K_RING, 1);
+    if (!r) return NULL;
     RMS *g = RedisModule_ListPop(r, REDISMODULE_LIST_HEAD);
     if (g) RedisModule_ListPush(r, REDISMODULE_LIST_HEAD, g);
     return g;
@@ -600,13 +639,13 @@ static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
     }
     if (rotated) {                               /* LMOVE ring ring LEFT RIGHT */
         RMK *r = fx(q, K_RING, 1);
-        RMS *head = RedisModule_ListPop(r, REDISMODULE_LIST_HEAD);
+        RMS *head = r ? RedisModule_ListPop(r, REDISMODULE_LIST_HEAD) : NULL;
         if (head) {
             RedisModule_ListPush(r, REDISMODULE_LIST_TAIL, head);
             sfree(q, head);
         }
-        RedisModule_Replicate(q->ctx, "LMOVE", "sscc", q->k[K_RING], q->k[K_RING], "LEFT",
-                              "RIGHT");
+        RedisModule_Replicate(q->ctx, "LMOVE", "ssss", q->k[K_RING], q->k[K_RING], S_LEFT,
+                              S_RIGHT);
     }
     att += 1;
     RMS *att_new = RedisModule_CreateStringFromLongLong(q->ctx, att);
@@ -650,7 +689,7 @@ static int claim_one(Q *q, RMS *nonce, Job *out) {
     memset(out, 0, sizeof *out);
     for (int iter = 0; iter < CLAIM_SKIP_MAX; iter++) {
         RMS *g = ring_head(q);
-        if (!g) return 0;
+        if (!g) return q->err ? -1 : 0;
         int rc = claim_at(q, g, nonce, out);
         if (rc == 1) {
             out->group = g;
@@ -749,7 +788,7 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
         return RedisModule_ReplyWithError(ctx, "ERR emq: n must be an integer >= 0");
     if ((long long)(argc - ARGV0 - 1) != n * 9) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv) < 0) return finish(&q);
+    if (q_init(&q, ctx, argv, 0, 0) < 0) return finish(&q);
     RMS **a = argv + ARGV0 + 1;
     /* Every number of every job is checked before the first job is written. */
     for (long long i = 0; i < n; i++) {
@@ -792,7 +831,7 @@ static RMS *claim_nonce(Q *q, RMS *prefix, long long i) {
 static int cmd_claim(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 2) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv) < 0) return finish(&q);
+    if (q_init(&q, ctx, argv, B(K_RING) | B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT) | B(K_GWEIGHT) | B(K_PAUSED)) < 0) return finish(&q);
     long long n;
     if (count_arg(&q, argv[ARGV0], &n, "ERR emq: n must be an integer >= 0") < 0)
         return finish(&q);
@@ -855,7 +894,7 @@ static int ack_done(Q *q, RMS **a) {
 static int cmd_ack(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 5) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv) < 0) return finish(&q);
+    if (q_init(&q, ctx, argv, B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT) | B(K_PAUSED)) < 0) return finish(&q);
     RMS **a = argv + ARGV0;
     int verdict = ack_done(&q, a), got = 0;
     Job job;
@@ -926,7 +965,7 @@ static int retry(Q *q, RMS **a) {
 static int cmd_retry(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 6) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv) < 0) return finish(&q);
+    if (q_init(&q, ctx, argv, B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT)) < 0) return finish(&q);
     int verdict = retry(&q, argv + ARGV0);
     if (!q.err) RedisModule_ReplyWithLongLong(ctx, verdict);
     return finish(&q);
@@ -935,7 +974,7 @@ static int cmd_retry(RedisModuleCtx *ctx, RMS **argv, int argc) {
 static int cmd_extend(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc < ARGV0 + 1 || (argc - ARGV0 - 1) % 3 != 0) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv) < 0) return finish(&q);
+    if (q_init(&q, ctx, argv, B(K_ACTIVE), 0) < 0) return finish(&q);
     double lease;
     if (num(&q, argv[ARGV0], &lease, "ERR emq: lease must be a number") < 0) return finish(&q);
     int n = (argc - ARGV0 - 1) / 3;
@@ -989,7 +1028,7 @@ static int release(Q *q, RMS **a) {
 static int cmd_release(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 4) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv) < 0) return finish(&q);
+    if (q_init(&q, ctx, argv, B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT)) < 0) return finish(&q);
     int verdict = release(&q, argv + ARGV0);
     if (!q.err) RedisModule_ReplyWithLongLong(ctx, verdict);
     return finish(&q);
@@ -1072,7 +1111,7 @@ static int reap_one(Q *q, RMS *id) {
 static int cmd_reap(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 1) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv) < 0) return finish(&q);
+    if (q_init(&q, ctx, argv, B(K_ACTIVE), 0) < 0) return finish(&q);
     long long limit, n, returned = 0, dead = 0;
     if (count_arg(&q, argv[ARGV0], &limit, "ERR emq: limit must be an integer >= 0") < 0)
         return finish(&q);
@@ -1114,7 +1153,7 @@ static int promote_one(Q *q, RMS *id) {
 static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 1) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv) < 0) return finish(&q);
+    if (q_init(&q, ctx, argv, B(K_DELAYED), B(K_RING) | B(K_PAUSED)) < 0) return finish(&q);
     long long limit, n;
     if (count_arg(&q, argv[ARGV0], &limit, "ERR emq: limit must be an integer >= 0") < 0)
         return finish(&q);
@@ -1160,6 +1199,8 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     S_ACTIVE = mk(ctx, "active"); S_PENDING = mk(ctx, "pending"); S_DELAYED = mk(ctx, "delayed");
     S_DONE = mk(ctx, "done"); S_DEAD = mk(ctx, "dead"); S_ZERO = mk(ctx, "0");
     S_ONE = mk(ctx, "1"); S_D = mk(ctx, "d"); S_LEASE_EXPIRED = mk(ctx, "lease expired");
+    S_XX = mk(ctx, "XX"); S_MINUS1 = mk(ctx, "-1"); S_LEFT = mk(ctx, "LEFT");
+    S_RIGHT = mk(ctx, "RIGHT");
     static const struct { const char *name; RedisModuleCmdFunc fn; } cmds[] = {
         {"emq.enqueue", cmd_enqueue}, {"emq.claim", cmd_claim}, {"emq.ack", cmd_ack},
         {"emq.retry", cmd_retry}, {"emq.extend", cmd_extend}, {"emq.release", cmd_release},

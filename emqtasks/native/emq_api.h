@@ -40,6 +40,7 @@
 #define REDISMODULE_ZADD_UPDATED (1 << 3)
 
 #define REDISMODULE_HASH_NONE 0
+#define REDISMODULE_HASH_EXISTS (1 << 3)
 /* A HashSet value meaning "delete this field". */
 #define REDISMODULE_HASH_DELETE ((RedisModuleString *)(long)1)
 

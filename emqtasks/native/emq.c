@@ -295,16 +295,29 @@ static int zrem(Q *q, RMK *h, RMS *key, RMS *member) {
     return deleted;
 }
 
+/* A hash field as HINCRBY reads it: absent is 0, anything but an integer refuses. */
+static int hint(Q *q, RMK *h, RMS *field, long long *v) {
+    if (q->err) return -1;               /* the handle is NULL for a key of the wrong type */
+    RMS *cur = hget(h, field);
+    *v = 0;
+    int ok = !cur || RedisModule_StringToLongLong(cur, v) == REDISMODULE_OK;
+    sfree(q, cur);
+    return ok ? 0 : fail(q, "ERR hash value is not an integer");
+}
+
+static int hincr_from(Q *q, RMK *h, RMS *key, RMS *field, long long v, long long by,
+                      long long *out);
+
 /* HINCRBY: the current value must be an integer, as the server's own command insists. */
 static int hincrby(Q *q, RMK *h, RMS *key, RMS *field, long long by, long long *out) {
-    if (!h) return -1;
-    RMS *cur = hget(h, field);
-    long long v = 0;
-    if (cur && RedisModule_StringToLongLong(cur, &v) != REDISMODULE_OK) {
-        sfree(q, cur);
-        return fail(q, "ERR hash value is not an integer");
-    }
-    sfree(q, cur);
+    long long v;
+    if (!h || hint(q, h, field, &v) < 0) return -1;
+    return hincr_from(q, h, key, field, v, by, out);
+}
+
+/* The write half of HINCRBY, from a current value already read with hint(). */
+static int hincr_from(Q *q, RMK *h, RMS *key, RMS *field, long long v, long long by,
+                      long long *out) {
     v += by;
     RMS *nv = RedisModule_CreateStringFromLongLong(q->ctx, v);
     RedisModule_HashSet(h, REDISMODULE_HASH_NONE, field, nv, NULL);
@@ -599,8 +612,8 @@ static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
     RMS *lkey = lane_key(q, g), *id = NULL, *jkey = NULL, *w_s = NULL;
     RMS *task = NULL, *payload = NULL, *lease_s = NULL, *state = NULL, *att_s = NULL;
     RMK *lane = NULL, *job = NULL;
-    double score, lease = 0, w = 1, lim = 0, act_now;
-    long long att = 0, act, more = 1;
+    double score, lease = 0, w = 1, lim = 0;
+    long long att = 0, act, act_now, more = 1;
     int has_lim = 0, rotated = 1, rc;
 
     if ((rc = dk(q, lkey, 1, REDISMODULE_KEYTYPE_ZSET, &lane)) < 0) goto out;
@@ -626,7 +639,7 @@ static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
                       : num(q, lease_s, &lease, "ERR emq: a job row's lease is not a number");
     if (rc == 0 && w_s) rc = num(q, w_s, &w, "ERR emq: a group weight is not a number");
     if (rc == 0) rc = limit_of(q, g, &has_lim, &lim);
-    if (rc == 0) rc = gactive_of(q, g, &act_now);
+    if (rc == 0) rc = hint(q, fx(q, K_GACTIVE, 1), g, &act_now);
     if (rc < 0) goto out;
 
     zrem(q, lane, lkey, id);
@@ -658,7 +671,8 @@ static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
     sfree(q, now_s);
     if ((rc = zadd(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], (double)q->now + lease, id, 0)) < 0)
         goto out;
-    if ((rc = hincrby(q, fx(q, K_GACTIVE, 1), q->k[K_GACTIVE], g, 1, &act)) < 0) goto out;
+    if ((rc = hincr_from(q, fx(q, K_GACTIVE, 1), q->k[K_GACTIVE], g, act_now, 1, &act)) < 0)
+        goto out;
     /* more: 1 when other work is serviceable right now, so the claimant's master wakes
      * another child (or another master) only when there is something to take. */
     if ((has_lim && act >= lim) || vlen(lane) == 0) {
@@ -818,13 +832,16 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
 static RMS *claim_nonce(Q *q, RMS *prefix, long long i) {
     size_t pl;
     const char *p = RedisModule_StringPtrLen(prefix, &pl);
-    char tail[24];
-    int tl = snprintf(tail, sizeof tail, ":%lld", i);
-    char *buf = RedisModule_Alloc(pl + (size_t)tl);
+    char digits[24], stackbuf[128];
+    int tl = 0;
+    do digits[tl++] = (char)('0' + i % 10); while ((i /= 10) > 0);   /* i >= 1 */
+    size_t total = pl + 1 + (size_t)tl;
+    char *buf = total <= sizeof stackbuf ? stackbuf : RedisModule_Alloc(total);
     memcpy(buf, p, pl);
-    memcpy(buf + pl, tail, (size_t)tl);
-    RMS *s = RedisModule_CreateString(q->ctx, buf, pl + (size_t)tl);
-    RedisModule_Free(buf);
+    buf[pl] = ':';
+    for (int d = 0; d < tl; d++) buf[pl + 1 + d] = digits[tl - 1 - d];
+    RMS *s = RedisModule_CreateString(q->ctx, buf, total);
+    if (buf != stackbuf) RedisModule_Free(buf);
     return s;
 }
 

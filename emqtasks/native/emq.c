@@ -478,17 +478,22 @@ static int ring_leave(Q *q, RMS *g, int from_tail) {
 }
 
 /* Add an id to its lane; a lane that just became non-empty may join the ring. */
-static int lane_push(Q *q, RMS *g, RMS *id, double score) {
-    RMS *key = lane_key(q, g);
-    RMK *lane;
-    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &lane);
-    if (rc == 0) rc = zadd(q, lane, key, score, id, 0);
+static int lane_push_into(Q *q, RMK *lane, RMS *key, RMS *g, RMS *id, double score) {
+    int rc = zadd(q, lane, key, score, id, 0);
     if (rc == 0 && vlen(lane) == 1) {
         int paused, ok;
         if ((rc = group_paused(q, g, &paused)) == 0 && !paused &&
             (rc = under_limit(q, g, &ok)) == 0 && ok)
             rc = ring_enter(q, g);
     }
+    return rc;
+}
+
+static int lane_push(Q *q, RMS *g, RMS *id, double score) {
+    RMS *key = lane_key(q, g);
+    RMK *lane;
+    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &lane);
+    if (rc == 0) rc = lane_push_into(q, lane, key, g, id, score);
     if (lane) RedisModule_CloseKey(lane);
     sfree(q, key);
     return rc;
@@ -764,34 +769,37 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, long long *verdict) {
         *verdict = -1;
         return 0;
     }
-    RMS *jk = job_key(q, id);
-    RMK *job = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ);   /* EXISTS: any type */
-    int exists = RedisModule_KeyType(job) != REDISMODULE_KEYTYPE_EMPTY;
-    RedisModule_CloseKey(job);
+    /* One open each for the row and the lane (each open is a lookup): the row's for
+     * EXISTS (any type counts) and the write, the lane's type checked before the row is
+     * written. */
+    RMS *jk = job_key(q, id), *lk = NULL;
+    RMK *job = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE), *lane = NULL;
     int rc = 0;
     *verdict = 0;
-    if (!exists && countdown <= 0) {             /* the lane's type, before the row is written */
-        RMS *lk = lane_key(q, g);
-        RMK *lane;
-        rc = dk(q, lk, 0, REDISMODULE_KEYTYPE_ZSET, &lane);
-        if (lane) RedisModule_CloseKey(lane);
-        sfree(q, lk);
+    if (RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) {
+        if (countdown <= 0) {
+            lk = lane_key(q, g);
+            rc = dk(q, lk, 1, REDISMODULE_KEYTYPE_ZSET, &lane);
+        }
+        if (rc == 0) {
+            RMS *state = countdown > 0 ? S_DELAYED : S_PENDING;
+            RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_TASK, f[1], F_PAYLOAD, f[2],
+                                F_GROUP, g, F_STATE, state, F_ATTEMPTS, S_ZERO, F_MAX, f[4],
+                                F_LEASE, f[5], F_DELAY, f[6], F_TTL, f[7], F_CREATED, now_s,
+                                NULL);
+            RedisModule_Replicate(q->ctx, "HSET", "sssssssssssssssssssss", jk, F_TASK, f[1],
+                                  F_PAYLOAD, f[2], F_GROUP, g, F_STATE, state, F_ATTEMPTS,
+                                  S_ZERO, F_MAX, f[4], F_LEASE, f[5], F_DELAY, f[6], F_TTL,
+                                  f[7], F_CREATED, now_s);
+            rc = countdown > 0 ? delay_push(q, id, (double)q->now + countdown)
+                               : lane_push_into(q, lane, lk, g, id, (double)q->now);
+            *verdict = 1;
+        }
     }
-    if (!exists && rc == 0 && (rc = dk(q, jk, 1, REDISMODULE_KEYTYPE_HASH, &job)) == 0) {
-        RMS *state = countdown > 0 ? S_DELAYED : S_PENDING;
-        RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_TASK, f[1], F_PAYLOAD, f[2], F_GROUP,
-                            g, F_STATE, state, F_ATTEMPTS, S_ZERO, F_MAX, f[4], F_LEASE, f[5],
-                            F_DELAY, f[6], F_TTL, f[7], F_CREATED, now_s, NULL);
-        RedisModule_Replicate(q->ctx, "HSET", "sssssssssssssssssssss", jk, F_TASK, f[1],
-                              F_PAYLOAD, f[2], F_GROUP, g, F_STATE, state, F_ATTEMPTS, S_ZERO,
-                              F_MAX, f[4], F_LEASE, f[5], F_DELAY, f[6], F_TTL, f[7], F_CREATED,
-                              now_s);
-        RedisModule_CloseKey(job);
-        rc = countdown > 0 ? delay_push(q, id, (double)q->now + countdown)
-                           : lane_push(q, g, id, (double)q->now);
-        *verdict = 1;
-    }
+    RedisModule_CloseKey(job);
+    if (lane) RedisModule_CloseKey(lane);
     sfree(q, jk);
+    sfree(q, lk);
     return rc;
 }
 

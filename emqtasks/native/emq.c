@@ -551,24 +551,32 @@ static void row_free(Q *q, Row *r) {
 }
 
 /* The fence: the row is active and the caller holds the current attempts and nonce.
- * 1 fenced (the row open for writing in *r), 0 stale, -1 error. */
-static int fenced(Q *q, RMS *id, RMS *attempts, RMS *nonce, Row *r) {
+ * 1 fenced (the row open in *r, for writing unless read_only; the rest of the row read
+ * unless read_only), 0 stale, -1 error. The fence's three fields come first: a stale call
+ * and a heartbeat (extend) read no more. */
+static int fenced_as(Q *q, RMS *id, RMS *attempts, RMS *nonce, Row *r, int read_only) {
     memset(r, 0, sizeof *r);
     r->key = job_key(q, id);
-    if (dk(q, r->key, 1, REDISMODULE_KEYTYPE_HASH, &r->h) < 0) {
+    if (dk(q, r->key, !read_only, REDISMODULE_KEYTYPE_HASH, &r->h) < 0) {
         row_free(q, r);
         return -1;
     }
     if (RedisModule_KeyType(r->h) != REDISMODULE_KEYTYPE_EMPTY)
         RedisModule_HashGet(r->h, REDISMODULE_HASH_NONE, F_STATE, &r->state, F_ATTEMPTS,
-                            &r->attempts, F_NONCE, &r->nonce, F_GROUP, &r->group, F_MAX,
-                            &r->max, F_TTL, &r->ttl, F_WAITERS, &r->waiters, NULL);
+                            &r->attempts, F_NONCE, &r->nonce, NULL);
     if (!r->state || !eqc(r->state, "active") || !r->attempts || !eq(r->attempts, attempts) ||
         !r->nonce || !eq(r->nonce, nonce)) {
         row_free(q, r);
         return 0;
     }
+    if (!read_only)
+        RedisModule_HashGet(r->h, REDISMODULE_HASH_NONE, F_GROUP, &r->group, F_MAX, &r->max,
+                            F_TTL, &r->ttl, F_WAITERS, &r->waiters, NULL);
     return 1;
+}
+
+static int fenced(Q *q, RMS *id, RMS *attempts, RMS *nonce, Row *r) {
+    return fenced_as(q, id, attempts, nonce, r, 0);
 }
 
 /* ---- claim_one ------------------------------------------------------------------- */
@@ -1007,7 +1015,7 @@ static int cmd_extend(RedisModuleCtx *ctx, RMS **argv, int argc) {
     for (int i = 0; i < n; i++) {
         RMS **t = argv + ARGV0 + 1 + 3 * i;
         Row r;
-        int f = fenced(&q, t[0], t[1], t[2], &r);
+        int f = fenced_as(&q, t[0], t[1], t[2], &r, 1);
         if (f < 0) break;
         if (f == 1) {
             row_free(&q, &r);

@@ -713,7 +713,8 @@ ASAN_SERVERS = sorted(n for n in SERVERS if n.startswith("redis-"))
 
 @pytest.mark.parametrize("name", ASAN_SERVERS or ["none"])
 def test_asan(name: str, asan_module: tuple[Path, str], tmp_path: Path) -> None:
-    """The AddressSanitizer build under the differential run and the fuzzer: no report."""
+    """The AddressSanitizer (+UBSan) build under the differential run and the fuzzer: no
+    report."""
     if name == "none":
         pytest.skip("no redis-server binary")
     path, runtime = asan_module
@@ -730,7 +731,8 @@ def test_asan(name: str, asan_module: tuple[Path, str], tmp_path: Path) -> None:
         reports = [Path(p).read_text(errors="replace") for p in glob.glob(f"{tmp_path}/asan*")]
         stderr = "".join(Path(p).read_text(errors="replace")
                          for p in glob.glob(f"{tmp_path}/stderr-*"))
-    found = [rep for rep in reports + [stderr] if "AddressSanitizer" in rep]
+    found = [rep for rep in reports + [stderr]
+             if "AddressSanitizer" in rep or "runtime error:" in rep]
     assert not found, "\n\n".join(found)[:20000]
 
 

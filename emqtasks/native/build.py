@@ -22,8 +22,11 @@ HEADERS = (HERE / "emq_api.h",)
 NAME = "emq.so"
 ASAN_NAME = "emq-asan.so"
 CFLAGS = ["-std=c99", "-O2", "-fPIC", "-Wall", "-Wextra", "-fvisibility=hidden"]
+#: AddressSanitizer, and UndefinedBehaviorSanitizer (overflows, casts of out-of-range
+#: doubles) stopping at the first report.
 ASAN_CFLAGS = ["-std=c99", "-O1", "-g", "-fPIC", "-Wall", "-Wextra",
-               "-fsanitize=address", "-fno-omit-frame-pointer"]
+               "-fsanitize=address,undefined,float-cast-overflow",
+               "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 
 #: Why the last build() returned None.
 last_reason: str | None = None
@@ -54,8 +57,9 @@ def build(out_dir: str | os.PathLike[str] | None = None, sanitize: bool = False,
           force: bool = False) -> Path | None:
     """Build the module into out_dir (default: this folder); the path, or None with a reason.
 
-    sanitize=True builds an AddressSanitizer variant (``emq-asan.so``) for the memory-safety
-    tests: load it into a server started with LD_PRELOAD of the compiler's libasan.
+    sanitize=True builds an AddressSanitizer + UBSan variant (``emq-asan.so``) for the
+    memory-safety tests: load it into a server started with LD_PRELOAD of the compiler's
+    libasan.
     """
     global last_reason
     out = Path(out_dir) if out_dir is not None else HERE

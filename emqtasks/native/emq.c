@@ -43,6 +43,7 @@
  * Time is the server's clock, as the scripts' now_ms: TIME seconds*1000 + usec/1000,
  * which is what RedisModule_Milliseconds() computes; read once per call.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -130,8 +131,16 @@ static int num(Q *q, RMS *s, double *out, const char *what) {
         *out = (double)ll;
         return 0;
     }
-    if (RedisModule_StringToDouble(s, out) == REDISMODULE_OK && !isnan(*out)) return 0;
+    if (RedisModule_StringToDouble(s, out) == REDISMODULE_OK && isfinite(*out)) return 0;
     return fail(q, what);
+}
+
+/* A double as the scripts' integer reply makes it (truncated), clamped where C's cast
+ * would be undefined. */
+static long long to_ll(double d) {
+    if (d >= 9.2e18) return 9200000000000000000LL;
+    if (d <= -9.2e18) return -9200000000000000000LL;
+    return (long long)d;
 }
 
 static int integer(Q *q, RMS *s, long long *out, const char *what) {
@@ -318,6 +327,8 @@ static int hincrby(Q *q, RMK *h, RMS *key, RMS *field, long long by, long long *
 /* The write half of HINCRBY, from a current value already read with hint(). */
 static int hincr_from(Q *q, RMK *h, RMS *key, RMS *field, long long v, long long by,
                       long long *out) {
+    if ((by > 0 && v > LLONG_MAX - by) || (by < 0 && v < LLONG_MIN - by))
+        return fail(q, "ERR increment or decrement would overflow");
     v += by;
     RMS *nv = RedisModule_CreateStringFromLongLong(q->ctx, v);
     RedisModule_HashSet(h, REDISMODULE_HASH_NONE, field, nv, NULL);
@@ -673,6 +684,10 @@ static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
         RedisModule_Replicate(q->ctx, "LMOVE", "ssss", q->k[K_RING], q->k[K_RING], S_LEFT,
                               S_RIGHT);
     }
+    if (att == LLONG_MAX) {
+        rc = fail(q, "ERR increment or decrement would overflow");
+        goto out;
+    }
     att += 1;
     RMS *att_new = RedisModule_CreateStringFromLongLong(q->ctx, att);
     RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
@@ -697,7 +712,7 @@ static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
     out->payload = payload;
     out->nonce = nonce;
     out->attempts = att;
-    out->lease = (long long)lease;
+    out->lease = to_ll(lease);
     out->more = more;
     id = task = payload = NULL;
     rc = 1;
@@ -816,7 +831,7 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
     long long n;
     if (RedisModule_StringToLongLong(argv[ARGV0], &n) != REDISMODULE_OK || n < 0)
         return RedisModule_ReplyWithError(ctx, "ERR emq: n must be an integer >= 0");
-    if ((long long)(argc - ARGV0 - 1) != n * 9) return RedisModule_WrongArity(ctx);
+    if (n > argc || (long long)(argc - ARGV0 - 1) != n * 9) return RedisModule_WrongArity(ctx);
     Q q;
     if (q_init(&q, ctx, argv, 0, 0) < 0) return finish(&q);
     RMS **a = argv + ARGV0 + 1;
@@ -900,7 +915,8 @@ static int ack_done(Q *q, RMS **a) {
     if (f <= 0) return f;
     long long ttl = 0;
     if (need_group(q, &r) < 0) return -1;
-    if (r.ttl && integer(q, r.ttl, &ttl, "ERR emq: a job row's ttl is not an integer") < 0) {
+    if ((r.ttl && integer(q, r.ttl, &ttl, "ERR emq: a job row's ttl is not an integer") < 0) ||
+        (ttl > 0 && ttl > (LLONG_MAX - q->now) / 1000 && fail(q, "ERR invalid expire time") < 0)) {
         row_free(q, &r);
         return -1;
     }
@@ -1200,7 +1216,7 @@ static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
     long long next_due = -1;
     if (head) {
         double d = score - (double)q.now;      /* the script's integer reply truncates */
-        next_due = d <= 0 ? 0 : d >= 9.2e18 ? (long long)9.2e18 : (long long)d;
+        next_due = d <= 0 ? 0 : to_ll(d);
         sfree(&q, head);
     }
     long long claimable = vlen(fx(&q, K_RING, 0)) > 0 && !paused(&q);

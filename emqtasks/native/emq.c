@@ -93,7 +93,6 @@ typedef struct {
     size_t blen;
     long long now;
     const char *err;       /* the error reply, set by the first failure */
-    char errbuf[200];
 } Q;
 
 static int fail(Q *q, const char *msg) {
@@ -420,7 +419,9 @@ static int notify(Q *q, RMS *id, RMS *waiters) {
 /* SISMEMBER gpaused g, without a call when no group is paused (the common case). */
 static int group_paused(Q *q, RMS *g, int *paused) {
     *paused = 0;
-    if (vlen(fx(q, K_GPAUSED, 0)) == 0) return 0;
+    RMK *h = fx(q, K_GPAUSED, 0);
+    if (q->err) return -1;
+    if (vlen(h) == 0) return 0;
     /* The call looks the key up itself (and may expire it): no handle of ours stays open. */
     RedisModule_CloseKey(q->h[K_GPAUSED]);
     q->h[K_GPAUSED] = NULL;
@@ -437,16 +438,20 @@ static int group_paused(Q *q, RMS *g, int *paused) {
 
 /* A group's limit (*has 0: none), and its jobs in flight. */
 static int limit_of(Q *q, RMS *g, int *has, double *lim) {
-    RMS *l = hget(fx(q, K_GLIMIT, 0), g);
+    RMK *h = fx(q, K_GLIMIT, 0);
+    RMS *l = hget(h, g);
     *has = l != NULL;
+    if (q->err) return -1;
     int rc = l ? num(q, l, lim, "ERR emq: a group limit is not a number") : 0;
     sfree(q, l);
     return rc;
 }
 
 static int gactive_of(Q *q, RMS *g, double *act) {
-    RMS *a = hget(fx(q, K_GACTIVE, 0), g);
+    RMK *h = fx(q, K_GACTIVE, 0);
+    RMS *a = hget(h, g);
     *act = 0;
+    if (q->err) return -1;
     int rc = a ? num(q, a, act, "ERR emq: a gactive count is not a number") : 0;
     sfree(q, a);
     return rc;

@@ -29,6 +29,7 @@ import os
 import random
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -956,3 +957,23 @@ def test_cluster_routing_and_migration_guard(server: Server, module: Path,
     finally:
         b.stop()
         a.stop()
+
+
+def test_build_without_a_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No compiler: build() answers None with the reason, and the command line says it."""
+    from emqtasks.native import build as b
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert b.build(tmp_path, force=True) is None
+    assert "compiler" in (b.last_reason or "")
+    proc = subprocess.run([sys.executable, "-m", "emqtasks.native.build", str(tmp_path)],
+                          capture_output=True, text=True, env={**os.environ,
+                                                               "CC": str(tmp_path / "no")})
+    assert proc.returncode == 1 and "not built" in proc.stderr
+
+
+def test_build_command_line(module: Path, tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "emqtasks.native.build", str(tmp_path)],
+                          capture_output=True, text=True, check=True)
+    assert Path(proc.stdout.strip()) == tmp_path / "emq.so"
+    assert (tmp_path / "emq.so").stat().st_size > 0

@@ -30,15 +30,31 @@
  *
  * The state transitions are the scripts' to the field (lua/_common.lua explains the ring,
  * the books, the fence and the wake tokens; this file follows its helpers one for one).
- * Where the scripts would fail half-way on a malformed value (a non-number where a number
- * is due, a key of the wrong type) a command here answers an error instead, and checks
- * what it can before it writes anything.
+ *
+ * Where this differs from the scripts, it is on input they take without a check:
+ *   - arity is exact (a script ignores extra ARGV, and extend's partial triple is stale);
+ *   - counts (claim n, enqueue n, reap / promote limit) are integers >= 0: a negative
+ *     claim n answers [] from the script and a negative LIMIT means "all" there;
+ *   - numbers are finite and written as such (a script's tonumber() takes " 5", "0x10",
+ *     "inf"; a value it writes back or answers as an integer must be an integer here);
+ *     enqueue checks every job's numbers before it writes the first job, where the script
+ *     stores them as given and fails later; retry's delay is '' or a number (the script
+ *     reads anything else as "the row's own");
+ *   - the fixed keys a command always touches are type-checked before its first write;
+ *     any other key of the wrong type stops the command where a script would stop too,
+ *     with what was written before kept (and replicated), as with a script;
+ *   - error texts are its own.
+ * Rows the fence reads, and a duplicate's row, are opened for writing (one lookup, not
+ * two): a WATCH on such a row is touched even when nothing changed. Writes through the key
+ * API raise no keyspace notifications.
  *
  * Writes go through the low-level key API, each one followed by RedisModule_Replicate of
  * the plain command with the same effect (ZADD, HSET, LMOVE...), never the EMQ.* command
  * itself: the server wraps one call's effects in MULTI/EXEC, so a replica or an AOF replay
  * without this module reproduces the state. RM_Call is used for reads only (SISMEMBER):
- * on 6.2 a replicated RM_Call would be emitted ahead of the RM_Replicate'd effects.
+ * on 6.2 a replicated RM_Call would be emitted ahead of the RM_Replicate'd effects. The
+ * effects are deterministic where a script's are not always: claim's ZPOPMIN goes as
+ * ZREM of the id, every EXPIRE as PEXPIREAT of the deadline the primary set.
  *
  * Time is the server's clock, as the scripts' now_ms: TIME seconds*1000 + usec/1000,
  * which is what RedisModule_Milliseconds() computes; read once per call.

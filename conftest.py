@@ -1,22 +1,33 @@
 """The real Redis every test talks to, and a fresh queue name per test.
 
-Order: EMQ_TEST_REDIS_URL if set; else a testcontainers Redis when a Docker engine answers;
-else a private redis-server from PATH on a free loopback port (no persistence), stopped at
-the end. Tests that kill or restart a server take ``private_redis`` instead.
+Order: EMQ_TEST_REDIS_URL if set; else, when EMQ_REDIS_SERVER names a server binary, a private
+server of that binary; else a testcontainers Redis when a Docker engine answers; else a private
+redis-server from PATH on a free loopback port (no persistence), stopped at the end. Tests
+that kill or restart a server take ``private_redis`` instead, and private servers, local
+clusters included, always run ``EMQ_REDIS_SERVER`` or the redis-server found on PATH
+(emqtasks._dev.localserver.find_binary). The report header names both.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from emqtasks import App
-from emqtasks.localserver import LocalRedis
+from emqtasks._dev.localserver import LocalRedis, find_binary, server_name
+
+# tests/support: helpers and launchers; tests/tasks: the modules workers import with -A.
+for _folder in ("support", "tasks"):
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "tests" / _folder))
 
 
+@functools.cache
 def _docker_answers() -> bool:
     try:
         import docker
@@ -32,7 +43,7 @@ def redis_url() -> Iterator[str]:
     url = os.environ.get("EMQ_TEST_REDIS_URL")
     if url:
         yield url
-    elif _docker_answers():
+    elif not os.environ.get("EMQ_REDIS_SERVER") and _docker_answers():
         from testcontainers.redis import RedisContainer
 
         with RedisContainer("redis:7") as container:
@@ -41,6 +52,18 @@ def redis_url() -> Iterator[str]:
     else:
         with LocalRedis() as server:
             yield server.url
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    binary = find_binary("redis-server")
+    private = f"{server_name(binary)} ({binary})" if binary else "no redis-server found"
+    if os.environ.get("EMQ_TEST_REDIS_URL"):
+        shared = "EMQ_TEST_REDIS_URL"
+    elif not os.environ.get("EMQ_REDIS_SERVER") and _docker_answers():
+        shared = "a redis:7 container (testcontainers)"
+    else:
+        shared = "a private server of that binary"
+    return [f"emqtasks test servers: private {private}; shared: {shared}"]
 
 
 @pytest.fixture

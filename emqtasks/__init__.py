@@ -1,15 +1,69 @@
 """emqtasks: a Celery-style background task runner on Redis, fair per group, without polling."""
 
-from .app import App, JobHandle, Task, default_app, task
-from .errors import Retry
-from .queue import Lease, Queue
+from .app import App, default_app, on, task
+from .context import JobContext, JobLogFilter, current_job
+from .cron import Cron, Every, cron, every
+from .errors import (
+    ClusterUrlError,
+    ConfigError,
+    DuplicateTaskName,
+    EmqError,
+    InvalidArgument,
+    InvalidCron,
+    InvalidGroup,
+    InvalidInterval,
+    InvalidJobId,
+    InvalidQueueName,
+    InvalidSchedule,
+    InvalidScheduleName,
+    LaneFull,
+    NoCurrentJob,
+    PayloadTooLarge,
+    RateLimited,
+    ResultTimeout,
+    Retry,
+    ScheduleError,
+    ScriptError,
+    SerializationError,
+    TaskFailed,
+    TimeLimitExceeded,
+    UnknownSchedule,
+    UnknownTask,
+    UnknownTimezone,
+    WorkerLost,
+)
+from .queue import Acked, Lease, Queue
+from .schedules import Schedule, ScheduleInfo
+from .task import JobHandle, Task
+from .verdicts import (
+    AckVerdict,
+    CancelVerdict,
+    EnqueueVerdict,
+    ExtendVerdict,
+    FireVerdict,
+    ReleaseVerdict,
+    RetryVerdict,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     # defining and enqueueing tasks
-    "task", "App", "Task", "JobHandle", "Retry", "default_app",
-    # the consumer-side verbs the worker is built on
-    "Queue", "Lease",
+    "task", "App", "Task", "JobHandle", "Retry", "RateLimited", "default_app",
+    # periodic schedules
+    "cron", "every", "Cron", "Every", "Schedule", "ScheduleInfo",
+    # inside a task, and hooks
+    "current_job", "JobContext", "JobLogFilter", "on",
+    # the consumer-side verbs the worker is built on, and their replies
+    "Queue", "Lease", "Acked", "EnqueueVerdict", "AckVerdict", "RetryVerdict",
+    "ReleaseVerdict", "ExtendVerdict", "CancelVerdict", "FireVerdict",
+    # the error tree
+    "EmqError", "ConfigError", "ClusterUrlError", "InvalidQueueName", "InvalidJobId",
+    "InvalidGroup", "InvalidArgument", "SerializationError", "PayloadTooLarge",
+    "UnknownTask", "DuplicateTaskName", "ScriptError", "TaskFailed", "ResultTimeout",
+    "LaneFull",
+    "TimeLimitExceeded", "WorkerLost", "NoCurrentJob", "ScheduleError", "InvalidCron",
+    "UnknownTimezone", "InvalidInterval", "InvalidScheduleName", "InvalidSchedule",
+    "UnknownSchedule",
     "__version__",
 ]

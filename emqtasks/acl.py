@@ -26,32 +26,40 @@ queue, never another queue or anything else on the server.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
+import redis
+
+from .cluster import node_kwargs
 from .keys import check_queue_name
 
 #: How the verbs run: EVALSHA, and EVAL of the source when the server lost its script cache.
 _SCRIPTING = ("evalsha", "eval")
 
-#: enqueue.lua and wait.lua (with the helpers of _common.lua they reach), plus the direct
-#: calls of a producer: BLPOP in JobHandle.get, HGET (status), HGETALL (info), PING (CLI).
+#: enqueue.lua and wait.lua (with the helpers of _common.lua they reach: LINDEX reads a
+#: rate-limited group's recent starts when its lane opens), plus the direct calls of a
+#: producer: BLPOP in JobHandle.get, HGET (status), HGETALL (info), PING (CLI); and
+#: schedule.lua's put / drop (INCR of the version) for App.schedule and unschedule.
 PRODUCER_COMMANDS = (
     *_SCRIPTING,
-    "time", "exists", "hset", "hget", "hmget", "hincrby", "hdel", "hgetall",
-    "zadd", "zrange", "zcard", "sismember", "rpush", "llen", "expire",
+    "time", "exists", "hset", "hget", "hmget", "hincrby", "hdel", "hgetall", "incr",
+    "zadd", "zrange", "zcard", "sismember", "rpush", "llen", "lindex", "expire",
     "blpop", "ping",
 )
 
-#: claim, ack, retry, release, extend, reap and promote .lua, plus the direct calls of a
-#: worker: BLPOP / RPUSH / LTRIM / EXPIRE on the wake key, PING, INFO (the eviction check).
-#: Tasks that enqueue more work use the worker's user: enqueue's commands are all here.
+#: claim, ack, retry, release, extend, reap, promote and schedule .lua, plus the direct
+#: calls of a worker: BLPOP / RPUSH / LTRIM / EXPIRE on the wake key, PING, INFO (the
+#: eviction check), and for periodic schedules GET of their version, HGETALL of them and
+#: their state, TIME. Tasks that enqueue more work use the worker's user: enqueue's
+#: commands are all here.
 WORKER_COMMANDS = (
     *_SCRIPTING,
-    "time", "exists", "del", "expire",
-    "hget", "hmget", "hset", "hdel", "hincrby",
-    "lindex", "llen", "lmove", "lrem", "rpush", "ltrim", "blpop",
+    "time", "exists", "del", "expire", "get", "incr",
+    "hget", "hmget", "hset", "hdel", "hincrby", "hexists", "hgetall",
+    "lindex", "llen", "lmove", "lrem", "rpush", "lpush", "ltrim", "blpop", "pexpire",
     "sismember",
-    "zadd", "zcard", "zpopmin", "zrange", "zrangebyscore", "zrem",
+    "zadd", "zcard", "zpopmin", "zrange", "zrangebyscore", "zrem", "zscore",
     "ping", "info",
 )
 
@@ -81,3 +89,105 @@ def worker_rules(*queues: str) -> list[str]:
 def setuser(user: str, rules: Iterable[str], password: str = "<password>") -> str:
     """The ``ACL SETUSER`` line (as typed in redis-cli) that creates or resets the user."""
     return " ".join(["ACL SETUSER", user, "reset", "on", f">{password}", *rules])
+
+
+# -- which of a role's commands a user may run ---------------------------------------------------
+
+#: One harmless call per command a role may need (each of PRODUCER_COMMANDS and
+#: WORKER_COMMANDS must have one: the doctor tries them on Redis 6.2), on ``emq:{q}:doctor``
+#: (a key of the queue that no verb uses): reads of a key that does not exist, and writes
+#: whose arguments make the command fail after its ACL check (an odd field list, a number
+#: that is not one) or do nothing (XX). Only RPUSH writes: it is tried just before LTRIM,
+#: BLPOP, EXPIRE and DEL, which empty the key or let it expire.
+PROBES: dict[str, tuple[str, ...]] = {
+    "evalsha": ("0" * 40, "1", "{k}"), "eval": ("return 1", "1", "{k}"),
+    "time": (), "ping": (), "info": ("server",),
+    "exists": ("{k}",), "hget": ("{k}", "f"), "hmget": ("{k}", "f"), "hgetall": ("{k}",),
+    "hset": ("{k}", "f", "v", "odd"), "hdel": ("{k}", "f"), "hincrby": ("{k}", "f", "x"),
+    "lindex": ("{k}", "0"), "llen": ("{k}",), "lmove": ("{k}", "{k}", "LEFT", "LEFT"),
+    "lrem": ("{k}", "0", "x"), "sismember": ("{k}", "m"),
+    "zadd": ("{k}", "XX", "1", "m"), "zcard": ("{k}",), "zpopmin": ("{k}",),
+    "zrange": ("{k}", "0", "-1"), "zrangebyscore": ("{k}", "0", "1"), "zrem": ("{k}", "m"),
+    "rpush": ("{k}", "x"), "lpush": ("{k}", "x"), "incr": ("{k}",),
+    "ltrim": ("{k}", "1", "0"), "blpop": ("{k}", "0.01"), "pexpire": ("{k}", "1000"),
+    "get": ("{k}",), "hexists": ("{k}", "f"), "zscore": ("{k}", "m"),
+    "expire": ("{k}", "1"), "del": ("{k}",),
+}
+
+#: ``redis.acl_check_cmd`` (Redis >= 7.0, Valkey) over calls packed as n, arg1..argn, ...
+_LUA_CHECK = """
+local out, i = {}, 1
+while i <= #ARGV do
+  local n, call = tonumber(ARGV[i]), {}
+  for j = 1, n do call[j] = ARGV[i + j] end
+  out[#out + 1] = redis.acl_check_cmd(unpack(call)) and 1 or 0
+  i = i + n + 1
+end
+return out
+"""
+
+
+def probe_key(queue: str) -> str:
+    return f"emq:{{{check_queue_name(queue)}}}:doctor"
+
+
+def _calls(commands: Iterable[str], key: str) -> list[list[str]]:
+    wanted = set(commands)
+    unknown = sorted(wanted - set(PROBES))
+    if unknown:
+        raise ValueError(f"no harmless probe for {', '.join(unknown)}")
+    return [[c, *(a.replace("{k}", key) for a in args)] for c, args in PROBES.items()
+            if c in wanted]
+
+
+def refused_commands(client: Any, commands: Iterable[str], queue: str) -> tuple[str, list[str]]:
+    """(how it was found, the commands this client's user may not run on ``queue``'s keys).
+
+    Asked with ``ACL DRYRUN`` when the user may run it, else with ``redis.acl_check_cmd``
+    in a script (Redis >= 7.0, Valkey), else by trying each command with harmless
+    arguments (Redis 6.2). On a cluster, the node serving the queue's slot answers.
+    """
+    key = probe_key(queue)
+    calls = _calls(commands, key)
+    target = node_kwargs(client, key)
+    methods: tuple[tuple[str, Callable[..., list[bool] | None]], ...] = (
+        ("ACL DRYRUN", _dryrun), ("redis.acl_check_cmd", _lua_check), ("trying", _try))
+    for name, method in methods:
+        allowed = method(client, calls, key, target)
+        if allowed is not None:
+            return name, [call[0] for call, ok in zip(calls, allowed) if not ok]
+    raise AssertionError("trying always answers")
+
+
+def _dryrun(client: Any, calls: Sequence[list[str]], key: str,
+            target: dict[str, Any]) -> list[bool] | None:
+    try:
+        user = client.execute_command("ACL", "WHOAMI", **target)
+        return [client.execute_command("ACL", "DRYRUN", user, *call, **target) == "OK"
+                for call in calls]
+    except redis.exceptions.ResponseError:   # refused to this user, or before Redis 7.0
+        return None
+
+
+def _lua_check(client: Any, calls: Sequence[list[str]], key: str,
+               target: dict[str, Any]) -> list[bool] | None:
+    packed = [x for call in calls for x in (str(len(call)), *call)]
+    try:
+        answer = client.eval(_LUA_CHECK, 1, key, *packed)
+    except redis.exceptions.ResponseError:   # no EVAL for this user, or before Redis 7.0
+        return None
+    return [bool(x) for x in answer]
+
+
+def _try(client: Any, calls: Sequence[list[str]], key: str,
+         target: dict[str, Any]) -> list[bool]:
+    allowed = []
+    for call in calls:
+        try:
+            client.execute_command(*call, **target)
+            allowed.append(True)
+        except redis.exceptions.NoPermissionError:
+            allowed.append(False)
+        except redis.exceptions.ResponseError:   # refused after the ACL check: allowed
+            allowed.append(True)
+    return allowed

@@ -1,265 +1,62 @@
-"""App: settings, the Redis connection, @app.task; Task: delay / apply_async / map; JobHandle."""
+"""App: settings, the Redis connection, its own task registry, ``@app.task``, admin verbs."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
-import redis
-
-from . import embedded, serialization
-from .cluster import connect_cluster, is_cluster_url
+from . import schedules as _sched
+from . import validate
 from .config import Settings
-from .errors import InvalidArgument, InvalidGroup, TaskFailed
-from .keys import DEFAULT_GROUP, check_group, check_job_id, check_queue_name, new_job_id
-from .queue import DUPLICATE, NewJob, Queue
-from .registry import REGISTRY, GroupSpec, TaskSpec
+from .connection import connect
+from .cron import Timing
+from .errors import InvalidArgument, InvalidSchedule, LaneFull, UnknownSchedule, UnknownTask
+from .hooks import EVENTS, F, HookEvent, Hooks
+from .keys import check_queue_name
+from .lanes import DEFAULT_FIELDS
+from .queue import Queue
+from .registry import GroupSpec, Registry, TaskSpec
+from .retry_policy import ExceptionTypes, RetryPolicy
+from .schedules import Schedule, ScheduleInfo, ScheduleStore
+from .task import JobHandle, Task, build_job
+from .verdicts import CancelVerdict, EnqueueVerdict
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 _apps: list[App] = []
-
-
-#: Longer than any blocking call emqtasks makes (parks and result waits are capped at
-#: MAX_BLOCK), so a BLPOP never trips the socket timeout, yet a dead peer is noticed.
-SOCKET_TIMEOUT = 30.0
-MAX_BLOCK = 20.0
-ENCODING_ERRORS = "surrogateescape"
-#: What a ``rediss://`` client checks unless its URL says otherwise (redis-py's own defaults
-#: today, stated here so a change of library default cannot turn them off).
-TLS_DEFAULTS = {"ssl_cert_reqs": "required", "ssl_check_hostname": True}
-
-
-def connect(url: str, single_thread: bool = False) -> Any:
-    """A redis-py client for a URL, with replies decoded as text.
-
-    ``embedded`` / ``embedded:PATH`` start (or reuse) the embedded development server;
-    ``redis+cluster://host:port[,host:port...]`` gives a Redis Cluster client (cluster.py).
-    ``single_thread`` keeps one connection instead of a pool checkout per command (about a
-    sixth of a worker child's time per job); only for a client one thread uses.
-
-    Replies decode with ``surrogateescape``: a row holding bytes that are not UTF-8 (written
-    by something other than emqtasks) reads back with them as lone surrogates instead of
-    failing the whole reply, so a worker can dead-letter that job (serialization.loads_args
-    refuses such a payload) rather than crash on every claim of it.
-    ``rediss://`` verifies the server's certificate and host name unless the URL's
-    ``ssl_cert_reqs`` / ``ssl_check_hostname`` say otherwise.
-    """
-    tls = TLS_DEFAULTS if url.lower().startswith(("rediss://", "rediss+cluster://")) else {}
-    if is_cluster_url(url):
-        return connect_cluster(url, decode_responses=True, socket_timeout=SOCKET_TIMEOUT,
-                               socket_connect_timeout=5.0, encoding_errors=ENCODING_ERRORS,
-                               **tls)
-    return redis.Redis.from_url(embedded.resolve(url), decode_responses=True,
-                                encoding_errors=ENCODING_ERRORS,
-                                socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=5.0,
-                                single_connection_client=single_thread, **tls)
-
-
-class JobHandle:
-    """A job's id, whether the enqueue was a duplicate, and a way to follow it."""
-
-    __slots__ = ("id", "duplicate", "_queue")
-
-    def __init__(self, queue: Queue, job_id: str, duplicate: bool) -> None:
-        self._queue = queue
-        self.id = job_id
-        self.duplicate = duplicate
-
-    def status(self) -> str | None:
-        """pending, delayed, active, done, dead, cancelled; None once the row expired."""
-        return self._queue.status(self.id)
-
-    def info(self) -> dict[str, Any] | None:
-        return self._queue.job(self.id)
-
-    def get(self, timeout: float | None = None, poll: float | None = None) -> Any:
-        """The task's return value; TaskFailed if it died or was cancelled; TimeoutError.
-
-        Blocks on the job's own notification key (one BLPOP per ``poll`` seconds, default
-        5), so a waiting client costs the server next to nothing.
-        """
-        q = self._queue
-        deadline = None if timeout is None else time.monotonic() + timeout
-        chunk = min(poll or 5.0, MAX_BLOCK)
-        registered = False
-        while True:
-            state, result, error = q.outcome(self.id, register=not registered)
-            registered = True
-            if state == "done":
-                return serialization.loads_result(result)
-            if state in ("dead", "cancelled"):
-                raise TaskFailed(self.id, error if state == "dead" else "cancelled")
-            if state is None:
-                raise TaskFailed(self.id, "the job row is gone (expired, purged, never "
-                                          "existed, or result_ttl=0)")
-            left = chunk if deadline is None else min(chunk, deadline - time.monotonic())
-            if left <= 0:
-                raise TimeoutError(f"job {self.id} still {state} after {timeout}s")
-            q.wait_done(self.id, left)
-
-    def __repr__(self) -> str:
-        return f"<JobHandle {self.id}{' duplicate' if self.duplicate else ''}>"
-
-
-class Task:
-    """A registered function. Calling it runs it here; ``delay`` runs it on a worker."""
-
-    def __init__(self, app: App, spec: TaskSpec) -> None:
-        self.app = app
-        self.spec = spec
-        self.name = spec.name
-        functools.update_wrapper(self, spec.fn)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.spec.fn(*args, **kwargs)
-
-    def delay(self, *args: Any, **kwargs: Any) -> JobHandle:
-        return self.apply_async(args, kwargs)
-
-    def apply_async(self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None,
-                    job_id: str | None = None, group: str | None = None,
-                    countdown: float | None = None,
-                    eta: datetime | float | None = None) -> JobHandle:
-        """Enqueue one call. ``eta`` is a datetime or a UNIX timestamp; both go via delayed."""
-        return self.app.send_task(self, args, kwargs, job_id=job_id, group=group,
-                                  countdown=countdown, eta=eta)
-
-    def map(self, calls: Iterable[Any]) -> list[JobHandle]:
-        """Enqueue many calls in one round trip; each item a tuple of args or a dict of kwargs."""
-        limit = self.app.settings.max_payload_bytes
-        jobs = [build_job(self.spec, *_split_call(c), limit=limit) for c in calls]
-        if not jobs:
-            return []
-        queue = self.app.queue(self.spec.queue)
-        verdicts = queue.enqueue_many(jobs)
-        return [JobHandle(queue, j.id, v == DUPLICATE) for j, v in zip(jobs, verdicts)]
-
-    def __repr__(self) -> str:
-        return f"<Task {self.name}>"
-
-
-@functools.lru_cache(maxsize=1024)
-def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
-    """Cached: enqueue is a hot path and inspect.signature is not cheap."""
-    try:
-        return inspect.signature(fn)
-    except (TypeError, ValueError):
-        return None
-
-
-def _fits(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    sig = _signature(fn)
-    if sig is None:   # no signature to inspect: call it as made
-        return True
-    try:
-        sig.bind(*args, **kwargs)
-    except TypeError:
-        return False
-    return True
-
-
-def _by_name(fn: Callable[..., Any], args: tuple[Any, ...],
-             kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """A call's arguments bound to the task's parameters, passed by name where they can be."""
-    sig = _signature(fn)
-    try:
-        bound = sig.bind(*args, **kwargs) if sig is not None else None
-    except TypeError:
-        bound = None
-    if bound is None:
-        return args, kwargs
-    params = bound.signature.parameters
-    star = any(params[n].kind is inspect.Parameter.VAR_POSITIONAL and v
-               for n, v in bound.arguments.items())
-    pos: list[Any] = []
-    named: dict[str, Any] = {}
-    for name, value in bound.arguments.items():
-        kind = params[name].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            pos.extend(value)
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            named.update(value)
-        elif kind is inspect.Parameter.POSITIONAL_ONLY or (
-                star and kind is inspect.Parameter.POSITIONAL_OR_KEYWORD):
-            pos.append(value)
-        else:
-            named[name] = value
-    return tuple(pos), named
-
-
-def build_job(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any], *, limit: int,
-              job_id: str | None = None, group: str | None = None,
-              countdown: float | None = None, eta: datetime | float | None = None) -> NewJob:
-    """The row of one call of a task, gated: raises before anything is written."""
-    payload = serialization.dumps_args(args, kwargs, limit)
-    return NewJob(
-        id=check_job_id(job_id) if job_id is not None else new_job_id(),
-        task=spec.name,
-        payload=payload,
-        group=check_group(group if group is not None else _group_of(spec, args, kwargs)),
-        max_attempts=spec.max_attempts,
-        lease_ms=int(spec.lease * 1000),
-        delay_ms=int(spec.retry_delay * 1000),
-        ttl=spec.result_ttl,
-        countdown_ms=_countdown_ms(countdown, eta),
-    )
-
-
-def _group_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    g = spec.group
-    if g is None:
-        return DEFAULT_GROUP
-    if isinstance(g, str):
-        return g
-    # The call as made, if it fits the group function; else the task's arguments by name,
-    # so ``lambda tenant, **_: tenant`` serves ``build_report.delay("acme", 42)``.
-    call = (args, kwargs) if _fits(g, args, kwargs) else _by_name(spec.fn, args, kwargs)
-    try:
-        return g(*call[0], **call[1])  # type: ignore[no-any-return]
-    except Exception as exc:
-        raise InvalidGroup(f"the group function of {spec.name} failed: {exc!r}") from exc
-
-
-def _split_call(call: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    if isinstance(call, dict):
-        return (), call
-    if isinstance(call, (tuple, list)):
-        return tuple(call), {}
-    raise InvalidArgument(f"map() takes tuples of args or dicts of kwargs, not {call!r}")
-
-
-def _countdown_ms(countdown: float | None, eta: datetime | float | None) -> int:
-    if eta is not None:
-        stamp = eta.timestamp() if isinstance(eta, datetime) else float(eta)
-        countdown = max(countdown or 0.0, stamp - datetime.now(timezone.utc).timestamp())
-    if countdown is None or countdown <= 0:
-        return 0
-    return max(1, int(countdown * 1000))
+#: What ``@task(schedule=...)`` takes: ``emqtasks.cron(...)``, ``emqtasks.every(...)``, a cron
+#: string, or seconds.
+ScheduleSpec = Timing | str | float | timedelta | None
 
 
 class App:
     """Settings, one Redis client, and the tasks registered through it.
 
     Nothing connects until the first enqueue or admin call, so importing a tasks module is
-    free of I/O and a worker can point the app elsewhere first (``configure``).
+    free of I/O and a worker can point the app elsewhere first (``configure``). Each App has
+    its own registry: two Apps may register the same function independently.
     """
 
     def __init__(self, redis_url: str | None = None, queue: str | None = None,
                  max_payload_bytes: int | None = None) -> None:
-        self._explicit = {"redis_url": redis_url, "queue": queue,
-                          "max_payload_bytes": max_payload_bytes}
+        if max_payload_bytes is not None:   # checked now; the rest of Settings on first use
+            validate.integer(max_payload_bytes, "max_payload_bytes")
+        self._explicit: dict[str, Any] = {"redis_url": redis_url, "queue": queue,
+                                          "max_payload_bytes": max_payload_bytes}
         self._settings: Settings | None = None
         self._client: Any = None
         self._queues: dict[str, Queue] = {}
         self._lock = threading.Lock()
-        self.tasks: dict[str, Task] = {}
+        self.registry = Registry()
+        #: Schedules declared in code (decorator, or App.schedule while a worker imports its
+        #: modules): the worker stores them at start.
+        self.declared_schedules: dict[str, Schedule] = {}
+        self.hooks = Hooks()
         _apps.append(self)
 
     # -- configuration ------------------------------------------------------------------
@@ -273,6 +70,11 @@ class App:
     def explicit(self) -> dict[str, Any]:
         """The settings given to the constructor (None where the environment decides)."""
         return dict(self._explicit)
+
+    @property
+    def tasks(self) -> dict[str, Task[Any, Any]]:
+        """Task name -> Task, of this App."""
+        return self.registry.tasks()
 
     def configure(self, **changes: Any) -> App:
         """Replace settings (None leaves one as is); drops the connection."""
@@ -302,51 +104,179 @@ class App:
         self._client = None
         self._queues = {}
 
+    # -- hooks --------------------------------------------------------------------------
+    def on(self, event: HookEvent) -> Callable[[F], F]:
+        """Register a hook: ``@app.on("task_dead")`` (see emqtasks.hooks for the events).
+        An unknown event is InvalidArgument at decoration."""
+        if event not in EVENTS:
+            raise InvalidArgument(f"unknown hook event {event!r}: one of {', '.join(EVENTS)}")
+
+        def register(fn: F) -> F:
+            self.hooks.add(event, fn)
+            return fn
+
+        return register
+
     # -- tasks --------------------------------------------------------------------------
-    def task(self, fn: F | None = None, *, name: str | None = None, group: GroupSpec = None,
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, fn: None = None, /, *, name: str | None = None, group: GroupSpec = None,
              max_attempts: int = 3, retry_delay: float = 1.0, lease: float = 30.0,
              queue: str | None = None, time_limit: float | None = None,
-             result_ttl: int = 86_400) -> Any:
-        """Register a function as a task; usable as ``@app.task`` or ``@app.task(...)``."""
+             result_ttl: int = 86_400, retry_backoff: bool | float = False,
+             retry_backoff_max: float = 600.0, retry_jitter: bool = True,
+             retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
+             schedule: ScheduleSpec = None,
+             ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
-        def register(f: Callable[..., Any]) -> Task:
-            if max_attempts < 1 or lease <= 0 or retry_delay < 0 or result_ttl < 0:
-                raise InvalidArgument("max_attempts >= 1, lease > 0, retry_delay >= 0 and "
-                                      "result_ttl >= 0 are required")
+    @overload
+    def task(self, fn: Callable[P, R], /, *, name: str | None = None,
+             group: GroupSpec = None, max_attempts: int = 3, retry_delay: float = 1.0,
+             lease: float = 30.0, queue: str | None = None, time_limit: float | None = None,
+             result_ttl: int = 86_400, retry_backoff: bool | float = False,
+             retry_backoff_max: float = 600.0, retry_jitter: bool = True,
+             retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
+             schedule: ScheduleSpec = None,
+             ) -> Task[P, R]: ...
+
+    def task(self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
+             group: GroupSpec = None, max_attempts: int = 3, retry_delay: float = 1.0,
+             lease: float = 30.0, queue: str | None = None, time_limit: float | None = None,
+             result_ttl: int = 86_400, retry_backoff: bool | float = False,
+             retry_backoff_max: float = 600.0, retry_jitter: bool = True,
+             retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
+             schedule: ScheduleSpec = None) -> Any:
+        """Register a function (or an ``async def`` coroutine function) as a task; usable
+        as ``@app.task`` or ``@app.task(...)``.
+
+        ``schedule`` (a task that takes no arguments) runs it periodically under a schedule
+        named after the task, stored when a worker starts: ``emqtasks.cron(...)``,
+        ``emqtasks.every(...)``, a cron string, or seconds.
+        """
+        policy = RetryPolicy.of(retry_backoff, retry_backoff_max, retry_jitter, retry_for,
+                                dont_retry_for)   # at decoration: InvalidArgument
+        timing = None if schedule is None else _sched.declared_timing(schedule)
+
+        def register(f: Callable[..., Any]) -> Task[Any, Any]:
             if queue is not None:
                 check_queue_name(queue)   # at registration, not at the first delay()
-            spec = TaskSpec(name=name or f"{_module_name(f)}.{f.__qualname__}", fn=f,
-                            group=group, max_attempts=max_attempts, retry_delay=retry_delay,
-                            lease=lease, queue=queue, time_limit=time_limit,
-                            result_ttl=int(result_ttl))
-            t = Task(self, spec)
-            REGISTRY.add(t)
-            self.tasks[spec.name] = t
+            # TaskSpec checks the options (validate.py): a bad one fails here, at import.
+            spec = TaskSpec(name=f"{_module_name(f)}.{f.__qualname__}" if name is None
+                            else name, fn=f, group=group, max_attempts=max_attempts,
+                            retry_delay=retry_delay, lease=lease, queue=queue,
+                            time_limit=time_limit, result_ttl=result_ttl, policy=policy,
+                            is_async=inspect.iscoroutinefunction(f))
+            declared = None
+            if timing is not None:   # checked before the task is registered
+                declared = _sched.make_schedule(spec.name, spec.name, timing=timing, fn=f)
+            t: Task[Any, Any] = Task(self, spec)
+            self.registry.add(t)
+            if declared is not None:
+                self.declared_schedules[declared.name] = declared
             return t
 
         return register(fn) if fn is not None else register
 
-    def send_task(self, task: str | Task, args: Iterable[Any] = (),
+    def send_task(self, task: str | Task[Any, Any], args: Iterable[Any] = (),
                   kwargs: dict[str, Any] | None = None, *, job_id: str | None = None,
                   group: str | None = None, countdown: float | None = None,
-                  eta: datetime | float | None = None, queue: str | None = None) -> JobHandle:
+                  eta: datetime | float | None = None, queue: str | None = None,
+                  priority: int = 0) -> JobHandle[Any]:
         """Enqueue a call by task name (or Task) on this app's server.
 
-        A name registered in this process keeps its options (group function, attempts,
-        lease...); an unknown name is sent with the defaults of ``@task``, for a worker
-        elsewhere that knows it.
+        A name registered on this App (else on another App of this process) keeps its
+        options (group function, attempts, lease...); an unknown name is sent with the
+        defaults of ``@task``, for a worker elsewhere that knows it. Raises LaneFull
+        (nothing written) when the job's lane holds its cap of waiting jobs.
         """
-        if isinstance(task, Task):
-            spec = task.spec
-        elif task in REGISTRY:
-            spec = REGISTRY.get(task).spec
-        else:
-            spec = TaskSpec(name=task, fn=_not_here)
+        spec = task.spec if isinstance(task, Task) else self._spec_for(validate.task_name(task))
         job = build_job(spec, tuple(args), kwargs or {}, limit=self.settings.max_payload_bytes,
-                        job_id=job_id, group=group, countdown=countdown, eta=eta)
+                        job_id=job_id, group=group, countdown=countdown, eta=eta,
+                        priority=priority)
         q = self.queue(queue if queue is not None else spec.queue)
         verdict = q.enqueue_many([job])[0]
-        return JobHandle(q, job.id, verdict == DUPLICATE)
+        if verdict == EnqueueVerdict.FULL:
+            raise LaneFull(job.group, job.id)
+        return JobHandle(q, job.id, verdict.word)
+
+    def _spec_for(self, name: str) -> TaskSpec:
+        return self._local_spec(name) or TaskSpec(name=name, fn=_not_here)
+
+    def _local_spec(self, name: str) -> TaskSpec | None:
+        """The spec of a task registered in this process (this App first), or None."""
+        for app in (self, *_apps):
+            if name in app.registry:
+                spec: TaskSpec = app.registry.get(name).spec
+                return spec
+        return None
+
+    # -- periodic schedules -----------------------------------------------------------------
+    def schedule(self, name: str, task: str | Task[Any, Any], *, cron: str | None = None,
+                 every: float | timedelta | None = None, args: Iterable[Any] = (),
+                 kwargs: Mapping[str, Any] | None = None, group: str | None = None,
+                 tz: str = "UTC", catchup: str = "latest", jitter: float = 0.0,
+                 overlap: bool = True) -> Schedule:
+        """Call ``task`` periodically: ``cron`` (5 fields, read in ``tz``) or ``every``
+        seconds; each slot is enqueued once, whatever the number of workers.
+
+        Called while a worker imports its modules, this declares the schedule and the
+        worker stores it at start; anywhere else it is stored now (replacing one of that
+        name) and running workers pick it up within one tick. Bad values raise a named
+        ``ScheduleError`` (or ``UnknownTask``) quoting them, and nothing is stored.
+        """
+        task_name = task.name if isinstance(task, Task) else task
+        spec = task.spec if isinstance(task, Task) else (
+            self._local_spec(task) if isinstance(task, str) else None)
+        s = _sched.make_schedule(name, task_name, cron=cron, every=every, tz=tz,
+                                 args=tuple(args), kwargs=kwargs, group=group,
+                                 catchup=catchup, jitter=jitter, overlap=overlap,
+                                 fn=spec.fn if spec else None,
+                                 limit=self.settings.max_payload_bytes)
+        if _sched.deferring():
+            self.declared_schedules[s.name] = s
+            return s
+        store = self._store(spec.queue if spec else None)
+        if spec is None and store.task_known(task_name) is None:
+            raise UnknownTask(f"unknown task {task_name!r}: not registered in this process, "
+                              f"and no worker of queue {store.queue.name!r} serves it")
+        store.put(s, origin="runtime")
+        return s
+
+    def unschedule(self, name: str, queue: str | None = None) -> bool:
+        """Remove a stored schedule (running workers stop it within one tick); False if
+        there was none. Jobs it enqueued already stay."""
+        return self._store(queue).drop(name)
+
+    def schedules(self, queue: str | None = None) -> list[ScheduleInfo]:
+        """The schedules stored on the queue: name, task, spec, tz, next run, last slot's
+        job id and its state (also with no worker running)."""
+        return self._store(queue).infos()
+
+    def run_schedule(self, name: str, queue: str | None = None) -> JobHandle[Any]:
+        """Enqueue one extra run of a schedule now, with an id of its own."""
+        store = self._store(queue)
+        s = store.get(name)
+        if s is None:
+            raise UnknownSchedule(f"no schedule {name!r} on queue {store.queue.name!r}")
+        spec = self._local_spec(s.task)
+        if spec is None:
+            options = store.task_known(s.task)
+            if options is None:
+                raise UnknownTask(f"schedule {name!r} names task {s.task!r}, which no worker "
+                                  f"of queue {store.queue.name!r} serves")
+            spec, group_fn = _sched.spec_from_options(s.task, options)
+            if group_fn and s.group is None:
+                raise InvalidSchedule(
+                    f"task {s.task} picks its group with a function that only its module "
+                    f"can run: run this where the module is imported (-A), or give "
+                    f"schedule {name!r} a group")
+        job_id, duplicate = _sched.run_now(store, s, spec, self.settings.max_payload_bytes)
+        return JobHandle(store.queue, job_id, "duplicate" if duplicate else "enqueued")
+
+    def _store(self, queue: str | None = None) -> ScheduleStore:
+        return ScheduleStore(self.queue(queue))
 
     # -- admin verbs on the app's queue ------------------------------------------------------
     def pause(self) -> None:
@@ -364,8 +294,39 @@ class App:
     def set_group_limit(self, group: str, limit: int | None) -> None:
         self.queue().set_group_limit(group, limit)
 
-    def set_group_weight(self, group: str, weight: int) -> None:
+    def set_group_weight(self, group: str, weight: int | None) -> None:
         self.queue().set_group_weight(group, weight)
+
+    def set_group_rate(self, group: str, max_jobs: int | None, per: float = 1.0) -> None:
+        """At most ``max_jobs`` of the group's jobs start in any window of ``per`` seconds
+        (a burst of max_jobs allowed); ``None`` clears the group's own rate."""
+        self.queue().set_group_rate(group, max_jobs, per)
+
+    def set_group_max_size(self, group: str, max_size: int | None) -> None:
+        """Cap the group's waiting jobs; ``None`` clears the group's own cap."""
+        self.queue().set_group_max_size(group, max_size)
+
+    def set_group_defaults(self, limit: int | None = None,
+                           rate: tuple[int, float] | None = None,
+                           max_size: int | None = None, weight: int | None = None) -> None:
+        """Settings for every group without one of its own, including groups that do not
+        exist yet; explicit settings win. A None argument leaves that default as it is
+        (``clear_group_defaults`` clears)."""
+        given = {"limit": limit, "rate": rate, "max_size": max_size, "weight": weight}
+        values = {k: v for k, v in given.items() if v is not None}
+        if values:
+            self.queue().set_group_defaults(**values)
+
+    def clear_group_defaults(self, *names: str) -> None:
+        """Clear the named defaults (limit, rate, max_size, weight), or all of them."""
+        self.queue().set_group_defaults(**{n: None for n in names or DEFAULT_FIELDS})
+
+    def group_defaults(self) -> dict[str, Any]:
+        return self.queue().group_defaults()
+
+    def lane(self, group: str) -> dict[str, Any]:
+        """Why is this lane waiting: one group's stats() row, without scanning the queue."""
+        return self.queue().lane(group)
 
     def stats(self) -> dict[str, Any]:
         return self.queue().stats()
@@ -376,7 +337,7 @@ class App:
     def requeue_dead(self, job_id: str | None = None) -> int:
         return self.queue().requeue_dead(job_id)
 
-    def cancel(self, job_id: str) -> str:
+    def cancel(self, job_id: str) -> CancelVerdict:
         return self.queue().cancel(job_id)
 
     def purge(self) -> int:
@@ -389,7 +350,7 @@ class App:
 def _module_name(fn: Callable[..., Any]) -> str:
     """The importable name of fn's module, also when it runs as a script (``__main__``), so
     the producer script and a worker that imports the same file agree on task names."""
-    module = fn.__module__
+    module: str = fn.__module__
     if module != "__main__":
         return module
     main = sys.modules.get("__main__")
@@ -401,15 +362,34 @@ def _module_name(fn: Callable[..., Any]) -> str:
 
 
 def _not_here(*_args: Any, **_kwargs: Any) -> None:
-    raise RuntimeError("this task is registered in another process")
+    raise UnknownTask("this task is registered in another process: it runs on a worker")
 
 
 default_app = App()
 
 
-def task(fn: F | None = None, **options: Any) -> Any:
+@overload
+def task(fn: Callable[P, R], /) -> Task[P, R]: ...
+
+
+@overload
+def task(fn: None = None, /, *, name: str | None = None, group: GroupSpec = None,
+         max_attempts: int = 3, retry_delay: float = 1.0, lease: float = 30.0,
+         queue: str | None = None, time_limit: float | None = None,
+         result_ttl: int = 86_400, retry_backoff: bool | float = False,
+         retry_backoff_max: float = 600.0, retry_jitter: bool = True,
+         retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
+         schedule: ScheduleSpec = None) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+
+def task(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Register a task on the default App (settings from EMQ_REDIS_URL / EMQ_QUEUE)."""
     return default_app.task(fn, **options)
+
+
+def on(event: HookEvent) -> Callable[[F], F]:
+    """Register a hook on the default App (the one module-level ``@task`` uses)."""
+    return default_app.on(event)
 
 
 def all_apps() -> list[App]:

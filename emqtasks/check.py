@@ -47,11 +47,15 @@ def _snapshot(queue: Queue) -> tuple[list[str], dict[str, list[str]], dict[str, 
     pipe.hgetall(k.glimit)
     pipe.smembers(k.gpaused)
     pipe.llen(k.wake)
+    pipe.zrange(k.gwait, 0, -1)
+    pipe.hget(k.gdefaults, "limit")
     replies = pipe.execute()
     lanes = dict(zip(groups, replies[: len(groups)]))
-    ring, active, delayed, dead, gactive, glimit, gpaused, wake = replies[len(groups):]
+    ring, active, delayed, dead, gactive, glimit, gpaused, wake, gwait, default_limit = \
+        replies[len(groups):]
     books = {"ring": ring, "active": active, "delayed": delayed, "dead": dead,
-             "gactive": gactive, "glimit": glimit, "gpaused": gpaused, "wake": wake}
+             "gactive": gactive, "glimit": glimit, "gpaused": gpaused, "wake": wake,
+             "gwait": gwait, "default_limit": default_limit}
     return groups, lanes, books
 
 
@@ -97,21 +101,32 @@ def check(queue: Queue) -> Report:
         booked, counted = int(b["gactive"].get(holder, 0)), in_flight.get(holder, 0)
         if booked != counted:
             report.add(f"gactive of {holder} is {booked} but {counted} of its jobs are active")
-    on_ring = Counter(b["ring"])
-    for g, n in on_ring.items():
-        if n > 1:
-            report.add(f"group {g} is on the ring {n} times")
-    for g in set(groups) | set(on_ring):
-        limit = b["glimit"].get(g)
-        serviceable = (bool(lanes.get(g)) and g not in b["gpaused"]
-                       and (limit is None or in_flight.get(g, 0) < int(limit)))
-        if serviceable and g not in on_ring:
-            report.add(f"group {g} is serviceable but not on the ring")
-        elif g in on_ring and not serviceable:
-            report.add(f"group {g} is on the ring but not serviceable")
+    _check_ring(report, groups, lanes, b, in_flight)
     if b["wake"] > WAKE_CAP:
         report.add(f"the wake list holds {b['wake']} tokens (bound {WAKE_CAP})")
     return report
+
+
+def _check_ring(report: Report, groups: list[str], lanes: dict[str, list[str]],
+                b: dict[str, Any], in_flight: Counter[str | None]) -> None:
+    """Each open group (lane waiting, not paused, under its limit) is on the ring once or
+    held back in gwait (its rate budget spent, or backing off), and no other group is."""
+    on_ring, waiting = Counter(b["ring"]), set(b["gwait"])
+    for g, n in on_ring.items():
+        if n > 1:
+            report.add(f"group {g} is on the ring {n} times")
+    for g in set(groups) | set(on_ring) | waiting:
+        limit = b["glimit"].get(g, b["default_limit"])
+        is_open = (bool(lanes.get(g)) and g not in b["gpaused"]
+                   and (limit is None or in_flight.get(g, 0) < int(limit)))
+        if g in on_ring and g in waiting:
+            report.add(f"group {g} is both on the ring and waiting in gwait")
+        elif is_open and g not in on_ring and g not in waiting:
+            report.add(f"group {g} is serviceable but not on the ring")
+        elif g in on_ring and not is_open:
+            report.add(f"group {g} is on the ring but not serviceable")
+        elif g in waiting and not is_open:
+            report.add(f"group {g} waits in gwait but is not serviceable")
 
 
 def repair(queue: Queue) -> tuple[int, int]:

@@ -30,7 +30,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 
 from .config import redacted
-from .errors import ConfigError
+from .errors import ClusterUrlError
 
 SCHEMES = ("redis+cluster", "rediss+cluster")
 DEFAULT_PORT = 6379
@@ -38,10 +38,6 @@ DEFAULT_PORT = 6379
 _FLOAT_OPTIONS = ("socket_timeout", "socket_connect_timeout")
 _BOOL_OPTIONS = ("require_full_coverage",)
 _TEXT_OPTIONS = ("client_name",)
-
-
-class ClusterUrlError(ConfigError, ValueError):
-    """A malformed ``redis+cluster://`` URL (a ValueError, as redis-py's URL errors are)."""
 
 
 def is_cluster_url(url: str) -> bool:
@@ -119,7 +115,8 @@ def connect_cluster(url: str, **defaults: Any) -> RedisCluster:
     nodes, kwargs = parse_url(url)
     options = {**defaults, **kwargs}
     try:
-        return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], **options)
+        startup = [ClusterNode(h, p) for h, p in nodes]  # type: ignore[no-untyped-call]
+        return RedisCluster(startup_nodes=startup, **options)
     except RedisClusterException as exc:
         raise RedisConnectionError(f"no Redis Cluster node answered: {exc}") from exc
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
+from .errors import ConfigError
 from .keys import check_queue_name
+from .validate import integer
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_QUEUE = "default"
@@ -48,6 +50,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
+        integer(self.max_payload_bytes, "max_payload_bytes")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -74,3 +77,35 @@ class WorkerSettings:
     time_limit: float = 0.0           # 0: no limit unless the task sets one
     grace: float = 30.0               # how long a warm shutdown lets running jobs finish
     renew_every: float = 0.0          # 0: a third of each job's lease
+    async_concurrency: int = 1        # async jobs one child runs at once
+
+
+class QueueSpec(NamedTuple):
+    name: str
+    weight: int | None = None   # None: strict order
+
+
+def parse_queues(text: str) -> list[QueueSpec]:
+    """``a,b,c`` (strict) or ``a:3,b:1`` (weighted); ConfigError names what is wrong."""
+    specs: list[QueueSpec] = []
+    parts = text.split(",")
+    for part in parts:
+        name, sep, weight = part.strip().partition(":")
+        name = name.strip()
+        if not name and len(parts) > 1:
+            raise ConfigError(f"invalid queue list {text!r}: an empty queue name")
+        check_queue_name(name)   # InvalidQueueName: "invalid queue name ..."
+        if any(s.name == name for s in specs):
+            raise ConfigError(f"invalid queue list {text!r}: {name!r} is listed twice")
+        w: int | None = None
+        if sep:
+            if not weight.strip().isdigit() or int(weight) < 1:
+                raise ConfigError(f"invalid queue list {text!r}: the weight of {name!r} "
+                                  f"must be an integer >= 1, not {weight!r}")
+            w = int(weight)
+        specs.append(QueueSpec(name, w))
+    weighted = [s.weight is not None for s in specs]
+    if any(weighted) and not all(weighted):
+        raise ConfigError(f"invalid queue list {text!r}: give every queue a weight "
+                          f"(a:3,b:1) or none (a,b: strict order)")
+    return specs

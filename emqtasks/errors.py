@@ -11,6 +11,10 @@ class ConfigError(EmqError):
     """A setting is malformed (Redis URL, queue name, a tunable out of range)."""
 
 
+class ClusterUrlError(ConfigError, ValueError):
+    """A malformed ``redis+cluster://`` URL (a ValueError, as redis-py's URL errors are)."""
+
+
 class InvalidQueueName(ConfigError):
     """A queue name outside letters, digits and ``_ . -`` (1 to 64 characters)."""
 
@@ -23,8 +27,9 @@ class InvalidGroup(EmqError):
     """A group name that is empty, not a string, not UTF-8, or longer than 256 bytes."""
 
 
-class InvalidArgument(EmqError):
-    """An argument to an admin verb is out of range (a limit below 1, a weight below 1...)."""
+class InvalidArgument(EmqError, ValueError):
+    """A number, count or name that is of the wrong type, not finite or out of range (see
+    emqtasks.validate): a task option, a countdown or eta, a limit; nothing was written."""
 
 
 class SerializationError(EmqError):
@@ -33,6 +38,16 @@ class SerializationError(EmqError):
 
 class PayloadTooLarge(SerializationError):
     """An encoded payload over the configured size limit (default 1 MB)."""
+
+
+class LaneFull(EmqError):
+    """``delay()`` / ``apply_async()`` into a lane that holds its cap of waiting jobs."""
+
+    def __init__(self, group: str, job_id: str) -> None:
+        self.group = group
+        self.job_id = job_id
+        super().__init__(f"lane {group!r} is full (its max_size of waiting jobs): job "
+                         f"{job_id} was not enqueued")
 
 
 class UnknownTask(EmqError):
@@ -47,10 +62,6 @@ class ScriptError(EmqError):
     """A Lua verb answered with an error code the client did not expect."""
 
 
-class RedisUnavailable(EmqError):
-    """The Redis server cannot be reached at the configured URL."""
-
-
 class TaskFailed(EmqError):
     """A job ended in ``dead``: carries the remote exception type, message and traceback."""
 
@@ -61,6 +72,10 @@ class TaskFailed(EmqError):
         super().__init__(f"job {job_id} failed: {first}")
 
 
+class ResultTimeout(EmqError, TimeoutError):
+    """``JobHandle.get(timeout=...)``: the job had not finished in time (still a TimeoutError)."""
+
+
 class TimeLimitExceeded(EmqError):
     """A job ran past its time limit: raised in the task (SIGTERM), else its child is killed."""
 
@@ -69,13 +84,59 @@ class WorkerLost(EmqError):
     """The child running a job died (killed, crashed, out of memory) before it finished."""
 
 
-class Retry(Exception):
+class RateLimited(EmqError):
+    """Raise inside a task that hit an outside limit (an HTTP 429): its job goes back to the
+    head of its lane without spending an attempt, and its whole group sits out ``delay``
+    seconds (other groups are not affected)."""
+
+    def __init__(self, delay: float, reason: str = "") -> None:
+        from .validate import seconds
+
+        self.delay = seconds(delay, "RateLimited delay")
+        self.reason = reason
+        super().__init__(reason or f"rate limited: the group sits out {self.delay:g}s")
+
+
+class Retry(EmqError):
     """Raise inside a task to ask for a retry after ``delay`` seconds (None: the task's own delay).
 
     It counts as an attempt: out of attempts, the job lands in ``dead``.
     """
 
     def __init__(self, delay: float | None = None, reason: str = "") -> None:
-        self.delay = delay
+        from .validate import optional_seconds  # here: validate imports this module
+
+        self.delay = optional_seconds(delay, "a Retry delay")
         self.reason = reason
         super().__init__(reason or f"retry requested (delay={delay})")
+
+
+class ScheduleError(EmqError):
+    """A schedule refused where it is declared (decorator, App.schedule, CLI): nothing stored."""
+
+
+class InvalidCron(ScheduleError):
+    """A malformed cron expression (5 fields needed), or one that never fires."""
+
+
+class UnknownTimezone(ScheduleError):
+    """A time zone that is not an IANA name zoneinfo knows (``UTC``, ``Europe/Paris``...)."""
+
+
+class InvalidInterval(ScheduleError):
+    """An ``every`` that is not a whole number of seconds >= 1."""
+
+
+class InvalidScheduleName(ScheduleError):
+    """A schedule name that cannot be part of a job id: 1-64 letters, digits, ``_ . -``."""
+
+
+class InvalidSchedule(ScheduleError):
+    """Schedule options that do not fit: both or neither of cron/every, a catch-up policy,
+    jitter, or arguments the task does not take."""
+
+
+class UnknownSchedule(ScheduleError):
+    """No schedule of that name is stored on the queue."""
+class NoCurrentJob(EmqError, RuntimeError):
+    """``current_job()`` was called outside a task run by a worker."""

@@ -97,7 +97,8 @@ class QueueKeys:
     """Key names of one queue."""
 
     __slots__ = ("name", "base", "fixed", "ring", "active", "delayed", "dead", "wake",
-                 "gactive", "glimit", "gweight", "gpaused", "paused")
+                 "gactive", "glimit", "gweight", "gpaused", "paused", "grate", "gmax",
+                 "gdefaults", "gbackoff", "gwait")
 
     def __init__(self, name: str) -> None:
         self.name = check_queue_name(name)
@@ -108,6 +109,11 @@ class QueueKeys:
             b + "delayed", b + "dead"
         self.wake, self.paused, self.gpaused = b + "wake", b + "paused", b + "gpaused"
         self.gactive, self.glimit, self.gweight = b + "gactive", b + "glimit", b + "gweight"
+        # The fairness controls' books, formed by the scripts from the same base:
+        # rate limits, lane caps, the defaults for every group, back-offs, and the open
+        # groups held back until a time (see lua/_common.lua).
+        self.grate, self.gmax, self.gdefaults = b + "grate", b + "gmax", b + "gdefaults"
+        self.gbackoff, self.gwait = b + "gbackoff", b + "gwait"
 
     def job(self, job_id: str) -> str:
         return f"{self.base}job:{job_id}"
@@ -119,6 +125,10 @@ class QueueKeys:
     def lane(self, group: str) -> str:
         return f"{self.base}g:{group}:pending"
 
+    def starts(self, group: str) -> str:
+        """A rate-limited group's last start times (ms), newest first, at most max_jobs."""
+        return f"{self.base}g:{group}:starts"
+
     @property
     def lane_pattern(self) -> str:
         # Group names may hold glob characters; a SCAN pattern escapes none of them, so
@@ -127,6 +137,27 @@ class QueueKeys:
 
     def group_of_lane(self, key: str) -> str:
         return key[len(self.base) + 2 : -len(":pending")]
+
+    # -- periodic schedules (schedules.py, lua/schedule.lua) ------------------------------
+    @property
+    def schedules(self) -> str:
+        """hash: schedule name -> its spec (JSON)."""
+        return self.base + "schedules"
+
+    @property
+    def schedstate(self) -> str:
+        """hash: ``<name>:last`` / ``:job`` / ``:lastid`` / ``:key`` / ``:origin`` per schedule."""
+        return self.base + "schedstate"
+
+    @property
+    def schedver(self) -> str:
+        """string: bumped by every change of ``schedules``."""
+        return self.base + "schedver"
+
+    @property
+    def tasks(self) -> str:
+        """hash: task name -> its options (JSON), as the workers of the queue serve them."""
+        return self.base + "tasks"
 
     @property
     def all_pattern(self) -> str:

@@ -6,15 +6,23 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+from . import lanes
 from .cluster import node_kwargs, scan_keys
 from .errors import InvalidArgument, InvalidJobId, ScriptError
 from .keys import QueueKeys, check_group, check_job_id
+from .lanes import parse_rate
 from .scripts import Scripts
+from .validate import MAX_COUNT, integer, optional_seconds, seconds
+from .verdicts import (
+    AckVerdict,
+    CancelVerdict,
+    EnqueueVerdict,
+    ExtendVerdict,
+    ReleaseVerdict,
+    RetryVerdict,
+)
 
-ENQUEUED, DUPLICATE, BAD_ID = 1, 0, -1
-RETRIED, DEAD, STALE = 1, 2, 0
 WAKE_WORK, WAKE_DUE = "1", "d"
-CANCEL_VERDICTS = {1: "cancelled", 0: "missing", -1: "active", -2: "finished"}
 #: The most jobs one enqueue script call admits. At 9 arguments a job it stays far under the
 #: 1,048,576 arguments Redis 6.2 takes in one command (a bigger batch is refused with a
 #: protocol error and a closed connection), and its run (some 7 us a job) far under the 5 s
@@ -34,10 +42,20 @@ class NewJob(NamedTuple):
     delay_ms: int
     ttl: int
     countdown_ms: int = 0
+    priority: int = 0     # -100..100, lower first within the lane
+
+
+class Acked(NamedTuple):
+    """What ack answers: the verdict (DONE, or STALE: nothing was written) and, with
+    claim_next, the next lease (None when none was asked or none is serviceable)."""
+
+    verdict: AckVerdict
+    next: Lease | None
 
 
 class Lease(NamedTuple):
-    """A claimed job. ``attempts`` and ``nonce`` together are the fencing token."""
+    """A claimed job. ``attempts`` and ``nonce`` together are the fencing token; ``fence``
+    grows with every claim of the row and never goes back (for guarding external writes)."""
 
     id: str
     task: str
@@ -47,11 +65,12 @@ class Lease(NamedTuple):
     group: str
     lease_ms: int
     more: bool = False    # other work was serviceable when this job was claimed
+    fence: int = 0        # the row's claim counter after this claim
 
     @classmethod
     def from_reply(cls, row: Sequence[Any]) -> Lease:
         return cls(row[0], row[1], row[2] or "", int(row[3]), row[4], row[5], int(row[6]),
-                   bool(row[7]))
+                   bool(row[7]), int(row[8]) if len(row) > 8 else 0)
 
 
 def _block_seconds(timeout: float) -> float:
@@ -75,7 +94,7 @@ class Queue:
         self._k = self.keys.fixed
 
     # -- producer ---------------------------------------------------------------------
-    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueVerdict]:
         """Admit jobs, one round trip per ENQUEUE_CHUNK of them; per job ENQUEUED or
         DUPLICATE (bad ids raise before anything is sent). A batch bigger than a chunk is
         not admitted atomically, but every job is idempotent by its id: a batch cut short
@@ -83,63 +102,70 @@ class Queue:
         for job in jobs:
             check_job_id(job.id)
             check_group(job.group)
-        verdicts: list[int] = []
+        verdicts: list[EnqueueVerdict] = []
         for start in range(0, len(jobs), ENQUEUE_CHUNK):
             chunk = jobs[start:start + ENQUEUE_CHUNK]
             args: list[Any] = [len(chunk)]
             for job in chunk:
                 args.extend(job)
-            verdicts += [int(v) for v in self.scripts.enqueue(self._k, args)]
-        if BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
+            verdicts += [EnqueueVerdict(v) for v in self.scripts.enqueue(self._k, args)]
+        if EnqueueVerdict.BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
             raise InvalidJobId("the server refused a malformed job id")
         return verdicts
 
     # -- consumer ---------------------------------------------------------------------
     def claim(self, n: int = 1) -> list[Lease]:
         """Lease up to n jobs, one per turn of the ring; [] when nothing is serviceable."""
+        n = integer(n, "the number of jobs to claim")
         return [Lease.from_reply(r) for r in self.scripts.claim(self._k, [n, _nonce()])]
 
     def ack(self, lease: Lease, result: str = "null",
-            claim_next: bool = False) -> tuple[bool, Lease | None]:
+            claim_next: bool = False) -> Acked:
         """Complete a job (fenced); with claim_next, lease the next job in the same call.
 
-        Returns (acknowledged, next lease). ``acknowledged`` False means stale: nothing of
-        this holder's was written.
+        Returns Acked(verdict, next): verdict DONE, or STALE when this holder's lease is no
+        longer current (nothing of it was written).
         """
         verdict, nxt = self.scripts.ack(
             self._k, [lease.id, lease.attempts, lease.nonce, result,
                       _nonce() if claim_next else ""])
-        return verdict == 1, (Lease.from_reply(nxt) if nxt else None)
+        return Acked(AckVerdict(verdict), Lease.from_reply(nxt) if nxt else None)
 
     def retry(self, lease: Lease, error: str, delay: float | None = None,
-              final: bool = False) -> int:
+              final: bool = False) -> RetryVerdict:
         """Fail a job (fenced): RETRIED into delayed, DEAD, or STALE (nothing written)."""
+        delay = optional_seconds(delay, "a retry delay")
         delay_arg = "" if delay is None else int(delay * 1000)
-        return int(self.scripts.retry(
+        return RetryVerdict(self.scripts.retry(
             self._k, [lease.id, lease.attempts, lease.nonce, error, delay_arg,
                       "1" if final else "0"]))
 
-    def release(self, lease: Lease, reason: str = "released by a stopping worker") -> bool:
-        """Hand a job back unrun (fenced), attempt rolled back; False when stale."""
-        return self.scripts.release(self._k, [lease.id, lease.attempts, lease.nonce,
-                                              reason]) == 1
+    def release(self, lease: Lease, reason: str = "released by a stopping worker",
+                backoff: float = 0.0) -> ReleaseVerdict:
+        """Hand a job back unrun (fenced), attempt rolled back: RELEASED, or STALE. With
+        ``backoff`` seconds, its whole group sits out that long (RateLimited)."""
+        off = int(seconds(backoff, "a back-off") * 1000)
+        return ReleaseVerdict(self.scripts.release(self._k, [lease.id, lease.attempts,
+                                                             lease.nonce, reason, off]))
 
-    def extend(self, leases: Iterable[Lease], lease_ms: int | None = None) -> list[bool]:
-        """Push lease deadlines out to now + lease (each job's own by default); fenced."""
+    def extend(self, leases: Iterable[Lease],
+               lease_ms: int | None = None) -> list[ExtendVerdict]:
+        """Push lease deadlines out to now + lease (each job's own by default); fenced:
+        per lease EXTENDED, or STALE."""
         leases = list(leases)
-        out: list[bool] = []
+        if lease_ms is not None:
+            lease_ms = integer(lease_ms, "lease_ms", 1, MAX_COUNT)
         by_len: dict[int, list[Lease]] = {}
         for lease in leases:
             by_len.setdefault(lease_ms or lease.lease_ms, []).append(lease)
-        verdicts: dict[str, bool] = {}
+        verdicts: dict[str, ExtendVerdict] = {}
         for ms, group in by_len.items():
             args: list[Any] = [ms]
             for lease in group:
                 args.extend((lease.id, lease.attempts, lease.nonce))
             for lease, v in zip(group, self.scripts.extend(self._k, args)):
-                verdicts[lease.id] = v == 1
-        out = [verdicts[lease.id] for lease in leases]
-        return out
+                verdicts[lease.id] = ExtendVerdict(v)
+        return [verdicts[lease.id] for lease in leases]
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         """Expired leases back to their lanes (or dead): returns (returned, dead)."""
@@ -163,13 +189,26 @@ class Queue:
         Returns None on timeout, WAKE_WORK when work became claimable, WAKE_DUE when
         `delayed` got a new earliest entry (re-read when to promote).
         """
+        timeout = seconds(timeout, "a park timeout", high=MAX_COUNT)
         reply = self.client.blpop([self.keys.wake], timeout=_block_seconds(timeout))
         return None if reply is None else reply[1]
 
-    def push_wake(self) -> None:
-        """Hand a readiness token on (bounded like the ones the scripts push)."""
+    @staticmethod
+    def park_many(queues: Sequence[Queue], timeout: float) -> tuple[int, str] | None:
+        """park() on the wake keys of several queues of one server (one BLPOP): (index of
+        the queue whose token came, the token), or None on timeout."""
+        if len(queues) == 1:
+            token = queues[0].park(timeout)
+            return None if token is None else (0, token)
+        keys = [q.keys.wake for q in queues]
+        reply = queues[0].client.blpop(keys, timeout=_block_seconds(timeout))
+        return None if reply is None else (keys.index(reply[0]), reply[1])
+
+    def push_wake(self, token: str = WAKE_WORK) -> None:
+        """Hand a token on: WAKE_WORK (work is claimable) or WAKE_DUE (re-read when to
+        promote). Bounded like the ones the scripts push."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.rpush(self.keys.wake, "1")
+        pipe.rpush(self.keys.wake, token)
         pipe.ltrim(self.keys.wake, 0, 15)
         pipe.expire(self.keys.wake, 60)
         pipe.execute()
@@ -182,27 +221,55 @@ class Queue:
         self.scripts.pause(self._k, ["0"])
 
     def pause_group(self, group: str) -> bool:
-        return self.scripts.pause_group(self._k, [check_group(group), "1"]) == 1
+        return bool(self.scripts.pause_group(self._k, [check_group(group), "1"]) == 1)
 
     def resume_group(self, group: str) -> bool:
-        return self.scripts.pause_group(self._k, [check_group(group), "0"]) == 1
+        return bool(self.scripts.pause_group(self._k, [check_group(group), "0"]) == 1)
 
     def set_group_limit(self, group: str, limit: int | None) -> None:
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
-            raise InvalidArgument(f"a group limit is an integer >= 1 or None, not {limit!r}")
-        self.scripts.limit(self._k, [check_group(group), "" if limit is None else limit])
+        value = "" if limit is None else integer(limit, "a group limit", 1)
+        self.scripts.limit(self._k, [check_group(group), value])
 
-    def set_group_weight(self, group: str, weight: int) -> None:
-        if not isinstance(weight, int) or weight < 1:
-            raise InvalidArgument(f"a group weight is an integer >= 1, not {weight!r}")
-        self.scripts.weight(self._k, [check_group(group), weight])
+    def set_group_weight(self, group: str, weight: int | None) -> None:
+        """None clears the group's own weight (it then has the default weight, else 1)."""
+        value = "" if weight is None else integer(weight, "a group weight", 1)
+        self.scripts.weight(self._k, [check_group(group), value])
 
-    def cancel(self, job_id: str) -> str:
-        """'cancelled', 'missing', 'active' (running jobs are not interrupted) or 'finished'."""
-        verdict = int(self.scripts.cancel(self._k, [check_job_id(job_id)]))
-        if verdict not in CANCEL_VERDICTS:  # pragma: no cover
-            raise ScriptError(f"cancel answered {verdict}")
-        return CANCEL_VERDICTS[verdict]
+    def set_group_rate(self, group: str, max_jobs: int | None, per: float = 1.0) -> None:
+        """At most max_jobs starts of the group in any window of ``per`` seconds (a burst
+        of max_jobs allowed); None clears the group's own rate."""
+        self.scripts.rate(self._k, [check_group(group), *rate_args(max_jobs, per)])
+
+    def set_group_max_size(self, group: str, max_size: int | None) -> None:
+        """Cap the group's waiting jobs (enqueues into a full lane are refused); None clears."""
+        value = "" if max_size is None else integer(max_size, "a lane cap (max_size)", 0)
+        self.scripts.maxsize(self._k, [check_group(group), value])
+
+    def set_group_defaults(self, **values: Any) -> tuple[int, int]:
+        """Set defaults for every group without a setting of its own: limit, rate
+        ((max_jobs, per) or "max_jobs:per_ms"), max_size, weight; a value of None clears that
+        default. Lanes already waiting follow at once; returns (groups on the ring, groups
+        held back by their rate)."""
+        pairs: list[Any] = []
+        for name, value in values.items():
+            pairs += [name, default_arg(name, value)]
+        groups = sorted(self.groups())
+        ringed, waiting = self.scripts.defaults(self._k, [len(pairs) // 2, *pairs, *groups])
+        return int(ringed), int(waiting)
+
+    def group_defaults(self) -> dict[str, Any]:
+        """The defaults for every group that are set (rate as (max_jobs, per seconds))."""
+        raw = self.client.hgetall(self.keys.gdefaults)
+        return {name: parse_rate(value) if name == "rate" else int(value)
+                for name, value in raw.items()}
+
+    def cancel(self, job_id: str) -> CancelVerdict:
+        """CANCELLED, MISSING, ACTIVE (running jobs are not interrupted) or FINISHED."""
+        code = int(self.scripts.cancel(self._k, [check_job_id(job_id)]))
+        try:
+            return CancelVerdict.from_reply(code)
+        except KeyError:  # pragma: no cover
+            raise ScriptError(f"cancel answered {code}") from None
 
     def requeue_dead(self, job_id: str | None = None) -> int:
         """Bring one dead job (or all of them) back with fresh attempts; returns the count."""
@@ -216,6 +283,7 @@ class Queue:
 
     def dead_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The most recent dead jobs, newest first, each a job() view."""
+        limit = integer(limit, "limit", 0)
         ids = self.client.zrevrange(self.keys.dead, 0, max(limit, 1) - 1)
         return [j for j in (self.job(i) for i in ids) if j is not None]
 
@@ -244,8 +312,17 @@ class Queue:
         return self.client.blpop([self.keys.done(job_id)],
                                  timeout=_block_seconds(timeout)) is not None
 
+    def holds(self, lease: Lease) -> bool:
+        """Whether this lease is still the current claim of its job (one HMGET, no verb):
+        false once it expired and the job was claimed again, or finished."""
+        state, attempts, nonce = self.client.hmget(self.keys.job(lease.id), "state",
+                                                   "attempts", "nonce")
+        return bool(state == "active" and attempts == str(lease.attempts)
+                    and nonce == lease.nonce)
+
     def status(self, job_id: str) -> str | None:
-        return self.client.hget(self.keys.job(job_id), "state")
+        state: str | None = self.client.hget(self.keys.job(job_id), "state")
+        return state
 
     def ping(self) -> bool:
         """One round trip to the server holding the queue (on a cluster, the node serving
@@ -262,45 +339,37 @@ class Queue:
         k = self.keys
         found = {k.group_of_lane(key) for key in self.scan(k.lane_pattern)}
         pipe = self.client.pipeline(transaction=False)
-        pipe.hkeys(k.gactive)
-        pipe.hkeys(k.glimit)
-        pipe.hkeys(k.gweight)
+        for name in ("gactive", "glimit", "gweight", "grate", "gmax"):
+            pipe.hkeys(getattr(k, name))
+        pipe.zrange(k.gwait, 0, -1)
         pipe.smembers(k.gpaused)
         for names in pipe.execute():
             found.update(names)
         return found
 
     def stats(self) -> dict[str, Any]:
-        """Per group pending / active / limit / weight / paused, and queue totals."""
+        """Queue totals, and per group its books, effective settings and state (lanes.py)."""
         k = self.keys
         groups = sorted(self.groups())
+        books = lanes.read_books(self.client, k, groups)
         pipe = self.client.pipeline(transaction=False)
-        for g in groups:
-            pipe.zcard(k.lane(g))
-        pipe.hgetall(k.gactive)
-        pipe.hgetall(k.glimit)
-        pipe.hgetall(k.gweight)
-        pipe.smembers(k.gpaused)
-        pipe.exists(k.paused)
-        pipe.zcard(k.delayed)
-        pipe.zcard(k.dead)
-        pipe.zcard(k.active)
+        for key in (k.delayed, k.dead, k.active):
+            pipe.zcard(key)
         pipe.llen(k.ring)
-        replies = pipe.execute()
-        pending = replies[: len(groups)]
-        gactive, glimit, gweight, gpaused, paused, delayed, dead, active, ring = \
-            replies[len(groups):]
-        per_group = {
-            g: {"pending": n, "active": int(gactive.get(g, 0)),
-                "limit": int(glimit[g]) if g in glimit else None,
-                "weight": int(gweight.get(g, 1)), "paused": g in gpaused}
-            for g, n in zip(groups, pending)
-        }
+        delayed, dead, active, ring = pipe.execute()
+        per_group = {g: lanes.view(self.client, k, g, books) for g in groups}
         return {
-            "queue": self.name, "paused": bool(paused), "pending": sum(pending),
+            "queue": self.name, "paused": books["paused"],
+            "pending": sum(v["pending"] for v in per_group.values()),
             "active": active, "delayed": delayed, "dead": dead, "ring": ring,
             "groups": per_group,
         }
+
+    def lane(self, group: str) -> dict[str, Any]:
+        """One group's stats() row, read without scanning the queue."""
+        g = check_group(group)
+        return lanes.view(self.client, self.keys, g, lanes.read_books(self.client, self.keys,
+                                                                      [g]))
 
     def purge(self) -> int:
         """Delete every key of the queue (jobs, lanes, books, flags); returns keys removed."""
@@ -314,3 +383,33 @@ class Queue:
         if batch:
             removed += self.client.unlink(*batch)
         return removed
+
+
+def rate_args(max_jobs: int | None, per: float) -> list[Any]:
+    """The rate script's (max_jobs, per_ms), or ('', '') to clear."""
+    if max_jobs is None:
+        return ["", ""]
+    count = integer(max_jobs, "a rate's max_jobs", 1)
+    window = seconds(per, "a rate's per", above_low=True)
+    return [count, max(1, round(window * 1000))]
+
+
+def default_arg(name: str, value: Any) -> Any:
+    """One default as the defaults script stores it; '' clears it."""
+    if value is None:
+        return ""
+    if name == "rate":
+        if isinstance(value, str):
+            parsed = parse_rate(value)
+            assert parsed is not None
+            value = parsed
+        if not isinstance(value, (tuple, list)) or len(value) != 2:
+            raise InvalidArgument(f"a default rate is (max_jobs, per seconds), not {value!r}")
+        count, per_ms = rate_args(value[0], value[1])
+        return f"{count}:{per_ms}"
+    if name == "max_size":
+        return integer(value, "a default max_size", 0)
+    if name in ("limit", "weight"):
+        return integer(value, f"a default {name}", 1)
+    raise InvalidArgument(f"unknown group default {name!r}: limit, rate, max_size or weight")
+

@@ -23,8 +23,13 @@ from .keys import FIXED
 VERBS = (
     "enqueue", "claim", "ack", "retry", "release", "extend", "reap", "promote",
     "pause", "pause_group", "limit", "weight", "cancel", "requeue", "wait",
-    "repair",
+    "repair", "rate", "maxsize", "defaults", "schedule",
 )
+#: Keys a verb takes after the fixed ones, in KEYS order; its prelude declares them as
+#: ``K_<name>``, so a script still forms no key of its own but job rows, lanes and done lists.
+VERB_KEYS: dict[str, tuple[str, ...]] = {
+    "schedule": ("schedules", "schedstate", "schedver"),
+}
 
 
 def lua_dir() -> Path:
@@ -38,11 +43,15 @@ def lua_dir() -> Path:
     raise ConfigError("emqtasks is installed without its lua/ folder")
 
 
-def _prelude() -> str:
+def _prelude(verb: str = "") -> str:
     names = ", ".join(f"K_{k}" for k in FIXED)
     values = ", ".join(f"KEYS[{i}]" for i in range(1, len(FIXED) + 1))
     base = f"local BASE = string.sub(KEYS[1], 1, -{len(FIXED[0]) + 1})"
-    return f"local {names} = {values}\n{base}\n"
+    extra = VERB_KEYS.get(verb, ())
+    more = "" if not extra else "local {} = {}\n".format(
+        ", ".join(f"K_{k}" for k in extra),
+        ", ".join(f"KEYS[{len(FIXED) + i}]" for i in range(1, len(extra) + 1)))
+    return f"local {names} = {values}\n{base}\n{more}"
 
 
 def _check_header(name: str, text: str) -> None:
@@ -57,7 +66,7 @@ def source(name: str) -> str:
     folder = lua_dir()
     text = (folder / f"{name}.lua").read_text()
     _check_header(name, text)
-    return _prelude() + (folder / "_common.lua").read_text() + "\n" + text
+    return _prelude(name) + (folder / "_common.lua").read_text() + "\n" + text
 
 
 class Verb(Script):
@@ -100,3 +109,7 @@ class Scripts:
     requeue: Any
     wait: Any
     repair: Any
+    rate: Any
+    maxsize: Any
+    defaults: Any
+    schedule: Any

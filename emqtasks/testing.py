@@ -1,4 +1,5 @@
-"""Run a real worker pool beside your code: for tests, examples and scripts."""
+"""Run a real worker pool beside your code: the one launcher of ``emqtasks worker``
+subprocesses, used by your tests and examples and by emqtasks' own tests, bench and demo."""
 
 from __future__ import annotations
 
@@ -7,37 +8,137 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+
+class WorkerProcess:
+    """``emqtasks worker -A MODULE...`` as a subprocess, in its own process group.
+
+    ``path`` goes in front of PYTHONPATH so the worker can import the modules. With
+    ``log_path`` its output goes to that file (``output()`` reads it); without, it shares
+    this process's stdout and stderr. Every wait is bounded.
+    """
+
+    def __init__(self, modules: Sequence[str], *, redis_url: str | None = None,
+                 queue: str | None = None, concurrency: int = 2, tick: float | None = None,
+                 extra: Sequence[str] = (), path: str | None = None,
+                 env: Mapping[str, str] | None = None, log_path: Path | None = None) -> None:
+        cmd = [sys.executable, "-m", "emqtasks.cli", "worker", "-c", str(concurrency)]
+        for module in modules:
+            cmd += ["-A", module]
+        if redis_url:
+            cmd += ["--redis-url", redis_url]
+        if queue:
+            cmd += ["-Q", queue]
+        if tick is not None:
+            cmd += ["--tick", f"{tick:g}"]
+        cmd += list(extra)
+        environ = dict(os.environ if env is None else env)
+        if path:
+            environ["PYTHONPATH"] = os.pathsep.join(filter(None, [path,
+                                                                  environ.get("PYTHONPATH")]))
+        self.log_path = log_path
+        self.log: IO[str] | None = open(log_path, "w") if log_path else None  # noqa: SIM115
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(cmd, env=environ, start_new_session=True,
+                                     stdout=self.log, stderr=subprocess.STDOUT if self.log
+                                     else None)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self, tail: int | None = None) -> str:
+        """The worker's log so far (its last ``tail`` lines); "" without a log file."""
+        if self.log_path is None:
+            return ""
+        if self.log is not None and not self.log.closed:
+            self.log.flush()
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return text if tail is None else "\n".join(text.splitlines()[-tail:])
+
+    def children(self) -> list[int]:
+        """The pids of the master's children (Linux)."""
+        try:
+            text = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text()
+        except OSError:
+            return []
+        return [int(p) for p in text.split()]
+
+    def wait_for(self, predicate: Callable[[], object], timeout: float = 15.0,
+                 what: str = "condition") -> None:
+        """Until predicate() is true; AssertionError with the log on timeout or exit."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; worker log:\n"
+                                     f"{self.output()}")
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited ({self.proc.returncode}) while waiting "
+                                     f"for {what}; log:\n{self.output()}")
+            time.sleep(0.02)
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        """Until the master logged its start and forked its children (needs log_path)."""
+        self.wait_for(lambda: "tasks registered" in self.output() and len(self.children()) > 0,
+                      timeout, "worker start")
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM (a warm stop), then SIGKILL of the group if it outlives ``timeout``."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._kill_group()
+        self._close_log()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the master only (its children notice through the parent-death signal)."""
+        self.proc.kill()
+        self.proc.wait(5)
+
+    def _kill_group(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(5)
+
+    def _close_log(self) -> None:
+        if self.log is not None and not self.log.closed:
+            self.log.close()
+
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self._kill_group()
+        self._close_log()
 
 
 @contextlib.contextmanager
 def worker_process(modules: Sequence[str], *, redis_url: str | None = None,
                    queue: str | None = None, concurrency: int = 2,
                    extra: Sequence[str] = (), path: str | None = None,
-                   stop_timeout: float = 30.0) -> Iterator[subprocess.Popen[bytes]]:
-    """``emqtasks worker -A MODULE...`` as a subprocess for the ``with`` block.
-
-    ``path`` is put in front of PYTHONPATH so the worker can import the modules. On exit the
-    worker gets SIGTERM (a warm stop) and is killed if it outlives ``stop_timeout``.
-    """
-    cmd = [sys.executable, "-m", "emqtasks.cli", "worker", "-c", str(concurrency), *extra]
-    for module in modules:
-        cmd += ["-A", module]
-    if redis_url:
-        cmd += ["--redis-url", redis_url]
-    if queue:
-        cmd += ["-Q", queue]
-    env = dict(os.environ)
-    if path:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [path, env.get("PYTHONPATH")]))
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+                   stop_timeout: float = 30.0,
+                   **options: Any) -> Iterator[subprocess.Popen[bytes]]:
+    """A worker pool for the length of a ``with`` block (yields its Popen); on exit it gets
+    SIGTERM (a warm stop) and is killed if it outlives ``stop_timeout``."""
+    worker = WorkerProcess(modules, redis_url=redis_url, queue=queue, concurrency=concurrency,
+                           extra=extra, path=path, **options)
     try:
-        yield proc
+        yield worker.proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(stop_timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+        worker.stop(stop_timeout)

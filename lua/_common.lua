@@ -5,14 +5,29 @@
 --   K_gturn (hash) K_gpaused (set)  K_paused (string) K_delayed (zset) K_dead (zset)
 --   K_wake (list)  K_guard (never written: declared so that while the queue's Redis Cluster
 --   slot migrates every script is refused with TRYAGAIN, never run on a half-moved queue)
--- and BASE, the queue's hash-tagged prefix "emq:{q}:" cut from KEYS[1]. The only keys a
--- script forms itself are job rows (BASE .. 'job:' .. id), lanes
--- (BASE .. 'g:' .. group .. ':pending') and result notifications (BASE .. 'done:' .. id):
--- all carry the queue's tag, so one slot.
+-- and BASE, the queue's hash-tagged prefix "emq:{q}:" cut from KEYS[1]. The keys a script
+-- forms itself all carry the queue's tag, so one slot: job rows (BASE .. 'job:' .. id),
+-- lanes (BASE .. 'g:' .. group .. ':pending'), a rate-limited group's recent start times
+-- (BASE .. 'g:' .. group .. ':starts'), result notifications (BASE .. 'done:' .. id), and
+-- the fairness controls' books below (K_grate ... K_gwait).
 --
--- Ring membership is derived, never searched: a group is on the ring exactly when its lane
--- is non-empty, it is not paused and it is under its limit. Every verb that changes one of
--- those three notes the transition and pushes or removes the group once.
+-- Ring membership is derived, never searched. A group is "open" when its lane is non-empty,
+-- it is not paused and it is under its limit; an open group is on the ring, or, while its
+-- rate budget is spent or a task asked it to back off, in `gwait` (scored by when it may
+-- start again; promote brings it back). Every verb that changes what openness depends on
+-- notes where the group stood before and puts it where it belongs after, once.
+--
+-- Lane scores carry a job's priority: priority * PRIO_SPAN + time (ms), so a lane pops its
+-- lowest priority first and, within a priority, its oldest job first. Priority 0 (the
+-- default) scores exactly its time.
+
+local PRIO_SPAN = 1e13   -- above any ms timestamp until the year 2286; |score| < 2^53
+
+local K_grate = BASE .. 'grate'           -- hash: group -> "max:per_ms", its rate limit
+local K_gmax = BASE .. 'gmax'             -- hash: group -> cap on its waiting jobs
+local K_gdefaults = BASE .. 'gdefaults'   -- hash: limit | rate | max_size | weight -> default
+local K_gbackoff = BASE .. 'gbackoff'     -- hash: group -> ms until which it sits out
+local K_gwait = BASE .. 'gwait'           -- zset: open groups held back, score = ready time
 
 local WAKE_CAP = 16
 local WAKE_TTL = 60
@@ -24,6 +39,34 @@ end
 
 local function job_key(id) return BASE .. 'job:' .. id end
 local function lane_key(g) return BASE .. 'g:' .. g .. ':pending' end
+local function starts_key(g) return BASE .. 'g:' .. g .. ':starts' end
+local function lane_score(prio, t) return (tonumber(prio) or 0) * PRIO_SPAN + t end
+
+-- The defaults for every group, read once per script run (a verb that changes them resets
+-- DEFAULTS to nil).
+local DEFAULTS = nil
+local function default(name)
+  if DEFAULTS == nil then
+    local d = redis.call('HMGET', K_gdefaults, 'limit', 'rate', 'max_size', 'weight')
+    DEFAULTS = {limit = d[1] or nil, rate = d[2] or nil, max_size = d[3] or nil,
+                weight = d[4] or nil}
+  end
+  return DEFAULTS[name]
+end
+
+-- A group's own setting, else the default for every group, else nil.
+local function limit_of(g) return redis.call('HGET', K_glimit, g) or default('limit') end
+local function max_size_of(g) return redis.call('HGET', K_gmax, g) or default('max_size') end
+local function weight_of(g)
+  return tonumber(redis.call('HGET', K_gweight, g) or default('weight') or '1')
+end
+-- (max_jobs, per_ms) or nil
+local function rate_of(g)
+  local r = redis.call('HGET', K_grate, g) or default('rate')
+  if not r then return nil end
+  local m, p = string.match(r, '^(%d+):(%d+)$')
+  return tonumber(m), tonumber(p)
+end
 
 -- A readiness token for a parked master; the list stays short whatever the traffic.
 -- Token '1': work is claimable. Token 'd': `delayed` has a new earliest entry, so a parked
@@ -58,21 +101,56 @@ local function notify(id, waiters)
 end
 
 local function under_limit(g)
-  local lim = redis.call('HGET', K_glimit, g)
+  local lim = limit_of(g)
   if not lim then return true end
   return tonumber(redis.call('HGET', K_gactive, g) or '0') < tonumber(lim)
 end
 
-local function serviceable(g)
+-- Open: the lane waits, the group is not paused and is under its limit.
+local function open(g)
   return redis.call('ZCARD', lane_key(g)) > 0
     and redis.call('SISMEMBER', K_gpaused, g) == 0
     and under_limit(g)
+end
+
+-- When the group's rate budget allows its next start (ms), or nil when it does now: in any
+-- window of per_ms at most max_jobs starts, exactly (the list holds its last max_jobs).
+local function rate_ready(g, now)
+  local m, per = rate_of(g)
+  if not m then return nil end
+  local oldest = tonumber(redis.call('LINDEX', starts_key(g), m - 1))
+  if oldest and oldest + per > now then return oldest + per end
+  return nil
+end
+
+-- When the group may start its next job (ms), or nil when it may now: its rate budget and
+-- a back-off a task asked for (RateLimited).
+local function ready_at(g, now)
+  local at = rate_ready(g, now)
+  local off = tonumber(redis.call('HGET', K_gbackoff, g))
+  if off then
+    if off <= now then redis.call('HDEL', K_gbackoff, g)
+    elseif not at or off > at then at = off end
+  end
+  return at
 end
 
 local function ring_enter(g)
   redis.call('RPUSH', K_ring, g)
   redis.call('HDEL', K_gturn, g)
   wake()
+end
+
+-- Hold an open group back until `at`; a new earliest return re-times the parked masters.
+local function wait_push(g, at)
+  redis.call('ZADD', K_gwait, at, g)
+  if redis.call('ZRANGE', K_gwait, 0, 0)[1] == g then wake('d') end
+end
+
+-- An open group goes on the ring, or in gwait while it may not start yet.
+local function admit(g, now)
+  local at = ready_at(g, now)
+  if at then wait_push(g, at) else ring_enter(g) end
 end
 
 -- from_tail: where the group is known to stand (just rotated to the tail, or still at the
@@ -84,27 +162,51 @@ local function ring_leave(g, from_tail)
   redis.call('HDEL', K_gturn, g)
 end
 
--- Add an id to its lane; a lane that just became non-empty may join the ring.
-local function lane_push(g, id, score)
+-- Add an id to its lane (score from lane_score); a lane that just became non-empty opens.
+local function lane_push(g, id, score, now)
   local lane = lane_key(g)
   redis.call('ZADD', lane, score, id)
   if redis.call('ZCARD', lane) == 1
     and redis.call('SISMEMBER', K_gpaused, g) == 0 and under_limit(g) then
-    ring_enter(g)
+    admit(g, now)
   end
 end
 
 -- One job of group g left flight: the books drop, and a group held back only by its
--- limit returns to the ring.
-local function active_drop(g)
+-- limit opens again.
+local function active_drop(g, now)
   local act = redis.call('HINCRBY', K_gactive, g, -1)
   if act <= 0 then redis.call('HDEL', K_gactive, g) end
-  local lim = redis.call('HGET', K_glimit, g)
+  local lim = limit_of(g)
   if lim and act + 1 >= tonumber(lim) and act < tonumber(lim)
     and redis.call('ZCARD', lane_key(g)) > 0
     and redis.call('SISMEMBER', K_gpaused, g) == 0 then
-    ring_enter(g)
+    admit(g, now)
   end
+end
+
+-- Where an open group stands: 'wait', 'ring', or nil when it is not open. Read it before a
+-- change to what openness depends on, then call settle().
+local function placed(g)
+  if redis.call('ZSCORE', K_gwait, g) then return 'wait' end
+  if open(g) then return 'ring' end
+  return nil
+end
+
+-- Put g where it belongs now, given where it stood (placed() before the change). Leaving
+-- the ring here scans it (admin verbs and back-offs only, never a claim).
+local function settle(g, was, now)
+  local want, at = nil, nil
+  if open(g) then
+    at = ready_at(g, now)
+    if at then want = 'wait' else want = 'ring' end
+  end
+  if was == want then
+    if want == 'wait' then redis.call('ZADD', K_gwait, at, g) end
+    return
+  end
+  if was == 'ring' then ring_leave(g, nil) elseif was == 'wait' then redis.call('ZREM', K_gwait, g) end
+  if want == 'ring' then ring_enter(g) elseif want == 'wait' then wait_push(g, at) end
 end
 
 -- The fence: the row is active and the caller holds the current attempts and nonce.
@@ -119,7 +221,7 @@ end
 -- Rotate the ring for a claim of g (the head). A weighted group keeps the head for
 -- `weight` consecutive claims (deficit round robin). Returns true if g moved to the tail.
 local function ring_turn(g)
-  local w = tonumber(redis.call('HGET', K_gweight, g) or '1')
+  local w = weight_of(g)
   if w > 1 and redis.call('HINCRBY', K_gturn, g, 1) < w then return false end
   if w > 1 then redis.call('HDEL', K_gturn, g) end
   redis.call('LMOVE', K_ring, K_ring, 'LEFT', 'RIGHT')
@@ -127,7 +229,7 @@ local function ring_turn(g)
 end
 
 -- Claim one job: turn the ring one step, pop the head of that lane, lease it.
--- Returns {id, task, payload, attempts, nonce, group, lease_ms, more} or nil when nothing is
+-- Returns {id, task, payload, attempts, nonce, group, lease_ms, more, fence} or nil when nothing is
 -- serviceable. Ghosts (ids whose row is gone) and stale ring entries are skipped, at most
 -- 64 of them per call; past that a wake is pushed so a worker comes back for the rest.
 local function claim_one(nonce, now)
@@ -141,25 +243,40 @@ local function claim_one(nonce, now)
     else
       local id = popped[1]
       local jk = job_key(id)
-      local row = redis.call('HMGET', jk, 'task', 'payload', 'lease', 'state', 'attempts')
+      local row = redis.call('HMGET', jk, 'task', 'payload', 'lease', 'state', 'attempts', 'fence')
       if not row[4] then
         if redis.call('ZCARD', lane) == 0 then ring_leave(g, false) end
       else
         local rotated = ring_turn(g)
         local att = tonumber(row[5]) + 1
         local lease = tonumber(row[3])
-        redis.call('HSET', jk, 'state', 'active', 'attempts', att, 'nonce', nonce, 'started', now)
+        -- fence: grows with every claim of the row, never rolled back (attempts is: by a
+        -- release, or a requeue of a dead job), so a task can guard writes elsewhere with it.
+        local fence = tonumber(row[6] or '0') + 1
+        redis.call('HSET', jk, 'state', 'active', 'attempts', att, 'nonce', nonce, 'started', now,
+          'fence', fence)
         redis.call('ZADD', K_active, now + lease, id)
         local act = redis.call('HINCRBY', K_gactive, g, 1)
-        local lim = redis.call('HGET', K_glimit, g)
+        local lim = limit_of(g)
+        local m, per = rate_of(g)
+        if m then
+          local starts = starts_key(g)
+          redis.call('LPUSH', starts, now)
+          redis.call('LTRIM', starts, 0, m - 1)
+          redis.call('PEXPIRE', starts, per)
+        end
         -- more: 1 when other work is serviceable right now, so the claimant's master
         -- wakes another child (or another master) only when there is something to take.
         local more = 1
-        if (lim and act >= tonumber(lim)) or redis.call('ZCARD', lane) == 0 then
+        local closed = (lim and act >= tonumber(lim)) or redis.call('ZCARD', lane) == 0
+        local at = nil
+        if m and not closed then at = rate_ready(g, now) end
+        if closed or at then
           ring_leave(g, rotated)
+          if at then wait_push(g, at) end
           if redis.call('LLEN', K_ring) == 0 then more = 0 end
         end
-        return {id, row[1], row[2], att, nonce, g, lease, more}
+        return {id, row[1], row[2], att, nonce, g, lease, more, fence}
       end
     end
   end

@@ -28,7 +28,7 @@ if row then
   else
     redis.call('DEL', jk)
   end
-  active_drop(row[4])
+  active_drop(row[4], now)
   notify(id, row[7])
   verdict = 1
 end

@@ -15,9 +15,9 @@ if not state then return 0 end
 if state == 'active' then return -1 end
 if state == 'done' or state == 'cancelled' then return -2 end
 if state == 'pending' then
-  local was = serviceable(g)
+  local was = placed(g)
   redis.call('ZREM', lane_key(g), id)
-  if was and not serviceable(g) then ring_leave(g, nil) end
+  settle(g, was, now_ms())
 elseif state == 'delayed' then
   redis.call('ZREM', K_delayed, id)
 elseif state == 'dead' then

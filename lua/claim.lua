@@ -3,9 +3,10 @@
 -- KEYS: the queue's fixed keys (see _common.lua).
 -- ARGV[1]  n, the most jobs to claim (n turns of the ring)
 -- ARGV[2]  nonce prefix, random per call; job i gets nonce prefix .. ':' .. i
--- Reply: an array of up to n jobs, each {id, task, payload, attempts, nonce, group, lease_ms, more};
+-- Reply: an array of up to n jobs, each {id, task, payload, attempts, nonce, group, lease_ms, more,
+--   fence};
 --   empty when the queue is paused or nothing is serviceable.
--- Side effects: per job, attempts+1, state active, `active` score now+lease, gactive+1;
+-- Side effects: per job, attempts+1, fence+1, state active, `active` score now+lease, gactive+1;
 --   a group at its limit or with an empty lane leaves the ring.
 
 if redis.call('EXISTS', K_paused) == 1 then return {} end

@@ -8,12 +8,11 @@
 --   it with a wake when the new limit frees it.
 
 local g = ARGV[1]
-local was = serviceable(g)
+local was = placed(g)
 if ARGV[2] == '' then
   redis.call('HDEL', K_glimit, g)
 else
   redis.call('HSET', K_glimit, g, ARGV[2])
 end
-local now_ok = serviceable(g)
-if was and not now_ok then ring_leave(g, nil) elseif now_ok and not was then ring_enter(g) end
+settle(g, was, now_ms())
 return 1

@@ -8,13 +8,12 @@
 --   when it is serviceable again.
 
 local g = ARGV[1]
-local was = serviceable(g)
+local was = placed(g)
 local changed
 if ARGV[2] == '1' then
   changed = redis.call('SADD', K_gpaused, g)
 else
   changed = redis.call('SREM', K_gpaused, g)
 end
-local now_ok = serviceable(g)
-if was and not now_ok then ring_leave(g, nil) elseif now_ok and not was then ring_enter(g) end
+settle(g, was, now_ms())
 return changed

@@ -13,9 +13,9 @@ local returned, dead = 0, 0
 for _, id in ipairs(ids) do
   redis.call('ZREM', K_active, id)
   local jk = job_key(id)
-  local row = redis.call('HMGET', jk, 'group', 'attempts', 'max', 'created', 'waiters')
+  local row = redis.call('HMGET', jk, 'group', 'attempts', 'max', 'created', 'waiters', 'prio')
   if row[1] then
-    active_drop(row[1])
+    active_drop(row[1], now)
     if tonumber(row[2]) >= tonumber(row[3]) then
       redis.call('HSET', jk, 'state', 'dead', 'error', 'lease expired', 'finished', now)
       redis.call('ZADD', K_dead, now, id)
@@ -23,7 +23,7 @@ for _, id in ipairs(ids) do
       dead = dead + 1
     else
       redis.call('HSET', jk, 'state', 'pending', 'error', 'lease expired')
-      lane_push(row[1], id, tonumber(row[4]))
+      lane_push(row[1], id, lane_score(row[6], tonumber(row[4])), now)
       returned = returned + 1
     end
   end

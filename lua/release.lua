@@ -1,22 +1,35 @@
 -- release: hand a leased job back unrun (fenced), at the head of its lane, its attempt
--- rolled back: a worker shutting down is not the job's failure.
+-- rolled back: a worker shutting down, or a task that hit an outside rate limit, is not
+-- the job's failure.
 --
 -- KEYS: the queue's fixed keys (see _common.lua).
 -- ARGV[1]  id
 -- ARGV[2]  attempts token
 -- ARGV[3]  nonce token
 -- ARGV[4]  reason, kept on the row as its last error
+-- ARGV[5]  back-off ms: the whole group sits out this long (RateLimited); '' or 0 for none
 -- Reply: 1 released, 0 stale (nothing was written).
 -- Side effects: removes the id from `active`; gactive-1; attempts-1, state pending, back in
---   its lane with its original enqueue time as score (so it keeps its place).
+--   its lane with its original enqueue time as score (so it keeps its place); with a
+--   back-off, `gbackoff` holds the group until then and it waits in `gwait`, off the ring.
 
 local id = ARGV[1]
 local row = fenced(id, ARGV[2], ARGV[3])
 if not row then return 0 end
 local jk = job_key(id)
+local now = now_ms()
+local g = row[4]
 redis.call('ZREM', K_active, id)
-active_drop(row[4])
 redis.call('HINCRBY', jk, 'attempts', -1)
 redis.call('HSET', jk, 'state', 'pending', 'error', ARGV[4])
-lane_push(row[4], id, tonumber(redis.call('HGET', jk, 'created') or '0'))
+local back = redis.call('HMGET', jk, 'created', 'prio')
+active_drop(g, now)
+lane_push(g, id, lane_score(back[2], tonumber(back[1] or '0')), now)
+local off = tonumber(ARGV[5] or '') or 0
+if off > 0 then
+  local was = placed(g)
+  local until_ms = math.max(now + off, tonumber(redis.call('HGET', K_gbackoff, g) or '0'))
+  redis.call('HSET', K_gbackoff, g, until_ms)
+  settle(g, was, now)
+end
 return 1

@@ -7,7 +7,8 @@
 -- ARGV[2 .. n+1]  every group known to the queue (lanes, books, settings)
 -- ARGV[n+2 ..]  ids of rows in state pending, delayed or active that no structure holds
 -- Reply: {groups_on_ring, jobs_restored}.
--- Side effects: `ring`, `gactive` and `gturn` rewritten; restored ids into their lane, or
+-- Side effects: `ring`, `gwait`, `gactive` and `gturn` rewritten (an open group whose rate
+--   budget is spent or that backs off waits in `gwait`); restored ids into their lane, or
 --   `delayed` (due now), or `active` (lease expired now, for the reaper); ids in `active`
 --   whose row is gone are dropped; a wake when the ring is not empty.
 
@@ -20,7 +21,8 @@ local function candidate(g)
 end
 for i = 2, n + 1 do candidate(ARGV[i]) end
 for _, g in ipairs(redis.call('LRANGE', K_ring, 0, -1)) do candidate(g) end
-redis.call('DEL', K_ring, K_gactive, K_gturn)
+for _, g in ipairs(redis.call('ZRANGE', K_gwait, 0, -1)) do candidate(g) end
+redis.call('DEL', K_ring, K_gactive, K_gturn, K_gwait)
 local restored = 0
 local now = now_ms()
 for i = n + 2, #ARGV do
@@ -28,7 +30,8 @@ for i = n + 2, #ARGV do
   local row = redis.call('HMGET', job_key(id), 'state', 'group', 'created')
   if row[1] == 'pending' and row[2] then
     if not redis.call('ZSCORE', lane_key(row[2]), id) then
-      redis.call('ZADD', lane_key(row[2]), tonumber(row[3] or now), id)
+      local prio = redis.call('HGET', job_key(id), 'prio')
+      redis.call('ZADD', lane_key(row[2]), lane_score(prio, tonumber(row[3] or now)), id)
       restored = restored + 1
     end
     candidate(row[2])
@@ -47,9 +50,14 @@ for _, id in ipairs(active) do
 end
 local ringed = 0
 for _, g in ipairs(candidates) do
-  if serviceable(g) then
-    redis.call('RPUSH', K_ring, g)
-    ringed = ringed + 1
+  if open(g) then
+    local at = ready_at(g, now)
+    if at then
+      redis.call('ZADD', K_gwait, at, g)
+    else
+      redis.call('RPUSH', K_ring, g)
+      ringed = ringed + 1
+    end
   end
 end
 if ringed > 0 then wake() end

@@ -13,10 +13,11 @@ local n = 0
 for _, id in ipairs(ids) do
   if redis.call('ZREM', K_dead, id) == 1 then
     local jk = job_key(id)
-    local g = redis.call('HGET', jk, 'group')
+    local row = redis.call('HMGET', jk, 'group', 'prio')
+    local g = row[1]
     if g then
       redis.call('HSET', jk, 'state', 'pending', 'attempts', 0)
-      lane_push(g, id, now)
+      lane_push(g, id, lane_score(row[2], now), now)
       n = n + 1
     end
   end

@@ -18,7 +18,7 @@ if not row then return 0 end
 local jk = job_key(id)
 local now = now_ms()
 redis.call('ZREM', K_active, id)
-active_drop(row[4])
+active_drop(row[4], now)
 if ARGV[6] == '1' or tonumber(row[2]) >= tonumber(row[5]) then
   redis.call('HSET', jk, 'state', 'dead', 'error', ARGV[4], 'finished', now)
   redis.call('ZADD', K_dead, now, id)

@@ -2,11 +2,12 @@
 --
 -- KEYS: the queue's fixed keys (see _common.lua).
 -- ARGV[1]  group
--- ARGV[2]  weight, an integer >= 1 (1 is the default and is stored as absent)
+-- ARGV[2]  weight, an integer >= 1, or '' to clear it (the group then has the default
+--          weight for every group, else 1; a weight of 1 with no default is stored as absent)
 -- Reply: 1.
 -- Side effects: `gweight`; the group's current turn count restarts.
 
-if ARGV[2] == '1' then
+if ARGV[2] == '' or (ARGV[2] == '1' and not default('weight')) then
   redis.call('HDEL', K_gweight, ARGV[1])
 else
   redis.call('HSET', K_gweight, ARGV[1], ARGV[2])

@@ -23,6 +23,7 @@ from redis.crc import key_slot
 from workerproc import HERE, WorkerProc
 
 from emqtasks import App
+from emqtasks._dev.localserver import LocalRedis
 from emqtasks.errors import (
     InvalidGroup,
     InvalidQueueName,
@@ -30,8 +31,8 @@ from emqtasks.errors import (
     SerializationError,
 )
 from emqtasks.keys import FIXED, GROUP_MAX_BYTES, QueueKeys, check_group
-from emqtasks.localserver import LocalRedis
 from emqtasks.queue import NewJob, Queue
+from emqtasks.verdicts import AckVerdict
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -378,7 +379,7 @@ def test_an_odd_group_name_is_stored_safely_under_the_queue(solo: App, group: st
     for h in (h1, h2):
         (lease,) = q.claim()
         assert (lease.id, lease.group) == (h.id, group)
-        assert q.ack(lease, "1")[0] is True
+        assert q.ack(lease, "1")[0] is AckVerdict.DONE
         assert h.status() == "done"
     after = _server_keys(solo.client) - before
     assert all(k.startswith(base) for k in after), after

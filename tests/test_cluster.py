@@ -24,12 +24,14 @@ from redis.cluster import RedisCluster, key_slot
 from workerproc import WorkerProc
 
 from emqtasks import App, check, scripts
-from emqtasks.app import connect
 from emqtasks.cluster import is_cluster_url, parse_url
+from emqtasks.connection import connect
 from emqtasks.errors import ConfigError, TaskFailed
 from emqtasks.keys import FIXED, QueueKeys
-from emqtasks.queue import DEAD, RETRIED
-from emqtasks.resilience import Outage
+from emqtasks.verdicts import RetryVerdict
+from emqtasks.worker.resilience import Outage
+
+RETRIED, DEAD = RetryVerdict.RETRIED, RetryVerdict.DEAD
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -173,8 +175,10 @@ def test_pause_limit_stats_and_purge(cluster: ClusterServers, capp: App) -> None
     assert sorted(lease.group for lease in q.claim(4)) == ["L", "O"]
     stats = capp.stats()
     assert (stats["pending"], stats["active"]) == (2, 2)
-    assert stats["groups"]["L"] == {"pending": 2, "active": 1, "limit": 1, "weight": 1,
-                                    "paused": False}
+    row = stats["groups"]["L"]
+    assert {k: row[k] for k in ("pending", "active", "limit", "weight", "paused")} == \
+        {"pending": 2, "active": 1, "limit": 1, "weight": 1, "paused": False}
+    assert row["state"] == "at_limit" and capp.lane("L")["state"] == "at_limit"
     owner = cluster.master_of_queue(capp.settings.queue)
     assert set(keys_on(cluster, owner, capp.settings.queue)) >= {q.keys.gactive, q.keys.active}
     assert capp.purge() > 0
@@ -242,6 +246,21 @@ def test_the_admin_command_runs_on_a_cluster_and_says_when_it_cannot(
 
 
 # -- workers ---------------------------------------------------------------------------------
+def test_the_doctor_examines_the_node_that_serves_the_queue(cluster: ClusterServers,
+                                                           capp: App) -> None:
+    from emqtasks.doctor import run
+
+    capp.send_task("some.task", (1,))
+    found = {f.name: f for f in run(capp.queue())}
+    port = cluster.master_of_queue(capp.settings.queue)
+    assert found["server"].message.endswith(f", cluster, the queue's slot on 127.0.0.1:{port}")
+    assert found["version"].status == "ok"
+    assert found["replication"].message.startswith("1 replica(s)")
+    assert found["acl producer"].status == found["acl worker"].status == "ok"
+    assert found["invariants"].status == "ok" and "1 jobs" in found["invariants"].message
+    assert found["persistence"].status == "error"   # the test cluster keeps nothing on disk
+
+
 def test_a_worker_per_queue_drains_queues_on_three_shards(cluster: ClusterServers) -> None:
     names = cluster.queues_on_every_shard()
     apps = [App(redis_url=cluster.url, queue=n) for n in names]

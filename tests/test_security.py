@@ -24,11 +24,11 @@ import security_tasks as st
 from workerproc import HERE, WorkerProc
 
 from emqtasks import App, acl
-from emqtasks import app as app_module
-from emqtasks.app import connect
+from emqtasks import connection as connection_module
+from emqtasks._dev.localserver import LocalRedis, free_port
 from emqtasks.cluster import parse_url
+from emqtasks.connection import connect
 from emqtasks.errors import TaskFailed
-from emqtasks.localserver import LocalRedis, free_port
 from emqtasks.queue import NewJob, Queue
 
 pytestmark = pytest.mark.timeout(120)
@@ -61,7 +61,7 @@ UNSAFE_CALLS = {"eval", "exec", "compile", "__import__"}
 #: Benchmark harnesses that drive other task libraries for comparison (their actors'
 #: ``send``, their modules imported by name); not on any path of emqtasks' own jobs. They
 #: still may not import pickle and the like.
-PEER_HARNESSES = {"bench_peers.py", "bench_peer_tasks.py"}
+PEER_HARNESSES = {"peers.py", "peers_run.py", "peer_tasks.py"}
 
 
 def _package_sources() -> list[Path]:
@@ -95,7 +95,9 @@ def test_the_package_never_imports_pickle_or_calls_eval() -> None:
                 if name in ("send", "recv") and isinstance(fn, ast.Attribute):
                     problems.append(f"{where}:{node.lineno} calls .{name}() (pickles)")
                 # importing by a name known only at run time: only the operator's -A modules
-                if name == "import_module" and where.as_posix() != "emqtasks/cli.py":
+                # (cli/worker.py) and the fixed table of lazily loaded commands (cli/__init__)
+                if name == "import_module" and where.as_posix() not in (
+                        "emqtasks/cli/worker.py", "emqtasks/cli/__init__.py"):
                     problems.append(f"{where}:{node.lineno} calls import_module()")
             if isinstance(node, ast.Attribute) and node.attr in (
                     "Queue", "SimpleQueue", "Manager", "JoinableQueue") and \
@@ -109,9 +111,10 @@ def test_the_package_never_imports_pickle_or_calls_eval() -> None:
 def test_children_are_forked_so_nothing_is_pickled_to_start_them() -> None:
     # The master hands a child its Child object by fork (the "fork" start method copies the
     # process), never through a pipe or a spawn, which would pickle it
-    master = (PACKAGE / "master.py").read_text()
+    master = (PACKAGE / "worker" / "master.py").read_text()
     assert 'get_context("fork")' in master
-    assert "send_bytes" in master and "recv_bytes" in (PACKAGE / "child.py").read_text()
+    assert "send_bytes" in master and \
+        "recv_bytes" in (PACKAGE / "worker" / "child.py").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +224,7 @@ def test_rediss_urls_check_the_certificate_and_the_host_name_by_default(monkeypa
     # And a TLS cluster URL asks for both checks too (the cluster client connects as it
     # is made: its options are looked at on the way in)
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(app_module, "connect_cluster",
+    monkeypatch.setattr(connection_module, "connect_cluster",
                         lambda url, **defaults: seen.update(defaults, **parse_url(url)[1]))
     connect("rediss+cluster://:pw@h1:7000,h2:7001")
     assert seen["ssl"] is True and seen["ssl_cert_reqs"] == "required"
@@ -333,10 +336,14 @@ def test_a_failing_task_with_a_100_kb_argument_logs_short_lines(app: App) -> Non
         h = app.send_task(st.fails_loudly, (blob,))
         with pytest.raises(TaskFailed):
             h.get(timeout=15)
-        w.wait_for(lambda: "failed, dead" in w.output(), what="the dead line")
+        # Two children may write the lines out of order: the first logs its retry after
+        # the retry is made, when the second may already have run the job again
+        w.wait_for(lambda: "failed, dead" in w.output() and "failed, retry" in w.output(),
+                   what="the retry and the dead line")
         out = w.output()
         w.stop()
-    lines = [ln for ln in out.splitlines() if h.id in ln]
+    lines = sorted((ln for ln in out.splitlines() if h.id in ln),
+                   key=lambda ln: "failed, dead" in ln)
     assert len(lines) == 2 and "failed, retry" in lines[0], lines   # one retry, then dead
     assert all(len(ln) < 1000 for ln in out.splitlines()), max(map(len, out.splitlines()))
     assert "y" * 1000 not in out
@@ -361,12 +368,21 @@ def test_the_worker_warns_when_the_server_may_evict_queue_keys(queue_name: str) 
 PRODUCER, WORKER = "emq-producer", "emq-worker"
 
 
+#: How servers word an ACL refusal, lower-cased. Redis 6.2 and 7: "NOPERM this user has no
+#: permissions to run the 'x' command" / "... to access one of the keys" (redis-py strips the
+#: NOPERM code), and inside a script "The user executing the script can't run this command" /
+#: "can't access at least one of the keys". Valkey 9: "User u has no permissions to run the
+#: 'x' command", "No permissions to access a key", inside a script prefixed "ACL failure in
+#: script: ".
+REFUSALS = ("noperm", "no permissions", "can't run", "can't access")
+
+
 def _denied(fn: Any, *args: Any) -> str:
+    """The call is refused by the ACL: any other outcome, or another error, fails."""
     with pytest.raises(redis.exceptions.ResponseError) as caught:
         fn(*args)
     text = str(caught.value)
-    assert any(w in text for w in ("NOPERM", "no permissions", "can't run", "can't access")), \
-        text
+    assert any(w in text.lower() for w in REFUSALS), text
     return text
 
 

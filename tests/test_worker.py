@@ -284,3 +284,39 @@ def test_a_drained_queue_returns_to_its_baseline_keys_once_results_expire(app: A
         assert time.monotonic() < deadline, sorted(app.client.scan_iter(
             match=app.queue().keys.all_pattern))
         time.sleep(0.1)
+
+
+def test_the_park_thread_rides_out_a_server_down_when_it_connects(app: App) -> None:
+    """A cluster client connects as it is made: the park thread's own client, made as the
+    thread starts, can meet a server that is down. It must retry, not die (a worker whose
+    park thread died took no more wakes)."""
+    import threading
+
+    import redis
+
+    from emqtasks.config import WorkerSettings
+    from emqtasks.registry import Registry
+    from emqtasks.worker.master import Master
+
+    calls = []
+
+    def make_queue():  # type: ignore[no-untyped-def]
+        calls.append(time.monotonic())
+        if len(calls) in (2, 3):   # the master's own (1st) connects; the park thread's fails
+            raise redis.exceptions.ConnectionError("no Redis Cluster node answered")
+        return app.queue()
+
+    master = Master(make_queue, WorkerSettings(concurrency=1, tick=0.05), Registry())
+    park = threading.Thread(target=master._park_loop, daemon=True)
+    park.start()
+    deadline = time.monotonic() + 10
+    while len(calls) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(calls) == 4 and park.is_alive()
+    master.park_stop.set()
+    master.has_idle.set()
+    park.join(5)
+    assert not park.is_alive()
+    master.selector.close()
+    for fd in (master._signal_r, master._signal_w, master._wake_r, master._wake_w):
+        os.close(fd)

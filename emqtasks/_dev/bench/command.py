@@ -1,0 +1,207 @@
+"""The `emqtasks bench` command: pick the bench, run it, print the table or JSON."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import time
+from dataclasses import asdict
+from typing import Any
+
+import click
+import redis
+
+from ...cluster import is_cluster_url
+from ...config import redacted
+from ...connection import connect
+from ...errors import EmqError
+from ..localserver import LocalRedis
+from .core import Bench, BenchError, Sizes, median, say
+from .scenarios import Row, render, run_all
+
+
+@click.command()
+@click.option("--redis-url", default=None,
+              help="benchmark this server (default: a private redis-server on a free port)")
+@click.option("-c", "--concurrency", type=click.IntRange(1, 512), default=8, show_default=True,
+              help="worker children for the drains, latency and fairness scenarios")
+@click.option("--jobs", type=click.IntRange(100), default=None,
+              help="jobs per drain and batch enqueue [default: 20000; 2000 with --quick]")
+@click.option("--runs", type=click.IntRange(1), default=None,
+              help="runs per scenario, medians reported [default: 3; 1 with --quick]")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
+@click.option("--quick", is_flag=True, help="small sizes: a smoke test of ~15 s")
+@click.option("--cluster", is_flag=True,
+              help="only the shard scaling: 1, 2, 3 queues drained at once on one server vs "
+                   "a 3-master Redis Cluster (-c 4 per worker unless given; 10000 jobs per "
+                   "queue; --redis-url may name a redis+cluster:// cluster)")
+@click.option("--controls", is_flag=True,
+              help="only the fairness controls: claim cost of 10,000 groups under a default "
+                   "limit and rate vs 10 plain groups, idle cost with rate-limited groups "
+                   "parked, rate-limit precision")
+@click.option("--peers", is_flag=True,
+              help="the same workloads on Huey and Dramatiq too, side by side, where they "
+                   "are installed (pip install 'emqtasks[peers]'); ratios emqtasks/peer")
+@click.option("--async", "async_", is_flag=True,
+              help="only async jobs: 1,000 (--jobs) that each await sleep(0.2), on -c 2 "
+                   "--async-concurrency 100: wall time, jobs/s, most at once")
+@click.option("--chaos", "chaos_seconds", type=click.FloatRange(5, 3600), default=None,
+              metavar="SECONDS",
+              help="instead of the figures, the chaos soak for SECONDS: jobs keep coming "
+                   "while children, masters, connections and a private AOF server are "
+                   "killed; checks no job is lost (exit 1 if a promise broke)")
+@click.option("--seed", type=int, default=None, help="with --chaos: the seed of its schedule")
+def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
+          as_json: bool, quick: bool, cluster: bool, controls: bool, peers: bool,
+          async_: bool, chaos_seconds: float | None, seed: int | None) -> None:
+    """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
+    if controls:   # its own scenarios and report: see controls.py
+        from . import controls as bench_controls
+
+        bench_controls.run(redis_url, concurrency, runs, quick, as_json)
+        return
+    if chaos_seconds is not None:
+        if redis_url or cluster or peers:
+            raise BenchError("--chaos kills and restarts a private server of its own: it "
+                             "takes no --redis-url, --cluster or --peers")
+        source = click.get_current_context().get_parameter_source("concurrency")
+        run_chaos(chaos_seconds, None if source is click.core.ParameterSource.DEFAULT
+                  else concurrency, seed, as_json)
+        return
+    if async_:
+        if peers or cluster:
+            raise BenchError("--async, --peers and --cluster are separate benches: give one")
+        run_async(redis_url, jobs, runs, as_json, quick)
+        return
+    if peers:   # its own scenarios and report: see bench_peers.py
+        if cluster:
+            raise BenchError("--peers and --cluster are separate benches: give one")
+        from . import peers_run as bench_peers
+
+        bench_peers.run(redis_url, concurrency, jobs, runs, as_json, quick)
+        return
+    if cluster:
+        run_cluster(redis_url, concurrency, jobs, runs, as_json, quick)
+        return
+    if redis_url and is_cluster_url(redis_url):
+        raise BenchError("a redis+cluster:// URL takes --cluster: the other scenarios meter "
+                         "one server (INFO, CLIENT LIST)")
+    sizes = Sizes.of(concurrency, jobs, runs, quick)
+    began = time.monotonic()
+    # SIGTERM unwinds like Ctrl-C, so the worker, the queue and the server are cleaned up.
+    old_term = signal.signal(signal.SIGTERM, exit_on_signal)
+    try:
+        b, version, rows = _measure(redis_url, sizes)
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+    elapsed = time.monotonic() - began
+    if b.shared:
+        b.notes.insert(0, "--redis-url given: INFO commandstats / cpu count every client of "
+                          "that server, so other traffic inflates the Redis-side figures")
+    if not b.notes and not b.worker_problems:
+        shutil.rmtree(b.log_dir, ignore_errors=True)
+    starts, stops = median(list(b.worker_starts)), median(list(b.worker_stops))
+    if as_json:
+        click.echo(json.dumps({
+            "redis_version": version, "private_server": not b.shared,
+            "sizes": asdict(sizes), "elapsed_s": round(elapsed, 2),
+            "figures": {r.key: r.figure for r in rows},
+            "rows": [{"key": r.key, "scenario": r.scenario.split("  ", 1)[-1].strip(),
+                      "figure": r.figure, "unit": r.unit, "runs": r.runs} for r in rows],
+            "worker_start_s": starts, "worker_stop_s": stops,
+            "notes": b.notes, "worker_problems": b.worker_problems[:50],
+        }, indent=2))
+        return
+    click.echo(render(rows, f"emqtasks bench: redis {version}, -c {concurrency}, "
+                            f"median of {sizes.runs} run(s), {elapsed:.0f}s"))
+    click.echo(f"worker start (to parked) median {starts or 0:.2f}s, "
+               f"stop (SIGTERM to exit) median {stops or 0:.2f}s")
+    for note in b.notes:
+        click.echo(f"note: {note}")
+    if b.worker_problems:
+        click.echo(f"the workers logged {len(b.worker_problems)} warning(s)/error(s) "
+                   f"(logs in {b.log_dir}); the first ones:")
+        for line in b.worker_problems[:10]:
+            click.echo(f"  {line}")
+
+
+def run_cluster(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
+                as_json: bool, quick: bool) -> None:
+    """Its own scenario and report: see bench_cluster.py."""
+    from . import cluster as bench_cluster
+
+    source = click.get_current_context().get_parameter_source("concurrency")
+    bench_cluster.run(redis_url, 4 if source is click.core.ParameterSource.DEFAULT
+                      else concurrency, jobs or (1_000 if quick else 10_000),
+                      runs or (1 if quick else 3), as_json)
+
+
+def run_async(redis_url: str | None, jobs: int | None, runs: int | None, as_json: bool,
+              quick: bool) -> None:
+    """Its own scenario and report: see async_bench.py."""
+    from . import async_bench
+
+    async_bench.run(redis_url, jobs, runs, as_json, quick)
+def run_chaos(seconds: float, concurrency: int | None, seed: int | None,
+              as_json: bool) -> None:
+    """The chaos soak (see emqtasks/_dev/chaos.py): its report, exit 1 if it failed."""
+    from .. import chaos
+
+    options: dict[str, Any] = {"seed": seed, "say": say}
+    if concurrency is not None:
+        options["concurrency"] = concurrency
+    old_term = signal.signal(signal.SIGTERM, exit_on_signal)
+    try:
+        report = chaos.run(seconds, **options)
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        for line in report.lines():
+            click.echo(line)
+    if not report.ok:
+        raise SystemExit(1)
+
+
+def open_server(redis_url: str | None) -> tuple[LocalRedis | None, str, str]:
+    """(the private server started here or None, its URL, the Redis version)."""
+    try:
+        server = None if redis_url else LocalRedis().start()
+    except EmqError as exc:
+        raise BenchError(f"cannot start a private redis-server: {exc}") from None
+    url = server.url if server is not None else str(redis_url)
+    try:
+        probe = connect(url)
+        version = str(probe.info("server").get("redis_version", "?"))
+        probe.close()
+    except (redis.exceptions.RedisError, ValueError, OSError) as exc:
+        if server is not None:
+            server.close()
+        raise BenchError(f"cannot reach Redis at {redacted(url)}: {exc}") from None
+    return server, url, version
+
+
+def _measure(redis_url: str | None, sizes: Sizes) -> tuple[Bench, str, list[Row]]:
+    """Every scenario on the given server, or on a private one started and stopped here."""
+    server: LocalRedis | None = None
+    try:
+        server, url, version = open_server(redis_url)
+        b = Bench(url, sizes, shared=server is None)
+        say(f"emqtasks bench: redis {version} at {redacted(url)}"
+            f"{'' if b.shared else ' (private)'}, -c {sizes.concurrency}, {sizes.jobs} jobs, "
+            f"{sizes.runs} run(s); worker logs in {b.log_dir}")
+        try:
+            return b, version, run_all(b)
+        except redis.exceptions.RedisError as exc:
+            raise BenchError(f"Redis error during the bench: {exc}") from None
+        finally:
+            b.client.close()
+    finally:
+        if server is not None:
+            server.close()
+
+
+def exit_on_signal(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)

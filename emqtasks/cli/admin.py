@@ -1,0 +1,328 @@
+"""The admin verbs of the ``emqtasks`` command: pause, resume, limit, weight, dead, requeue,
+cancel, purge, enqueue, job.
+
+Each command registers itself on the ``main`` group of :mod:`emqtasks.cli` (imported there at
+the bottom), takes ``--redis-url`` / ``-Q`` like every other command, and reports an error as
+one line ``emqtasks: error: ...`` on stderr: exit 2 for bad input (usage, JSON, a limit that
+is not a number), exit 1 when the verb ran but did not do what was asked (a job not dead, a
+cancel refused, a job that does not exist).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+
+from .. import validate
+from ..config import parse_queues
+from ..errors import EmqError
+from ..queue import Queue
+from .common import (
+    AdminCommand,
+    CliError,
+    Refused,
+    Seconds,
+    last_line,
+    positive_int,
+    queue_options,
+    run_admin,
+    settings_for,
+)
+from .fairness import describe_rate
+
+# -- pause / resume ----------------------------------------------------------------------
+
+@click.command(cls=AdminCommand)
+@queue_options
+@click.option("--group", "-g", default=None, metavar="GROUP",
+              help="pause only this group's lane (default: the whole queue)")
+def pause(redis_url: str | None, queue: str | None, group: str | None) -> None:
+    """Stop claims on the whole queue, or on one group's lane (backlog and running jobs stay)."""
+
+    def verb(q: Queue) -> str:
+        if group is None:
+            q.pause()
+            return f"paused queue {q.name}"
+        changed = q.pause_group(group)
+        return f"paused group {group}" if changed else f"group {group} was already paused"
+
+    click.echo(run_admin(redis_url, queue, verb))
+
+
+@click.command(cls=AdminCommand)
+@queue_options
+@click.option("--group", "-g", default=None, metavar="GROUP",
+              help="resume only this group's lane (default: the whole queue)")
+def resume(redis_url: str | None, queue: str | None, group: str | None) -> None:
+    """Let claims run again on the whole queue, or on one paused group's lane."""
+
+    def verb(q: Queue) -> str:
+        if group is None:
+            q.resume()
+            return f"resumed queue {q.name}"
+        changed = q.resume_group(group)
+        return f"resumed group {group}" if changed else f"group {group} was not paused"
+
+    click.echo(run_admin(redis_url, queue, verb))
+
+
+# -- limit / weight ----------------------------------------------------------------------
+
+@click.command(cls=AdminCommand)
+@click.argument("group")
+@click.argument("limit", metavar="N|none")
+@queue_options
+def limit(redis_url: str | None, queue: str | None, group: str, limit: str) -> None:
+    """Set a group's concurrency limit to N (>= 1), or clear it with 'none'."""
+    value = None if limit.strip().lower() == "none" else positive_int(limit, "a group limit")
+    run_admin(redis_url, queue, lambda q: q.set_group_limit(group, value))
+    click.echo(f"limit of group {group} cleared" if value is None
+               else f"limit of group {group} set to {value}")
+
+
+@click.command(cls=AdminCommand)
+@click.argument("group")
+@click.argument("weight", metavar="W")
+@queue_options
+def weight(redis_url: str | None, queue: str | None, group: str, weight: str) -> None:
+    """Give a group W (>= 1) consecutive turns per rotation of the ring (default 1)."""
+    value = positive_int(weight, "a group weight")
+    run_admin(redis_url, queue, lambda q: q.set_group_weight(group, value))
+    click.echo(f"weight of group {group} set to {value}")
+
+
+# -- dead / requeue ----------------------------------------------------------------------
+
+@click.command(cls=AdminCommand)
+@queue_options
+@click.option("--limit", "-n", "count", type=click.IntRange(1), default=100, show_default=True,
+              help="show at most this many, newest first")
+@click.option("--json", "as_json", is_flag=True, help="full job rows as a JSON array")
+def dead(redis_url: str | None, queue: str | None, count: int, as_json: bool) -> None:
+    """List dead jobs (out of attempts), newest first: id, task, group, attempts, error."""
+
+    def verb(q: Queue) -> tuple[int, list[dict[str, Any]]]:
+        return int(q.client.zcard(q.keys.dead)), q.dead_jobs(count)
+
+    total, rows = run_admin(redis_url, queue, verb)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no dead jobs")
+        return
+    shown = f" (showing the newest {len(rows)})" if len(rows) < total else ""
+    click.echo(f"{total} dead job{'' if total == 1 else 's'}{shown}")
+    table = [(r["id"], r["task"] or "", r["group"] or "",
+              f"{r['attempts']}/{r['max_attempts']}", last_line(r["error"])) for r in rows]
+    head = ("id", "task", "group", "attempts", "error")
+    widths = [max(len(head[i]), *(len(t[i]) for t in table)) for i in range(4)]
+    for line in (head, *table):
+        click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths)) + "  " + line[4])
+
+
+@click.command(cls=AdminCommand)
+@click.argument("job_id", required=False)
+@queue_options
+@click.option("--all", "everything", is_flag=True, help="requeue every dead job")
+def requeue(redis_url: str | None, queue: str | None, job_id: str | None,
+            everything: bool) -> None:
+    """Bring one dead job (JOB_ID) or all of them (--all) back with fresh attempts."""
+    if (job_id is None) == (not everything):
+        raise CliError("requeue takes a JOB_ID or --all (exactly one of them)")
+
+    def verb(q: Queue) -> int | str:
+        n = q.requeue_dead(job_id)
+        if everything or n:
+            return n
+        view = q.job(job_id)  # type: ignore[arg-type]
+        return "missing" if view is None else view["state"]
+
+    result = run_admin(redis_url, queue, verb)
+    if isinstance(result, str):
+        raise Refused(f"no job {job_id} in queue {settings_for(redis_url, queue).queue}"
+                      if result == "missing" else
+                      f"job {job_id} is not dead (it is {result}); nothing requeued")
+    click.echo(f"requeued {result} job{'' if result == 1 else 's'}")
+
+
+# -- cancel / purge ----------------------------------------------------------------------
+
+_REFUSALS = {
+    "missing": "no such job (never was, or its row expired)",
+    "active": "it is running; a leased job is not interrupted",
+    "finished": "it already finished (done or cancelled)",
+}
+
+
+@click.command(cls=AdminCommand)
+@click.argument("job_id")
+@queue_options
+def cancel(redis_url: str | None, queue: str | None, job_id: str) -> None:
+    """Withdraw a job that is not running (pending, delayed or dead)."""
+    verdict = run_admin(redis_url, queue, lambda q: q.cancel(job_id))
+    if verdict != "cancelled":
+        raise Refused(f"job {job_id} not cancelled: {verdict}: {_REFUSALS.get(verdict, '')}"
+                      .rstrip(": "))
+    click.echo(f"cancelled job {job_id}")
+
+
+@click.command(cls=AdminCommand)
+@queue_options
+@click.option("--yes", is_flag=True, help="really delete every key of the queue")
+def purge(redis_url: str | None, queue: str | None, yes: bool) -> None:
+    """Delete every key of the queue: jobs, lanes, results, limits, pauses, dead jobs."""
+    name = settings_for(redis_url, queue).queue
+    if not yes:
+        raise CliError(f"purge deletes every job and setting of queue {name}: "
+                       "pass --yes to do it")
+    removed = run_admin(redis_url, queue, lambda q: q.purge())
+    click.echo(f"purged queue {name}: {removed} key{'' if removed == 1 else 's'} removed")
+
+
+# -- enqueue / job -----------------------------------------------------------------------
+
+def _json_option(text: str, option: str, kind: type, kind_name: str) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise CliError(f"{option} is not valid JSON: {exc}") from None
+    if not isinstance(value, kind):
+        raise CliError(f"{option} must be a JSON {kind_name}, not {type(value).__name__}")
+    return value
+
+
+@click.command(cls=AdminCommand)
+@click.argument("task_name")
+@queue_options
+@click.option("--args", "args_json", default="[]", show_default=True, metavar="JSON",
+              help="positional arguments, a JSON array")
+@click.option("--kwargs", "kwargs_json", default="{}", show_default=True, metavar="JSON",
+              help="keyword arguments, a JSON object")
+@click.option("--group", "-g", default=None, metavar="GROUP",
+              help="the lane to enqueue into [default: 'default'; a task's group function "
+                   "is not known here]")
+@click.option("--job-id", default=None, metavar="ID",
+              help="the job's id (an id that exists already is reported as duplicate)")
+@click.option("--countdown", type=Seconds(0, validate.MAX_COUNTDOWN), default=None, metavar="S",
+              help="run no earlier than S seconds from now")
+def enqueue(redis_url: str | None, queue: str | None, task_name: str, args_json: str,
+            kwargs_json: str, group: str | None, job_id: str | None,
+            countdown: float | None) -> None:
+    """Enqueue a call of a task by name; prints the job id (and 'duplicate' if it existed)."""
+    if not task_name.strip():
+        raise CliError("the task name is empty")
+    args = _json_option(args_json, "--args", list, "array")
+    kwargs = _json_option(kwargs_json, "--kwargs", dict, "object")
+    from ..app import App
+
+    def verb(q: Queue) -> Any:
+        app = App(redis_url=settings_for(redis_url, queue).redis_url, queue=q.name)
+        try:
+            return app.send_task(task_name, args, kwargs, job_id=job_id, group=group,
+                                 countdown=countdown)
+        finally:
+            app.close()
+
+    handle = run_admin(redis_url, queue, verb)
+    click.echo(f"{handle.id} duplicate" if handle.duplicate else handle.id)
+
+
+_JOB_FIELDS = ("id", "state", "task", "group", "attempts", "max_attempts", "created",
+               "started", "finished", "result", "error")
+
+
+@click.command(cls=AdminCommand)
+@click.argument("job_id")
+@queue_options
+@click.option("--json", "as_json", is_flag=True, help="the job's row as a JSON object")
+def job(redis_url: str | None, queue: str | None, job_id: str, as_json: bool) -> None:
+    """Show one job: state, task, group, attempts, timestamps, result or error."""
+    view = run_admin(redis_url, queue, lambda q: q.job(job_id))
+    if view is None:
+        raise Refused(f"no job {job_id} (never was, or its row expired)")
+    if as_json:
+        click.echo(json.dumps(view, indent=2))
+        return
+    for field in _JOB_FIELDS:
+        value = view.get(field)
+        if value is None:
+            continue
+        if field in ("created", "started", "finished"):
+            stamp = datetime.fromtimestamp(value / 1000, timezone.utc)
+            value = stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        if field == "error" and "\n" in str(value).strip():
+            click.echo("error:")
+            click.echo("  " + str(value).strip().replace("\n", "\n  "))
+        else:
+            click.echo(f"{field + ':':<13} {value}")
+
+
+@click.command(cls=AdminCommand)
+@functools.partial(queue_options, queue_help="queue name, or several: a,b (a:3,b:1)")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def stats(redis_url: str | None, queue: str | None, as_json: bool) -> None:
+    """Lanes, in-flight jobs, limits, weights, pauses, delayed and dead counts (of each
+    queue of a worker's -Q list)."""
+    try:
+        names = [s.name for s in parse_queues(queue)] if queue and "," in queue else [queue]
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
+    every = [run_admin(redis_url, name, lambda q: q.stats()) for name in names]
+    if as_json:
+        click.echo(json.dumps(every[0] if len(every) == 1 else {"queues": every}, indent=2))
+        return
+    for data in every:
+        _print_stats(data)
+
+
+def _print_stats(data: dict[str, Any]) -> None:
+    click.echo(f"queue {data['queue']}{' (PAUSED)' if data['paused'] else ''}: "
+               f"{data['pending']} pending, {data['active']} active, "
+               f"{data['delayed']} delayed, {data['dead']} dead, {data['ring']} on the ring")
+    if data["groups"]:
+        click.echo(f"{'group':<24} {'state':<13} {'pending':>8} {'active':>7} {'limit':>6} "
+                   f"{'weight':>6} {'rate':>9}  paused")
+        for g, row in data["groups"].items():
+            limit = "-" if row["limit"] is None else row["limit"]
+            click.echo(f"{g[:24]:<24} {row['state']:<13} {row['pending']:>8} "
+                       f"{row['active']:>7} {limit!s:>6} {row['weight']:>6} "
+                       f"{describe_rate(row['rate']):>9}  {'yes' if row['paused'] else ''}")
+
+
+@click.command("check", cls=AdminCommand)
+@queue_options
+@click.option("--repair", is_flag=True, help="rebuild ring and gactive, restore lost jobs")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def check_command(redis_url: str | None, queue: str | None, repair: bool, as_json: bool) -> None:
+    """Check the queue's invariants (exit 1 on a violation); --repair mends what it can."""
+    from ..check import check
+    from ..check import repair as do_repair
+
+    def verb(q: Queue) -> tuple[Any, Any]:
+        mended = do_repair(q) if repair else None
+        return check(q), mended
+
+    report, mended = run_admin(redis_url, queue, verb)
+    if as_json:
+        click.echo(json.dumps({"ok": report.ok, "violations": report.violations,
+                               "jobs": report.jobs, "groups": report.groups,
+                               "repaired": mended}, indent=2))
+    else:
+        if mended is not None:
+            click.echo(f"repaired: {mended[0]} groups on the ring, {mended[1]} jobs restored")
+        for line in report.violations:
+            click.echo(f"violation: {line}")
+        click.echo(f"{'ok' if report.ok else 'BROKEN'}: {report.jobs} job rows, "
+                   f"{report.groups} groups, {len(report.violations)} violations")
+    if not report.ok:
+        sys.exit(1)
+
+
+COMMANDS = (pause, resume, limit, weight, dead, requeue, cancel, purge, enqueue, job, stats,
+            check_command)

@@ -1,0 +1,125 @@
+"""The fairness controls on the command line: rate, maxsize, defaults, lane."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+import click
+
+from ..queue import Queue
+from .common import AdminCommand, CliError, positive_int, queue_options, run_admin
+
+_RATE = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]*\.?[0-9]+)\s*")
+_COUNT = re.compile(r"[0-9]+")
+
+
+def parse_rate(text: str) -> tuple[int, float] | None:
+    """'MAX/SECONDS' -> (max_jobs, per); 'none' -> None; else a one-line error (exit 2)."""
+    if text.strip().lower() == "none":
+        return None
+    m = _RATE.fullmatch(text)
+    if not m or int(m.group(1)) < 1 or float(m.group(2)) <= 0:
+        raise CliError(f"a rate is MAX/SECONDS with MAX >= 1 and SECONDS > 0 (e.g. 5/1), "
+                       f"or none, not {text!r}")
+    return int(m.group(1)), float(m.group(2))
+
+
+def parse_count(text: str, what: str) -> int | None:
+    """'N' (>= 0) or 'none'."""
+    if text.strip().lower() == "none":
+        return None
+    if not _COUNT.fullmatch(text.strip()):
+        raise CliError(f"{what} must be an integer >= 0 or none, not {text!r}")
+    return int(text)
+
+
+def describe_rate(rate: Any) -> str:
+    return "-" if not rate else f"{rate[0]}/{rate[1]:g}s"
+
+
+@click.command(cls=AdminCommand)
+@click.argument("group")
+@click.argument("rate", metavar="MAX/SECONDS|none")
+@queue_options
+def rate(redis_url: str | None, queue: str | None, group: str, rate: str) -> None:
+    """At most MAX of GROUP's jobs start in any window of SECONDS; 'none' clears it."""
+    value = parse_rate(rate)
+    run_admin(redis_url, queue, lambda q: q.set_group_rate(
+        group, *(value if value else (None, 1.0))))
+    click.echo(f"rate of group {group} cleared" if value is None else
+               f"rate of group {group} set to {value[0]} per {value[1]:g}s")
+
+
+@click.command(cls=AdminCommand)
+@click.argument("group")
+@click.argument("size", metavar="N|none")
+@queue_options
+def maxsize(redis_url: str | None, queue: str | None, group: str, size: str) -> None:
+    """Cap GROUP's waiting jobs at N (enqueues into a full lane are refused); 'none' clears."""
+    value = parse_count(size, "a lane cap")
+    run_admin(redis_url, queue, lambda q: q.set_group_max_size(group, value))
+    click.echo(f"lane cap of group {group} cleared" if value is None else
+               f"lane cap of group {group} set to {value}")
+
+
+@click.command(cls=AdminCommand)
+@queue_options
+@click.option("--limit", default=None, metavar="N|none", help="default concurrency limit")
+@click.option("--rate", "rate_text", default=None, metavar="M/S|none", help="default rate")
+@click.option("--max-size", default=None, metavar="N|none", help="default lane cap")
+@click.option("--weight", default=None, metavar="W|none", help="default weight")
+def defaults(redis_url: str | None, queue: str | None, limit: str | None,
+             rate_text: str | None, max_size: str | None, weight: str | None) -> None:
+    """Set the settings every group has unless it has its own; alone, print them."""
+    changes: dict[str, Any] = {}
+    for name, text in (("limit", limit), ("weight", weight)):
+        if text is not None:
+            changes[name] = None if text.strip().lower() == "none" else \
+                positive_int(text, f"a default {name}")
+    if max_size is not None:
+        changes["max_size"] = parse_count(max_size, "a default lane cap")
+    if rate_text is not None:
+        changes["rate"] = parse_rate(rate_text)
+
+    def verb(q: Queue) -> dict[str, Any]:
+        if changes:
+            q.set_group_defaults(**changes)
+        return q.group_defaults()
+
+    current = run_admin(redis_url, queue, verb)
+    if not current:
+        click.echo("no defaults set: every group is unlimited, weight 1, no rate, no cap")
+    for name in ("limit", "rate", "max_size", "weight"):
+        if name in current:
+            shown = describe_rate(current[name]) if name == "rate" else current[name]
+            click.echo(f"{name + ':':<10} {shown}")
+
+
+@click.command(cls=AdminCommand)
+@click.argument("group")
+@queue_options
+@click.option("--json", "as_json", is_flag=True, help="the lane as a JSON object")
+def lane(redis_url: str | None, queue: str | None, group: str, as_json: bool) -> None:
+    """Why is GROUP's lane waiting: its state, books and effective settings."""
+    view = run_admin(redis_url, queue, lambda q: q.lane(group))
+    if as_json:
+        click.echo(json.dumps(view, indent=2))
+        return
+    click.echo(f"group {group}: {view['state']}")
+    if view["ready_at"] is not None:
+        click.echo(f"  ready in {max(0.0, view['ready_at'] - time.time()):.1f}s")
+    if view["oldest_age"] is not None:
+        click.echo(f"  oldest waiting job: {view['oldest_age']:.1f}s")
+    click.echo(f"  pending {view['pending']}, active {view['active']}, "
+               f"paused {'yes' if view['paused'] else 'no'}")
+    for name in ("limit", "rate", "max_size", "weight"):
+        value = describe_rate(view[name]) if name == "rate" else view[name]
+        source = view[f"{name}_source"]
+        click.echo(f"  {name + ':':<10} {'-' if value is None else value}"
+                   f"{f'  ({source})' if source else ''}")
+
+
+COMMANDS = (rate, maxsize, defaults, lane)

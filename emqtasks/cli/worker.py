@@ -1,0 +1,183 @@
+"""`emqtasks worker`: import the task modules, settle the settings, run a Master."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import click
+import redis
+
+from .. import __version__
+from ..app import all_apps, default_app
+from ..cluster import node_kwargs
+from ..config import DEFAULT_QUEUE, WorkerSettings, redacted
+from ..connection import connect
+from ..context import install_log_fields
+from ..errors import EmqError
+from ..queue import Queue
+from ..registry import Registry
+from ..schedules import ScheduleStore, deferred, register_declared
+from ..worker.queues import QueueSpec, parse_queues
+from ..worker.resilience import Outage
+from ..worker.runner import every_hook, every_task
+from .common import AdminCommand, CliError, Seconds, open_queue, queue_options, settings_for
+
+
+@click.command(cls=AdminCommand)
+@click.option("-A", "--app", "modules", multiple=True, required=True,
+              help="module that registers tasks (repeatable), e.g. app.tasks")
+@click.option("-c", "--concurrency", type=click.IntRange(1, 512), default=None,
+              help="child processes [default: number of CPUs]")
+@functools.partial(queue_options, queue_help="queue(s) to serve: a name; a,b,c in strict "
+                                           "order; a:3,b:1 by weight")
+@click.option("--async-concurrency", type=click.IntRange(1, 1000), default=1,
+              show_default=True,
+              help="async jobs one child runs at once (sync jobs: one at a time)")
+@click.option("--loglevel", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--max-tasks-per-child", type=click.IntRange(0), default=0, show_default=True,
+              help="replace a child after this many jobs (0: never)")
+@click.option("--time-limit", type=Seconds(), default=0.0, show_default=True,
+              help="stop a job after this many seconds and retry it: TimeLimitExceeded "
+                   "in the task, SIGKILL of its child 1 s later (0: none; a task's own "
+                   "time_limit wins)")
+@click.option("--grace", type=Seconds(), default=30.0, show_default=True,
+              help="seconds running jobs get to finish after SIGTERM / Ctrl-C")
+@click.option("--tick", type=Seconds(0.05, 20.0), default=WorkerSettings.tick,
+              show_default=True,
+              help="reap expired leases and promote due jobs at least this often (s)")
+def worker(modules: tuple[str, ...], concurrency: int | None, redis_url: str | None,
+           queue: str | None, async_concurrency: int, loglevel: str, max_tasks_per_child: int,
+           time_limit: float, grace: float, tick: float) -> None:
+    """Run a master and N forked children on one queue, or several (-Q high,low)."""
+    install_log_fields()   # %(emq_job_id)s / %(emq_task)s in any log format
+    logging.basicConfig(level=loglevel.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s emqtasks[%(process)d] %(message)s")
+    with deferred():   # App.schedule in a module declares; stored below, on the final queue
+        import_modules(modules)
+    apps = [a for a in all_apps() if a.tasks and a is not default_app]
+    base = apps[0].explicit if len(apps) == 1 else {}
+    specs = queue_specs(queue if queue is not None else base.get("queue"))
+    settings = settings_for(redis_url, specs[0].name, base)
+    for app in {default_app, *apps}:
+        # Tasks that enqueue more work reach this worker's server, and its queue unless
+        # their app names one of its own.
+        app.configure(redis_url=settings.redis_url,
+                      queue=None if app.explicit["queue"] else settings.queue)
+    probe = open_queue(settings)
+    warn_about_eviction(probe)
+    wsettings = WorkerSettings(concurrency=concurrency or os.cpu_count() or 1, tick=tick,
+                               max_tasks_per_child=max_tasks_per_child,
+                               time_limit=time_limit, grace=grace,
+                               async_concurrency=async_concurrency)
+    try:
+        registry = every_task()
+        # Idempotent, so a dropped connection is simply tried again (for up to 30 s).
+        give_up = time.monotonic() + 30
+        Outage(logging.getLogger("emqtasks.worker"), "start",
+               stop=lambda: time.monotonic() > give_up).call(register_schedules, probe, registry)
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
+    except redis.exceptions.RedisError as exc:
+        raise CliError(f"cannot store the schedules: {exc}") from None
+    logging.getLogger("emqtasks.worker").info(
+        "emqtasks %s: %s %s, concurrency %d%s, %d tasks registered (%s), redis %s",
+        __version__, "queue" if len(specs) == 1 else "queues", describe_queues(specs),
+        wsettings.concurrency,
+        f" (async {async_concurrency} per child)" if async_concurrency > 1 else "",
+        len(registry), ", ".join(registry.names()), redacted(settings.redis_url))
+    probe.client.close()
+    sys.exit(run_master(settings.redis_url, specs, wsettings, registry))
+
+
+def queue_specs(text: str | None) -> list[QueueSpec]:
+    try:
+        return parse_queues(DEFAULT_QUEUE if text is None else text)
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
+
+
+def describe_queues(specs: list[QueueSpec]) -> str:
+    if len(specs) == 1:
+        return repr(specs[0].name)
+    if specs[0].weight is None:
+        return ", ".join(s.name for s in specs) + " (strict order)"
+    return ", ".join(f"{s.name}:{s.weight}" for s in specs) + " (by weight)"
+
+
+def run_master(url: str, specs: list[QueueSpec], wsettings: WorkerSettings,
+               registry: Any) -> int:
+    from ..worker.master import Master
+
+    names = [s.name for s in specs]
+    weights = [s.weight for s in specs if s.weight is not None] or None
+
+    def make_queues() -> list[Queue]:
+        # Each call serves one thread (the master's main loop, a park thread, one child):
+        # one connection, shared by the Queue of every -Q name.
+        client = connect(url, single_thread=True)
+        return [Queue(client, name) for name in names]
+
+    try:
+        hooks = every_hook()
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
+    return Master(make_queues, wsettings, registry, hooks, weights).run()
+
+
+def import_modules(modules: tuple[str, ...]) -> None:
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())   # `-A app.tasks` from the project folder, as Celery
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise CliError(f"cannot import module {name!r}: {type(exc).__name__}: {exc}") \
+                from None
+
+
+def register_schedules(queue: Queue, registry: Registry) -> None:
+    """Store the schedules the modules declare for this queue (the queue of their task,
+    else the worker's), and note the worker's tasks on the queue for the CLI."""
+    specs = {name: t.spec for name, t in registry.tasks().items()}
+    declared = [s for app in all_apps() for s in app.declared_schedules.values()
+                if s.task not in specs or specs[s.task].queue in (None, queue.name)]
+    changed, dropped = register_declared(ScheduleStore(queue), declared, specs)
+    if declared or dropped:
+        logging.getLogger("emqtasks.worker").info(
+            "schedules declared in code: %d (%s)%s%s", len(declared),
+            ", ".join(sorted(s.name for s in declared)) or "none",
+            f"; stored or changed: {', '.join(changed)}" if changed else "",
+            f"; no longer declared, removed: {', '.join(dropped)}" if dropped else "")
+
+
+def warn_about_eviction(queue: Queue) -> None:
+    # On a cluster: the node that serves the queue's slot (cluster.node_kwargs).
+    near = node_kwargs(queue.client, queue.keys.ring)
+    try:
+        policy = queue.client.config_get("maxmemory-policy", **near).get("maxmemory-policy")
+    except redis.exceptions.RedisError:
+        # CONFIG is often disabled on managed servers, and not granted by the worker's
+        # least-privilege ACL (emqtasks.acl): INFO memory tells the policy too.
+        try:
+            info = queue.client.info("memory", **near)
+        except redis.exceptions.RedisError:
+            logging.getLogger("emqtasks.worker").info(
+                "cannot read maxmemory-policy (CONFIG GET and INFO refused): make sure it "
+                "is 'noeviction'")
+            return
+        if "maxmemory_policy" not in info and len(info) == 1:   # {node: {...}}
+            info = next(iter(info.values()))
+        policy = info.get("maxmemory_policy") if isinstance(info, dict) else None
+    if policy and policy != "noeviction":
+        logging.getLogger("emqtasks.worker").warning(
+            "maxmemory-policy is %r: Redis may evict queue keys and lose jobs; "
+            "set it to 'noeviction'", policy)
+
+

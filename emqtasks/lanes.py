@@ -1,0 +1,108 @@
+"""Why is this lane waiting? One group's view: its books, its effective settings (its own or
+the defaults for every group) and the state that says what holds it back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .cluster import node_kwargs
+
+#: Lane scores are priority * PRIO_SPAN + enqueue time in ms (lua/_common.lua).
+PRIO_SPAN = 10**13
+DEFAULT_FIELDS = ("limit", "rate", "max_size", "weight")
+STATES = ("ready", "empty", "paused", "queue_paused", "at_limit", "rate_limited")
+
+
+def parse_rate(text: str | None) -> tuple[int, float] | None:
+    """"max:per_ms" as stored -> (max_jobs, per seconds)."""
+    if not text:
+        return None
+    count, per_ms = text.split(":")
+    return int(count), int(per_ms) / 1000
+
+
+def split_score(score: float) -> tuple[int, int]:
+    """A lane score -> (priority, enqueue time ms)."""
+    prio = round(score / PRIO_SPAN)
+    return prio, int(score - prio * PRIO_SPAN)
+
+
+def read_books(client: Any, keys: Any, groups: list[str]) -> dict[str, Any]:
+    """Everything the views of these groups need, in one pipelined round trip."""
+    # The server's clock (ready_at and oldest_age are server times); on a cluster, the
+    # clock of the node that holds the queue (a cluster pipeline refuses TIME).
+    secs, micros = client.time(**node_kwargs(client, keys.ring))
+    pipe = client.pipeline(transaction=False)
+    for name in ("gactive", "glimit", "gweight", "grate", "gmax", "gdefaults"):
+        pipe.hgetall(getattr(keys, name))
+    pipe.smembers(keys.gpaused)
+    pipe.exists(keys.paused)
+    pipe.zrange(keys.gwait, 0, -1, withscores=True)
+    for g in groups:
+        pipe.zcard(keys.lane(g))
+        pipe.zrange(keys.lane(g), 0, 0, withscores=True)
+        pipe.zrange(keys.lane(g), -1, -1, withscores=True)
+    replies = pipe.execute()
+    books: dict[str, Any] = dict(zip(
+        ("gactive", "glimit", "gweight", "grate", "gmax", "gdefaults"), replies[0:6]))
+    books.update(now_ms=int(secs) * 1000 + int(micros) // 1000, gpaused=replies[6],
+                 paused=bool(replies[7]), gwait=dict(replies[8]), lanes={})
+    rest = replies[9:]
+    for i, g in enumerate(groups):
+        books["lanes"][g] = (rest[3 * i], rest[3 * i + 1], rest[3 * i + 2])
+    return books
+
+
+def oldest_ms(client: Any, lane_key: str, first: list[Any], last: list[Any]) -> int | None:
+    """Enqueue time of the lane's oldest waiting job: the head of each priority present."""
+    if not first:
+        return None
+    low, high = split_score(first[0][1])[0], split_score(last[0][1])[0]
+    oldest = split_score(first[0][1])[1]
+    prio = low
+    while prio < high:   # several priorities wait: look at the head of each (rare)
+        nxt = client.zrangebyscore(lane_key, (prio + 1) * PRIO_SPAN, "+inf",
+                                   start=0, num=1, withscores=True)
+        if not nxt:
+            break
+        prio, stamp = split_score(nxt[0][1])
+        oldest = min(oldest, stamp)
+    return oldest
+
+
+def view(client: Any, keys: Any, g: str, books: dict[str, Any]) -> dict[str, Any]:
+    """One group's row of stats()['groups'] (and what App.lane returns)."""
+    pending, first, last = books["lanes"][g]
+    defaults = books["gdefaults"]
+    own = {"limit": books["glimit"].get(g), "rate": books["grate"].get(g),
+           "max_size": books["gmax"].get(g), "weight": books["gweight"].get(g)}
+    eff = {f: own[f] if own[f] is not None else defaults.get(f) for f in DEFAULT_FIELDS}
+    active = int(books["gactive"].get(g, 0))
+    limit = int(eff["limit"]) if eff["limit"] is not None else None
+    waiting_until = books["gwait"].get(g)
+    now = books["now_ms"]
+    if not pending:
+        state = "empty"
+    elif books["paused"]:
+        state = "queue_paused"
+    elif g in books["gpaused"]:
+        state = "paused"
+    elif limit is not None and active >= limit:
+        state = "at_limit"
+    elif waiting_until is not None:
+        state = "rate_limited"
+    else:
+        state = "ready"
+    oldest = oldest_ms(client, keys.lane(g), first, last)
+    return {
+        "pending": pending, "active": active, "limit": limit,
+        "weight": int(eff["weight"] or 1), "paused": g in books["gpaused"],
+        "rate": parse_rate(eff["rate"]),
+        "max_size": int(eff["max_size"]) if eff["max_size"] is not None else None,
+        **{f"{f}_source": None if eff[f] is None else ("group" if own[f] is not None
+                                                        else "default")
+           for f in ("limit", "rate", "max_size", "weight")},
+        "state": state,
+        "ready_at": (waiting_until / 1000 if state == "rate_limited" else None),
+        "oldest_age": None if oldest is None else max(0.0, (now - oldest) / 1000),
+    }

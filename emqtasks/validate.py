@@ -1,0 +1,119 @@
+"""The one gate for numbers (and task names) a caller hands emqtasks.
+
+Every timing value, count and limit is checked where it enters - task options, enqueue
+(``apply_async``, ``map``, ``send_task``), the consumer and admin verbs, the command line -
+by a function of this module, before anything is written. A refusal is
+:class:`~emqtasks.errors.InvalidArgument` quoting the value. The rules: a number is an
+``int`` or ``float`` (or another real number type), never a ``bool`` and never a string; it
+is finite; it lies in its documented range. An integer option refuses a float, even 2.0.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from datetime import datetime, timezone
+from typing import Any
+
+from .errors import InvalidArgument
+
+YEAR = 365 * 86_400.0
+#: The longest lease, retry delay and time limit: longer ones are typos (ms vs s).
+MAX_DURATION = YEAR
+#: How far ahead a countdown or an eta may schedule a job.
+MAX_COUNTDOWN = 10 * YEAR
+#: The shortest lease: one millisecond, the unit the server counts in.
+MIN_LEASE = 0.001
+MAX_ATTEMPTS = 1_000_000
+#: The longest result_ttl (seconds) and the biggest count an admin verb takes.
+MAX_TTL = int(MAX_COUNTDOWN)
+MAX_COUNT = 2**31 - 1
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def seconds(value: Any, what: str, *, low: float = 0.0, high: float = MAX_DURATION,
+            above_low: bool = False) -> float:
+    """A finite number of seconds in [low, high] (in (low, high] with ``above_low``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgument(f"{what} must be a number of seconds, not {_shown(value)}")
+    try:
+        x = float(value)
+    except (OverflowError, ValueError):
+        x = math.inf
+    if not math.isfinite(x):
+        raise InvalidArgument(f"{what} must be a finite number of seconds, not {_shown(value)}")
+    if x < low or (above_low and x == low) or x > high:
+        floor = f"above {low:g}" if above_low else f"at least {low:g}"
+        ceiling = "" if high == math.inf else f"at most {_span(high)}"
+        bounds = " and ".join(b for b in (floor if low > -math.inf else "", ceiling) if b)
+        raise InvalidArgument(f"{what} must be {bounds}, not {_shown(value)}")
+    return x
+
+
+def _span(high: float) -> str:
+    years = high / YEAR
+    if years >= 1 and years == int(years):
+        return f"{int(years)} year{'s' if years > 1 else ''} ({high:.0f} s)"
+    return f"{high:g} seconds"
+
+
+def optional_seconds(value: Any, what: str, **bounds: Any) -> float | None:
+    return None if value is None else seconds(value, what, **bounds)
+
+
+def integer(value: Any, what: str, low: int = 1, high: int = MAX_COUNT) -> int:
+    """An integer (not a bool, not a float) in [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        kind = " (a bool is not one)" if isinstance(value, bool) else ""
+        raise InvalidArgument(f"{what} must be an integer{kind}, not {_shown(value)}")
+    n = int(value)
+    if not low <= n <= high:
+        raise InvalidArgument(f"{what} must be an integer from {low} to {high}, "
+                              f"not {_shown(value)}")
+    return n
+
+
+def task_name(value: Any) -> str:
+    """A task name: a non-empty string that is not only blanks."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"a task name is a non-empty string, not {_shown(value)}")
+    return value
+
+
+def lease(value: Any) -> float:
+    return seconds(value, "lease", low=MIN_LEASE)
+
+
+def time_limit(value: Any) -> float | None:
+    return optional_seconds(value, "time_limit", above_low=True)
+
+
+def countdown_ms(countdown: Any, eta: Any) -> int:
+    """Milliseconds from now until a job is due (0: now) from ``countdown`` (seconds; a
+    negative one means now) and ``eta`` (a datetime or a UNIX timestamp; the past means
+    now). With both, the later wins."""
+    due_in = 0.0
+    if countdown is not None:
+        due_in = seconds(countdown, "countdown", low=-math.inf, high=MAX_COUNTDOWN)
+    if eta is not None:
+        now = datetime.now(timezone.utc).timestamp()
+        due_in = max(due_in, _eta_stamp(eta) - now)
+        if due_in > MAX_COUNTDOWN:
+            raise InvalidArgument(f"eta must be at most {MAX_COUNTDOWN:g} seconds ahead, "
+                                  f"not {_shown(eta)}")
+    return 0 if due_in <= 0 else max(1, int(due_in * 1000))
+
+
+def _eta_stamp(eta: Any) -> float:
+    if isinstance(eta, datetime):
+        try:
+            return eta.timestamp()
+        except (OverflowError, ValueError, OSError) as exc:
+            raise InvalidArgument(f"eta {_shown(eta)} has no UNIX time: {exc}") from None
+    if isinstance(eta, bool) or not isinstance(eta, numbers.Real):
+        raise InvalidArgument(f"eta must be a datetime or a UNIX timestamp, not {_shown(eta)}")
+    return seconds(eta, "eta", low=-math.inf, high=math.inf)

@@ -1,0 +1,89 @@
+"""The replies of the verbs, named: one enum per verb, in one place.
+
+Every fenced verb (ack, retry, release, extend) answers ``STALE`` (value 0, falsy) when the
+caller no longer holds the lease: the job was reaped and claimed again, finished, or its
+row is gone. Nothing of the caller's was written then. The values are the integers the Lua
+scripts (and the native module) reply with.
+"""
+
+from __future__ import annotations
+
+from enum import Enum, IntEnum
+
+
+class EnqueueVerdict(IntEnum):
+    """enqueue, per job."""
+
+    BAD_ID = -1       # refused: a malformed id (the client gate runs first)
+    DUPLICATE = 0     # the id exists: nothing was written
+    ENQUEUED = 1
+    FULL = 2          # the lane holds its cap of waiting jobs: nothing was written
+
+    @property
+    def word(self) -> str:
+        """What ``JobHandle.verdict`` says: enqueued, duplicate or full."""
+        return self.name.lower()
+
+
+class AckVerdict(IntEnum):
+    """ack."""
+
+    STALE = 0
+    DONE = 1
+
+
+class RetryVerdict(IntEnum):
+    """retry (a failed job)."""
+
+    STALE = 0
+    RETRIED = 1       # into `delayed`, due after its delay
+    DEAD = 2          # out of attempts, or a final failure: into `dead`
+
+    @property
+    def outcome(self) -> str:
+        """The word logs and ``Outcome`` use: retry, dead or stale."""
+        return ("stale", "retry", "dead")[self.value]
+
+
+class ReleaseVerdict(IntEnum):
+    """release (a job handed back unrun)."""
+
+    STALE = 0
+    RELEASED = 1
+
+
+class ExtendVerdict(IntEnum):
+    """extend, per lease."""
+
+    STALE = 0
+    EXTENDED = 1
+
+
+class FireVerdict(IntEnum):
+    """schedule 'fire' (one slot of a periodic schedule)."""
+
+    GONE = -2         # the schedule was removed meanwhile: nothing written
+    EARLY = -1        # the slot is after the server's now: nothing written
+    DUPLICATE = 0     # the slot was handled already (by this or another master)
+    ENQUEUED = 1
+    SKIPPED = 2       # overlap control: the previous slot's job is still pending or running
+
+
+class CancelVerdict(str, Enum):
+    """cancel: equal to its plain string ('cancelled', 'missing', 'active', 'finished')."""
+
+    CANCELLED = "cancelled"
+    MISSING = "missing"         # no such row (never was, or it expired)
+    ACTIVE = "active"           # running: a leased job is not interrupted
+    FINISHED = "finished"       # done or cancelled already
+
+    @classmethod
+    def from_reply(cls, code: int) -> CancelVerdict:
+        return _CANCEL_CODES[code]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_CANCEL_CODES = {1: CancelVerdict.CANCELLED, 0: CancelVerdict.MISSING,
+                 -1: CancelVerdict.ACTIVE, -2: CancelVerdict.FINISHED}

@@ -1,0 +1,182 @@
+"""The child: claim -> run -> ack, repeat until a claim answers empty; never crashed by a job.
+
+A child waits on its pipe for the master's go, drains, and reports idle. It talks to Redis
+over its own connection, opened after the fork, and to its master only over the pipe and
+the shared slots (see slots.py). A job's outcome is one of: acknowledged with its result,
+retried after a delay, or dead-lettered with the reason. With an async concurrency above 1
+(and async tasks registered) the drain runs on the child's event loop instead
+(async_child.py), several async jobs at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..context import install_log_fields
+from ..errors import TimeLimitExceeded
+from ..hooks import Hooks
+from ..queue import Queue
+from ..registry import Registry
+from .queues import QueueSet
+from .resilience import Outage
+from .runner import LOG_TEXT_MAX, Outcome, Runner, every_hook, every_task
+from .slots import Slots
+
+__all__ = ["GO", "STOP", "GOT_WORK", "IDLE", "LOG_TEXT_MAX", "Child", "ChildConfig",
+           "Outcome", "Runner", "every_hook", "every_task"]
+
+log = logging.getLogger("emqtasks.child")
+
+GO, STOP = b"go", b"stop"          # master -> child
+#: child -> master: "claimed, and more is waiting" (+ one byte: the queue's index) / "I
+#: accept a go" (idle, or an async child with room for more jobs)
+GOT_WORK, IDLE = b"g", b"i"
+
+
+@dataclass
+class ChildConfig:
+    """What every child of a pool shares."""
+
+    make_queues: Callable[[], list[Queue]]   # the -Q queues, on one fresh connection
+    registry: Registry
+    max_tasks: int = 0
+    default_time_limit: float = 0.0
+    weights: list[int] | None = None         # None: strict order (or a single queue)
+    async_concurrency: int = 1
+    hooks: Hooks = field(default_factory=Hooks)
+
+    @property
+    def runs_async(self) -> bool:
+        """Whether children run several jobs at once: K > 1 and some task is async."""
+        return self.async_concurrency > 1 and any(
+            t.spec.is_async for t in self.registry.tasks().values())
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this child when the master dies (no-op elsewhere)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class Child:
+    """The loop of one forked child."""
+
+    def __init__(self, index: int, pipe: Any, slots: Slots, master_pid: int,
+                 config: ChildConfig) -> None:
+        self.index = index
+        self.pipe = pipe
+        self.slots = slots
+        self.master_pid = master_pid
+        self.config = config
+        self.max_tasks = config.max_tasks
+        self.done = 0
+        self.terminating = False
+
+    def main(self) -> None:
+        # Ctrl-C reaches the whole process group and systemd sends SIGTERM to the whole
+        # cgroup: both are the master's to handle. A SIGTERM here only means "finish this
+        # job and claim no more", so a job is never cut short by the group signal.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        _die_with_parent()
+        if os.getppid() != self.master_pid:
+            return
+        install_log_fields()
+        # Keep retrying Redis through a warm stop (the ack of the last job must land); give
+        # up only when the master is gone.
+        self.outage = Outage(log, f"child {self.index}",
+                             stop=lambda: os.getppid() != self.master_pid)
+        # A cluster client connects as it is made: ride out a server that is down now,
+        # rather than die and be respawned in a tight loop.
+        queues = self.outage.call(self.config.make_queues)
+        self.queues = QueueSet(queues, self.config.weights)
+        self.runner = Runner(queues, self.config.registry, self.config.default_time_limit,
+                             self.config.hooks)
+        self.runner.call = self.outage.call
+        self.outage.call(queues[0].ping)   # connect now: the first wake pays no handshake
+        self.runner.fire("child_started")
+        if self.config.runs_async:
+            from .async_child import AsyncDrain
+
+            AsyncDrain(self).run()
+            return
+        self._serve()
+
+    def _serve(self) -> None:
+        while not self._should_stop():
+            try:
+                message = self.pipe.recv_bytes()
+            except (EOFError, OSError):
+                return
+            if message == STOP:
+                return
+            self._drain()
+            if self._spent():
+                return
+            self.pipe.send_bytes(IDLE)
+
+    def _on_term(self, _signum: int, _frame: Any) -> None:
+        runner: Runner | None = getattr(self, "runner", None)
+        lease = runner.current if runner is not None else None
+        if runner is not None and lease is not None \
+                and self.slots.take_time_limit(self.index, lease.nonce):
+            # The master's SIGTERM for a sync job past its time limit: stop the task (the
+            # runner fails the job through the fence) and stay for the next job. The one
+            # handler that raises: as with Celery's soft time limit, the task itself must be
+            # left. Past the task already (its result being written): nothing to stop.
+            if runner.in_task:
+                limit = runner.time_limit(lease)
+                raise TimeLimitExceeded(f"ran past its time limit of {limit:g}s")
+            return
+        self.terminating = True
+
+    def _spent(self) -> bool:
+        return self.max_tasks > 0 and self.done >= self.max_tasks
+
+    def _should_stop(self) -> bool:
+        return (self.terminating or self.slots.stopping or os.getppid() != self.master_pid
+                or self._spent())
+
+    def got_work(self, qi: int) -> None:
+        """Tell the master more is waiting on queue qi: it recruits a sibling."""
+        self.pipe.send_bytes(GOT_WORK + bytes([qi]))
+
+    def _drain(self) -> None:
+        runner, slots, qs = self.runner, self.slots, self.queues
+        index = slots.of_child(self.index).start
+        if self._should_stop():
+            return
+        claimed = self.outage.call(qs.claim)
+        if claimed is None:
+            return
+        if claimed[1].more:
+            self.got_work(claimed[0])
+        while claimed is not None:
+            qi, lease = claimed
+            plan = runner.plan(lease)
+            slots.start(index, lease, plan.time_limit, plan.kind, qi, plan.retry_delay)
+            result, outcome, ctx = runner.execute(lease, qi, plan)
+            # The slot keeps the lease until its outcome is written: a child that dies in
+            # between has its job retried through the fence (stale if the ack landed).
+            self.done += 1
+            more = not self._should_stop()
+            if outcome is None:
+                acked, claimed = self.outage.call(qs.ack, qi, lease, result or "null", more)
+                if acked and ctx is not None:
+                    runner.fire("task_succeeded", ctx)
+            elif more:
+                claimed = self.outage.call(qs.claim)
+            else:
+                claimed = None
+        slots.clear(index)

@@ -1,0 +1,153 @@
+"""The park thread of a master: reap and promote on the tick, and park while a child idles.
+
+One Parker serves the queues of the -Q list that live on one server: one blocking BLPOP on
+all their wake keys, with a timeout of the earliest next-due time over them (capped by the
+tick). On a Redis Cluster every queue has a slot of its own, possibly on another node, so
+the master runs one Parker per queue. A token a Parker takes becomes a byte (the queue's
+index) on the master's wake pipe.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from ..queue import WAKE_DUE, Queue
+from .resilience import TRANSIENT, Outage
+from .scheduler import Scheduler
+
+log = logging.getLogger("emqtasks.worker")
+
+
+class Parker:
+    """Reap, promote and park for the queues ``indexes`` of a master's -Q list."""
+
+    def __init__(self, make_queues: Callable[[], list[Queue]], indexes: list[int],
+                 tick: float, has_idle: threading.Event, stop: threading.Event,
+                 wake: Callable[[int], None], first_due: dict[int, float | None],
+                 scheduler: Scheduler | None = None) -> None:
+        self.make_queues = make_queues
+        self.indexes = indexes
+        self.tick = tick
+        self.has_idle = has_idle
+        self.stop = stop
+        self.wake = wake
+        now = time.monotonic()
+        # The first promote ran at the master's start: trust the next-due time it gave.
+        self.next_promote = [now + min(tick, first_due.get(i) or tick) for i in indexes]
+        # Per queue: a delayed job is known to wait (the last promote said when), or a 'd'
+        # token was taken that no promote acted on yet. A stopping master hands a 'd' on
+        # for each (it may hold the only one): see due_to_hand_on.
+        self.due_known = [first_due.get(i) is not None for i in indexes]
+        self.due_held = [False] * len(indexes)
+        self.next_reap = now + tick
+        #: The periodic schedules of the master's first queue (kept by one Parker only);
+        #: its first call loads them.
+        self.scheduler = scheduler
+        self.next_sched = 0.0 if scheduler is not None else float("inf")
+
+    def due_to_hand_on(self) -> list[int]:
+        """The master's queue indexes whose 'd' token this Parker may be holding."""
+        return [i for j, i in enumerate(self.indexes) if self.due_known[j] or self.due_held[j]]
+
+    def run(self) -> None:
+        outage = Outage(log, "park", stop=self.stop.is_set)
+        try:
+            # Its own connection (BLPOP holds it), through the outage: a server down just
+            # now must not end the thread (a cluster client connects as it is made).
+            every = outage.call(self.make_queues)
+        except TRANSIENT:
+            return   # stopped before the server came back
+        queues = [every[i] for i in self.indexes]
+        while not self.stop.is_set():
+            try:
+                self._round(queues, outage)
+            except TRANSIENT:
+                continue   # only when stopping; the outage already logged it
+            except Exception:
+                log.exception("park loop error; carrying on")
+                self.stop.wait(1.0)
+
+    def _round(self, queues: list[Queue], outage: Outage) -> None:
+        now = time.monotonic()
+        ticked = now >= self.next_reap
+        if ticked:
+            for q in queues:
+                outage.call(reap, q)
+            self.next_reap = now + self.tick
+        if self.scheduler is not None and (ticked or now >= self.next_sched):
+            # Due slots of periodic schedules; on the tick, a look for changed ones.
+            slot_in = outage.call(self.scheduler.run_due, queues[0], ticked)
+            self.next_sched = now + min(self.tick, slot_in)
+        for j, q in enumerate(queues):
+            if now >= self.next_promote[j] and self._promote(j, q, now, outage):
+                return
+        horizon = max(min(self.next_reap, self.next_sched, *self.next_promote)
+                      - time.monotonic(), 0.001)
+        if not self.has_idle.wait(horizon) or self.stop.is_set():
+            return
+        got = outage.call(Queue.park_many, queues, horizon)
+        if got is None:
+            return
+        j, token = got
+        if self.stop.is_set():
+            outage.call(queues[j].push_wake, token)   # not ours to use: hand it on
+        elif token == WAKE_DUE:
+            self.due_held[j] = True   # until a promote acts on it
+            self.next_promote[j] = 0.0
+        else:
+            self.has_idle.clear()
+            self.wake(self.indexes[j])
+
+    def _promote(self, j: int, q: Queue, now: float, outage: Outage) -> bool:
+        """Promote queue j; True when work waits on its ring while a child idles (its wake
+        token was lost: a BLPOP reply dropped with the connection, a master killed holding
+        it; tokens are hints, the ring is the truth): the master is woken for it."""
+        due_in, claimable = outage.call(promote, q)
+        self.due_known[j], self.due_held[j] = due_in is not None, False
+        # While children are busy nobody parks to hear of new delayed work, so look at
+        # least every second; an idle pool hears it on the wake key.
+        look = self.tick if self.has_idle.is_set() else min(self.tick, 1.0)
+        self.next_promote[j] = now + min(look, due_in if due_in is not None else look)
+        if claimable and self.has_idle.is_set() and not self.stop.is_set():
+            self.has_idle.clear()
+            self.wake(self.indexes[j])
+            return True
+        return False
+
+
+def reap(queue: Queue) -> None:
+    returned, dead = queue.reap()
+    if returned or dead:
+        log.info("reaped expired leases of queue %s: %d back to their lanes, %d dead",
+                 queue.name, returned, dead)
+
+
+def promote(queue: Queue) -> tuple[float | None, bool]:
+    """Promote every due job; returns (seconds until the next is due or None, whether a
+    claim would find work now)."""
+    _, due_in, claimable = queue.promote_and_look()
+    while due_in == 0:
+        _, due_in, claimable = queue.promote_and_look()
+    return due_in, claimable
+
+
+def wake_byte(fd: int) -> Callable[[int], None]:
+    """What a Parker calls to wake the master: one byte, the queue's index, on its pipe."""
+    def wake(index: int) -> None:
+        os.write(fd, bytes([index]))
+    return wake
+
+
+def start(parkers: list[Parker]) -> list[threading.Thread]:
+    threads = []
+    for n, parker in enumerate(parkers):
+        t = threading.Thread(target=parker.run, name=f"emq-park-{n}", daemon=True)
+        t.start()
+        threads.append(t)
+    return threads
+
+

@@ -1,0 +1,278 @@
+"""The Runner: runs one job against a registry and settles a failure through the fence.
+
+It looks the task up, decodes and checks the arguments, makes the job's context current,
+fires the hooks, runs the function (an ``async def`` task to its end on the child's event
+loop, under its time limit), and on a failure applies the task's retry policy. A success is
+returned for the caller to acknowledge (the ack may claim the next job in the same call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .. import serialization
+from ..context import JobContext, reset_current, set_current
+from ..errors import RateLimited, Retry, SerializationError, TimeLimitExceeded, UnknownTask
+from ..hooks import Hooks
+from ..queue import Lease, Queue
+from ..registry import Registry, TaskSpec
+from ..retry_policy import DEFAULT_POLICY
+from .slots import ASYNC, SYNC
+
+log = logging.getLogger("emqtasks.child")
+
+#: The most of an error message (or task name) a failure log line quotes.
+LOG_TEXT_MAX = 300
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one job, for tests and the summary."""
+
+    job_id: str
+    verdict: str          # done, retry, dead, stale, rate_limited
+    error: str | None = None
+
+
+class Plan(NamedTuple):
+    """What a child needs to know of a job before it runs it (and writes its slot)."""
+
+    spec: TaskSpec | None
+    time_limit: float
+    kind: int                    # SYNC or ASYNC
+    retry_delay: float | None    # the delay a retry after this attempt gets (None: fixed)
+
+
+class Executed(NamedTuple):
+    """A job's run: its result JSON (None on a failure, already settled as outcome)."""
+
+    result: str | None
+    outcome: Outcome | None
+    ctx: JobContext | None
+
+
+class Runner:
+    """Runs leases against a registry and reports each failure through the fence."""
+
+    def __init__(self, queue: Queue | Sequence[Queue], registry: Registry | None = None,
+                 default_time_limit: float = 0.0, hooks: Hooks | None = None) -> None:
+        self.queues = [queue] if isinstance(queue, Queue) else list(queue)
+        self.queue = self.queues[0]
+        #: Default: the tasks (and hooks) of every App in this process.
+        self.registry = registry if registry is not None else every_task()
+        self.hooks = hooks if hooks is not None else every_hook()
+        self.default_time_limit = default_time_limit
+        self._signatures: dict[str, inspect.Signature | None] = {}
+        self._plans: dict[str, tuple[TaskSpec | None, float, int]] = {}
+        #: How Redis calls are made; a child routes them through its Outage.
+        self.call: Callable[..., Any] = lambda fn, *args: fn(*args)
+        #: The sync job of the last execute(), and whether its task function is running now
+        #: (a time-limit SIGTERM raises into the task only then).
+        self.current: Lease | None = None
+        self.in_task = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # -- looking a job up ---------------------------------------------------------------
+    def plan(self, lease: Lease) -> Plan:
+        known = self._plans.get(lease.task)
+        if known is None:
+            spec = self.registry.get(lease.task).spec if lease.task in self.registry else None
+            limit = float(spec.time_limit) if spec is not None and spec.time_limit else \
+                self.default_time_limit
+            kind = ASYNC if spec is not None and spec.is_async else SYNC
+            known = self._plans[lease.task] = (spec, limit, kind)
+        spec, limit, kind = known
+        policy = spec.policy if spec is not None else DEFAULT_POLICY
+        return Plan(spec, limit, kind, policy.delay(lease.attempts) if policy.backoff else None)
+
+    def prepare(self, lease: Lease) -> tuple[Callable[..., Any], list[Any], dict[str, Any]]:
+        """Look the task up and decode its arguments; raises for a job that can never run."""
+        task = self.registry.get(lease.task)
+        args, kwargs = serialization.loads_args(lease.payload)
+        sig = self._signature(lease.task, task.spec.fn)
+        if sig is not None:
+            try:
+                sig.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"arguments do not fit {lease.task}{sig}: {exc}") from None
+        return task.spec.fn, args, kwargs
+
+    def _signature(self, name: str, fn: Callable[..., Any]) -> inspect.Signature | None:
+        if name not in self._signatures:
+            try:
+                self._signatures[name] = inspect.signature(fn)
+            except (TypeError, ValueError):
+                self._signatures[name] = None
+        return self._signatures[name]
+
+    def time_limit(self, lease: Lease) -> float:
+        return self.plan(lease).time_limit
+
+    # -- running ------------------------------------------------------------------------
+    def execute(self, lease: Lease, qi: int = 0, plan: Plan | None = None) -> Executed:
+        """Run one job here (an async task to its end on the loop). On a success returns
+        its result JSON for the caller to ack; a failure went through the fence."""
+        plan = plan or self.plan(lease)
+        ctx = JobContext(lease, self.queues[qi])
+        try:
+            fn, args, kwargs = self.prepare(lease)
+        except (UnknownTask, SerializationError, TypeError) as exc:
+            return Executed(None, self.cannot_run(ctx, qi, exc), ctx)
+        token = set_current(ctx)
+        self.current = lease
+        try:
+            self.fire("task_started", ctx)
+            self.in_task = True
+            try:
+                if plan.kind == ASYNC:
+                    value = self.loop().run_until_complete(
+                        limited(fn(*args, **kwargs), plan.time_limit))
+                else:
+                    value = fn(*args, **kwargs)
+            finally:
+                self.in_task = False
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return Executed(None, self.failed(ctx, qi, exc, plan), ctx)
+        finally:
+            reset_current(token)
+        return self.encode(ctx, qi, value)
+
+    def encode(self, ctx: JobContext, qi: int, value: Any) -> Executed:
+        try:
+            return Executed(serialization.dumps_result(value), None, ctx)
+        except SerializationError as exc:
+            return Executed(None, self.cannot_run(ctx, qi, exc), ctx)
+
+    def cannot_run(self, ctx: JobContext, qi: int, exc: BaseException) -> Outcome:
+        """A job that can never run (unknown task, bad payload or result): dead at once."""
+        ctx.exception = exc
+        return self._settle(ctx, qi, f"{type(exc).__name__}: {exc}", None, True)
+
+    def failed(self, ctx: JobContext, qi: int, exc: BaseException, plan: Plan) -> Outcome:
+        """The task raised: a retry after the policy's delay (a Retry's own wins), or dead
+        at once for an exception the policy does not retry."""
+        ctx.exception = exc
+        policy = plan.spec.policy if plan.spec is not None else DEFAULT_POLICY
+        if isinstance(exc, RateLimited):
+            return self._back_off(ctx, qi, exc)
+        if isinstance(exc, Retry):
+            delay = exc.delay if exc.delay is not None else plan.retry_delay
+            return self._settle(ctx, qi, _describe(exc), delay, False)
+        if policy.retries(exc):
+            return self._settle(ctx, qi, _describe(exc), plan.retry_delay, False)
+        return self._settle(ctx, qi, _describe(exc, policy.why_not(exc)), None, True)
+
+    def _settle(self, ctx: JobContext, qi: int, error: str, delay: float | None,
+                final: bool) -> Outcome:
+        lease = ctx._lease
+        verdict = self.call(self.queues[qi].retry, lease, error, delay, final)
+        name = verdict.outcome
+        log.warning("job %s (%s, queue %s) failed, %s: %s", lease.id,
+                    _brief(lease.task, 120), ctx.queue, name,
+                    _brief(error.strip().splitlines()[-1] if error.strip() else error))
+        if name in ("retry", "dead"):
+            self.fire("task_retried" if name == "retry" else "task_dead", ctx)
+        return Outcome(lease.id, name, error)
+
+    def _back_off(self, ctx: JobContext, qi: int, exc: RateLimited) -> Outcome:
+        """The task hit an outside limit: the job goes back to the head of its lane without
+        spending an attempt and its group sits out the delay (fenced: STALE if the lease
+        was lost meanwhile). Not a retry: no hook fires."""
+        lease = ctx._lease
+        reason = f"{RateLimited.__name__}: {exc}"
+        verdict = self.call(self.queues[qi].release, lease, reason, exc.delay)
+        name = "rate_limited" if verdict else "stale"
+        log.info("job %s (%s, queue %s) %s: group %s sits out %gs", lease.id,
+                 _brief(lease.task, 120), ctx.queue, name, _brief(lease.group, 120), exc.delay)
+        return Outcome(lease.id, name, reason)
+
+    # -- hooks and the loop -----------------------------------------------------------------
+    def fire(self, event: str, *args: Any) -> None:
+        if self.hooks.has(event):
+            self.hooks.fire(event, *args, run=self._run_hook)
+
+    def _run_hook(self, coro: Awaitable[Any]) -> None:
+        loop = self.loop()
+        if loop.is_running():   # an async child: the hook runs beside the jobs
+            task = loop.create_task(_as_coroutine(coro))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        else:
+            loop.run_until_complete(coro)
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this runner keeps for its life (made on first use)."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
+        return self._loop
+
+    def run_once(self) -> Outcome | None:
+        """Claim one job, run it, settle it. For tests and scripts: None when nothing waits."""
+        leases = self.queue.claim(1)
+        if not leases:
+            return None
+        result, outcome, ctx = self.execute(leases[0])
+        if outcome is not None:
+            return outcome
+        acked, _ = self.queue.ack(leases[0], result or "null")
+        if acked and ctx is not None:
+            self.fire("task_succeeded", ctx)
+        return Outcome(leases[0].id, "done" if acked else "stale")
+
+
+async def limited(coro: Awaitable[Any], limit: float) -> Any:
+    """Await coro; past ``limit`` seconds (0: none) cancel it and raise TimeLimitExceeded.
+    A coroutine that ignores the cancellation keeps this waiting: the master then kills the
+    child (the job is retried through the fence)."""
+    if limit <= 0:
+        return await coro
+    task = asyncio.ensure_future(coro)
+    done, _ = await asyncio.wait({task}, timeout=limit)
+    if task in done:
+        return task.result()
+    task.cancel()
+    try:
+        await task
+    except BaseException:   # its CancelledError, or whatever it raised while cancelled
+        pass
+    raise TimeLimitExceeded(f"ran past its time limit of {limit:g}s")
+
+
+async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def every_task() -> Registry:
+    """One table of the tasks of every App in this process (DuplicateTaskName if two Apps
+    give one name to different functions)."""
+    from ..app import all_apps
+
+    return Registry.merged(app.registry for app in all_apps())
+
+
+def every_hook() -> Hooks:
+    """The hooks of every App in this process, in one table."""
+    from ..app import all_apps
+
+    return Hooks.merged(app.hooks for app in all_apps())
+
+
+def _brief(text: str, limit: int = LOG_TEXT_MAX) -> str:
+    """Text cut for a log line: an error message may quote a whole payload (the row keeps
+    the full text; logs get the start of it and its length)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
+def _describe(exc: BaseException, note: str = "") -> str:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return f"{type(exc).__name__}: {exc}{f' ({note})' if note else ''}\n{text}"

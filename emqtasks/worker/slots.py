@@ -1,0 +1,125 @@
+"""Shared memory between a master and its children: what each child runs, and the stop flag.
+
+Each child has ``per_child`` slots (one per job it may run at once: 1, or its async
+concurrency); slot ``child * per_child + j`` is its j-th. A child writes a job into a slot
+at its start and clears it at the end, so the master can renew leases, enforce time limits
+and fail the jobs of a dead child without a message per job. Each slot is guarded by a
+sequence counter (odd while a write is under way) so the master never acts on a torn read.
+The master writes one thing back per child: the nonce of a job it found past its time
+limit, just before it sends the child SIGTERM.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import time
+from typing import NamedTuple
+
+from ..queue import Lease
+
+# seq, running, kind, queue, started (monotonic), time_limit, retry_delay, lease_ms,
+# attempts, id, nonce
+_SLOT = struct.Struct("=QBBBdddqq128s48s")
+_HEADER = struct.Struct("=B")   # the pool-wide stop flag
+_LIMIT = struct.Struct("=48s")  # master -> child: nonce of the job past its time limit
+
+SYNC, ASYNC = 0, 1              # kinds of job: a sync one is stopped by SIGTERM at its limit
+
+
+class Running(NamedTuple):
+    """A job a child is running, as the master sees it."""
+
+    lease: Lease
+    started: float
+    time_limit: float
+    kind: int = SYNC
+    queue: int = 0              # index of the job's queue in the worker's -Q list
+    retry_delay: float = -1.0   # the delay its policy gives a retry now; < 0: the row's
+
+
+class Slots:
+    """``per_child`` slots per child in an anonymous shared mapping, made before the fork."""
+
+    def __init__(self, children: int, per_child: int = 1) -> None:
+        self.children = children
+        self.per_child = per_child
+        self.count = children * per_child
+        self.mem = mmap.mmap(-1, _HEADER.size + _SLOT.size * self.count
+                             + _LIMIT.size * children)
+        self._seq = [0] * self.count
+
+    def of_child(self, child: int) -> range:
+        """The slot indexes of one child."""
+        return range(child * self.per_child, (child + 1) * self.per_child)
+
+    def _offset(self, index: int) -> int:
+        return _HEADER.size + _SLOT.size * index
+
+    def _limit_offset(self, child: int) -> int:
+        return _HEADER.size + _SLOT.size * self.count + _LIMIT.size * child
+
+    # -- child side ------------------------------------------------------------------
+    def _write(self, index: int, values: tuple[object, ...]) -> None:
+        off = self._offset(index)
+        seq = self._seq[index] + 1
+        struct.pack_into("=Q", self.mem, off, seq)  # odd: write under way
+        _SLOT.pack_into(self.mem, off, seq, *values)
+        self._seq[index] = seq + 1
+        struct.pack_into("=Q", self.mem, off, seq + 1)
+
+    def start(self, index: int, lease: Lease, time_limit: float, kind: int = SYNC,
+              queue: int = 0, retry_delay: float | None = None) -> None:
+        self._write(index, (1, kind, queue, time.monotonic(), time_limit,
+                            -1.0 if retry_delay is None else retry_delay, lease.lease_ms,
+                            lease.attempts, lease.id.encode(), lease.nonce.encode()))
+
+    def clear(self, index: int) -> None:
+        self._write(index, (0, 0, 0, 0.0, 0.0, -1.0, 0, 0, b"", b""))
+
+    def take_time_limit(self, child: int, nonce: str) -> bool:
+        """Whether the master flagged the job with this nonce as past its time limit; the
+        flag is consumed, so a later SIGTERM means what it says."""
+        off = self._limit_offset(child)
+        if not nonce or _LIMIT.unpack_from(self.mem, off)[0].rstrip(b"\0") != nonce.encode():
+            return False
+        _LIMIT.pack_into(self.mem, off, b"")
+        return True
+
+    def reset(self, child: int) -> None:
+        """Master side, before a replacement child takes the child's slots."""
+        for index in self.of_child(child):
+            seq = struct.unpack_from("=Q", self.mem, self._offset(index))[0]
+            self._seq[index] = seq + seq % 2
+            self.clear(index)
+        _LIMIT.pack_into(self.mem, self._limit_offset(child), b"")
+
+    # -- master side -----------------------------------------------------------------
+    def read(self, index: int) -> Running | None:
+        """The job in a slot, or None when free (or mid-write: ask again later)."""
+        off = self._offset(index)
+        (seq, running, kind, queue, started, limit, retry_delay, lease_ms, attempts, raw_id,
+         raw_nonce) = _SLOT.unpack_from(self.mem, off)
+        if seq % 2 or not running:
+            return None
+        if struct.unpack_from("=Q", self.mem, off)[0] != seq:
+            return None
+        lease = Lease(raw_id.rstrip(b"\0").decode(), "", "", attempts,
+                      raw_nonce.rstrip(b"\0").decode(), "", lease_ms)
+        return Running(lease, started, limit, kind, queue, retry_delay)
+
+    def running(self, child: int) -> list[Running]:
+        """Every job a child runs now."""
+        return [r for r in map(self.read, self.of_child(child)) if r is not None]
+
+    def flag_time_limit(self, child: int, nonce: str) -> None:
+        """Mark the child's job (by its nonce) as past its time limit, before the SIGTERM
+        that asks the child to stop it."""
+        _LIMIT.pack_into(self.mem, self._limit_offset(child), nonce.encode())
+
+    @property
+    def stopping(self) -> bool:
+        return self.mem[0] == 1
+
+    def set_stopping(self) -> None:
+        self.mem[0] = 1

@@ -1,0 +1,54 @@
+-- defaults: set or clear the settings every group has unless it has its own.
+--
+-- KEYS: the queue's fixed keys (see _common.lua).
+-- ARGV[1]  n, the number of (field, value) pairs that follow
+-- ARGV[2 .. 2n+1]  pairs: field limit | rate | max_size | weight, value ('' clears it;
+--          rate as "max_jobs:per_ms")
+-- ARGV[2n+2 ..]  every group known to the queue (lanes, books, settings)
+-- Reply: {groups_on_ring, groups_waiting}.
+-- Side effects: `gdefaults`; the ring is rebuilt in one pass (groups that stay keep their
+--   order, groups that opened join at the tail with a wake) and `gwait` follows each group's
+--   new rate budget; the turn count of a group that left restarts.
+
+local n = tonumber(ARGV[1])
+local now = now_ms()
+local candidates, seen, was = {}, {}, {}
+local function candidate(g)
+  if not seen[g] then seen[g] = true; candidates[#candidates + 1] = g end
+end
+for i = 2 * n + 2, #ARGV do candidate(ARGV[i]) end
+local ring = redis.call('LRANGE', K_ring, 0, -1)
+for _, g in ipairs(ring) do candidate(g) end
+for _, g in ipairs(redis.call('ZRANGE', K_gwait, 0, -1)) do candidate(g) end
+for _, g in ipairs(candidates) do was[g] = placed(g) end
+for i = 0, n - 1 do
+  local field, value = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+  if value == '' then redis.call('HDEL', K_gdefaults, field)
+  else redis.call('HSET', K_gdefaults, field, value) end
+end
+DEFAULTS = nil
+local want, at = {}, {}
+for _, g in ipairs(candidates) do
+  if open(g) then
+    at[g] = ready_at(g, now)
+    if at[g] then want[g] = 'wait' else want[g] = 'ring' end
+  end
+end
+local kept, entered = {}, false
+for _, g in ipairs(ring) do
+  if want[g] == 'ring' then kept[#kept + 1] = g; want[g] = 'kept'
+  else redis.call('HDEL', K_gturn, g) end
+end
+for _, g in ipairs(candidates) do
+  if want[g] == 'ring' then kept[#kept + 1] = g; entered = true end
+  if want[g] == 'wait' then redis.call('ZADD', K_gwait, at[g], g)
+  elseif was[g] == 'wait' then redis.call('ZREM', K_gwait, g) end
+end
+redis.call('DEL', K_ring)
+for i = 1, #kept, 1000 do
+  redis.call('RPUSH', K_ring, unpack(kept, i, math.min(i + 999, #kept)))
+end
+if entered then wake() end
+local waiting = redis.call('ZCARD', K_gwait)
+if waiting > 0 then wake('d') end
+return {#kept, waiting}

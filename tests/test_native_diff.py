@@ -41,7 +41,7 @@ import redis
 
 from emqtasks.check import check
 from emqtasks.keys import FIXED, QueueKeys
-from emqtasks.localserver import find_binary, free_port, server_version, wait_ready
+from emqtasks._dev.localserver import find_binary, free_port, server_version, wait_ready
 from emqtasks.native import COMMANDS
 from emqtasks.native.build import asan_runtime, build
 from emqtasks.queue import Queue
@@ -262,7 +262,7 @@ class Pair:
         scripts = Scripts(self.r)
         self.sha = {}
         for verb in (*VERBS, "pause", "pause_group", "limit", "weight", "cancel", "requeue",
-                     "wait"):
+                     "wait", "rate", "maxsize", "defaults"):
             s = getattr(scripts, verb)
             self.r.script_load(s.script)
             self.sha[verb] = s.sha
@@ -339,10 +339,14 @@ class Pair:
             elif ta == "hash":
                 assert set(va) == set(vb), (where, va, vb)
                 for f in va:
-                    if f.decode() in TIME_FIELDS:
+                    if f.decode() in TIME_FIELDS or key == b"gbackoff":
                         assert abs(int(va[f]) - int(vb[f])) <= tol, (where, f, va[f], vb[f])
                     else:
                         assert va[f] == vb[f], (where, f, va[f], vb[f])
+            elif ta == "list" and key.endswith(b":starts"):    # start times of a rated group
+                assert len(va) == len(vb), (where, va, vb)
+                for x, y in zip(va, vb):
+                    assert abs(int(x) - int(y)) <= tol, (where, va, vb, tol)
             else:
                 assert va == vb, (where, va, vb)
         # Expiry times: absolute where the server says them (PEXPIRETIME, 7.0+); else PTTLs
@@ -407,7 +411,8 @@ class Run:
         countdown = 0 if r.random() < 0.75 else r.randrange(10**8, 10**10)
         return [job_id, "tests.noop", payload, group or r.choice(GROUPS), r.randrange(1, 5),
                 r.choice([10**7, 2 * 10**7]), r.randrange(10**8, 10**10),
-                r.choice([0, 3600, 86400]), countdown]
+                r.choice([0, 3600, 86400]), countdown,
+                0 if r.random() < 0.6 else r.randrange(-100, 101)]
 
     def pick_id(self) -> str:
         r = self.rnd
@@ -482,7 +487,10 @@ class Run:
         tok = self.token()
         if tok is None:
             return
-        self.p.verb("release", [*tok, "released by a stopping worker"])
+        r = self.rnd
+        # a back-off (RateLimited): none, or one that lasts until the test moves it past
+        off = r.choice(["", "", "0", str(r.randrange(10**7, 10**8))])
+        self.p.verb("release", [*tok, "released by a stopping worker", off])
         self.done_with(tok)
 
     def _past(self, zset: str, limit: int) -> None:
@@ -501,7 +509,49 @@ class Run:
 
     def op_promote(self) -> None:
         self._past("delayed", self.rnd.choice([0, 1, 1, 2, 4]))
+        if self.rnd.random() < 0.5:
+            self._time_passes()
         self.p.verb("promote", [self.rnd.choice([1, 3, 1000])])
+
+    def _time_passes(self) -> None:
+        """Time passes for some held-back groups, the same on both queues: their start times
+        (the rate window), their back-off and their gwait score move into the past."""
+        p = self.p
+        for g in self.rnd.sample(GROUPS, 3):
+            self.counter += 1
+            past = self.t0 - 10**9 + self.counter
+
+            def move(k: QueueKeys, g: str = g, past: int = past) -> None:
+                for i in range(p.r.llen(k.starts(g))):
+                    p.r.lset(k.starts(g), i, past - i)
+                if p.r.hexists(k.gbackoff, g):
+                    p.r.hset(k.gbackoff, g, past)
+                p.r.zadd(k.gwait, {g: past}, xx=True)
+            p.both(move)
+
+    def op_fairness(self) -> None:
+        """Lua's fairness controls on both queues: rates, lane caps, defaults for every group."""
+        r = self.rnd
+        g = r.choice(GROUPS)
+        x = r.random()
+        if x < 0.4:
+            if r.random() < 0.2:
+                self.p.admin("rate", [g, "", ""])
+            else:
+                self.p.admin("rate", [g, str(r.randrange(1, 4)),
+                                      str(r.choice([10**7, 10**8]))])
+        elif x < 0.7:
+            self.p.admin("maxsize", [g, r.choice(["0", "1", "2", "4", "", ""])])
+        else:
+            field = r.choice(["limit", "rate", "max_size", "weight"])
+            value = {"limit": lambda: r.choice(["1", "2", "3"]),
+                     "rate": lambda: f"{r.randrange(1, 4)}:{r.choice([10**7, 10**8])}",
+                     "max_size": lambda: r.choice(["1", "3", "6"]),
+                     "weight": lambda: r.choice(["1", "2", "3"])}[field]()
+            if r.random() < 0.35:
+                value = ""
+            groups = [*GROUPS, *(f"ghosts{i}" for i in range(1, self.ghost_groups + 1))]
+            self.p.admin("defaults", [1, field, value, *groups])
 
     def op_admin(self) -> None:
         r = self.rnd
@@ -567,7 +617,7 @@ class Run:
         table = [(self.op_enqueue, 22), (self.op_claim, 20), (self.op_ack, 20),
                  (self.op_retry, 7), (self.op_extend, 6), (self.op_release, 3),
                  (self.op_reap, 6), (self.op_promote, 6), (self.op_admin, 7),
-                 (self.op_fault, 3)]
+                 (self.op_fault, 3), (self.op_fairness, 4)]
         fns = [f for f, _ in table]
         weights = [w for _, w in table]
         for i in range(ops):
@@ -664,13 +714,13 @@ def fuzz(srv: Server, calls: int, seed: int) -> None:
             verb = rnd.choice(VERBS)
             if rnd.random() < 0.5:
                 # well-formed shapes with odd values, so the calls get past the arity checks
-                shape = {"enqueue": lambda: [1, *[arg() for _ in range(9)]] if rnd.random() < 0.5
-                         else [2, *[arg() for _ in range(18)]],
+                shape = {"enqueue": lambda: [1, *[arg() for _ in range(10)]] if rnd.random() < 0.5
+                         else [2, *[arg() for _ in range(20)]],
                          "claim": lambda: [arg(), arg()],
                          "ack": lambda: [arg() for _ in range(5)],
                          "retry": lambda: [arg() for _ in range(6)],
                          "extend": lambda: [arg() for _ in range(1 + 3 * rnd.randrange(0, 3))],
-                         "release": lambda: [arg() for _ in range(4)],
+                         "release": lambda: [arg() for _ in range(5)],
                          "reap": lambda: [arg()], "promote": lambda: [arg()]}[verb]
                 args = shape()
             else:
@@ -679,7 +729,7 @@ def fuzz(srv: Server, calls: int, seed: int) -> None:
                 # valid jobs too, so there is state to claim, fence and reap
                 n = rnd.randrange(1, 4)
                 job = [[rnd.choice(ids), "t", "p", rnd.choice(GROUPS), 2, 1000, 0, 60,
-                        rnd.choice([0, 0, 5])] for _ in range(n)]
+                        rnd.choice([0, 0, 5]), rnd.choice([0, 0, -3, 7])] for _ in range(n)]
                 raw.call("EMQ.ENQUEUE", *k.fixed, n, *[f for j in job for f in j])
             _, value = raw.call(COMMANDS[verb], *keys(), *args)
             assert isinstance(value, RespError) or valid_reply(value), (verb, args, value)
@@ -801,7 +851,7 @@ def test_acl_least_privilege(server: Server) -> None:
     r.execute_command(*f"ACL SETUSER w reset on >pw resetkeys ~emq:{{acl}}:* -@all {cmds}"
                       .split())
     u = server.client(username="w", password="pw", decode_responses=True)
-    job = ["a1", "t", "p", "g", 3, 30000, 1000, 60, 0]
+    job = ["a1", "t", "p", "g", 3, 30000, 1000, 60, 0, 0]
     assert u.execute_command("EMQ.ENQUEUE", *k.fixed, 1, *job) == [1]
     lease = u.execute_command("EMQ.CLAIM", *k.fixed, 1, "n")[0]
     assert lease[:2] == ["a1", "t"]
@@ -822,7 +872,7 @@ def test_wakes_parked_clients(server: Server) -> None:
     k = QueueKeys("wk")
     r = server.client(decode_responses=True)
     parked = server.client(decode_responses=True)
-    job = ["w1", "t", "p", "g", 3, 30000, 1000, 60, 0]
+    job = ["w1", "t", "p", "g", 3, 30000, 1000, 60, 0, 0]
     import threading
 
     got: list[Any] = []
@@ -858,7 +908,7 @@ def test_key_positions(server: Server) -> None:
 #: The shortest well-formed ARGV of each command.
 GOOD_ARGS = {"enqueue": ["0"], "claim": ["1", "n"], "ack": ["a", "1", "n", "r", ""],
              "retry": ["a", "1", "n", "e", "", "0"], "extend": ["1000"],
-             "release": ["a", "1", "n", "r"], "reap": ["1"], "promote": ["1"]}
+             "release": ["a", "1", "n", "r", ""], "reap": ["1"], "promote": ["1"]}
 
 
 def test_bad_keys_and_arity(server: Server) -> None:
@@ -879,7 +929,7 @@ def test_bad_keys_and_arity(server: Server) -> None:
     with pytest.raises(redis.ResponseError, match=">= 0"):
         r.execute_command("EMQ.CLAIM", *k.fixed, -1, "n")
     with pytest.raises(redis.ResponseError):
-        r.execute_command("EMQ.ENQUEUE", *k.fixed, 1, "a", "t", "p", "g", "x", 1, 1, 1, 0)
+        r.execute_command("EMQ.ENQUEUE", *k.fixed, 1, "a", "t", "p", "g", "x", 1, 1, 1, 0, 0)
     r.set(k.ring, "not a list")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         r.execute_command("EMQ.CLAIM", *k.fixed, 1, "n")
@@ -924,7 +974,7 @@ def test_cluster_routing_and_migration_guard(server: Server, module: Path,
             assert time.monotonic() < deadline, "the cluster did not form"
             time.sleep(0.1)
         k = QueueKeys("cl")
-        job = ["c1", "t", "p", "g", 3, 30000, 1000, 60, 0]
+        job = ["c1", "t", "p", "g", 3, 30000, 1000, 60, 0, 0]
         assert ra.call("EMQ.ENQUEUE", *k.fixed, 1, *job)[1] == [1]
         moved = rb.call("EMQ.CLAIM", *k.fixed, 1, "n")[1]
         assert isinstance(moved, RespError) and moved.startswith("MOVED"), moved

@@ -94,7 +94,8 @@ static const char WRONGTYPE[] = "WRONGTYPE Operation against a key holding the w
 
 /* Strings made once at load: field names and constant values. */
 static RMS *F_TASK, *F_PAYLOAD, *F_GROUP, *F_STATE, *F_ATTEMPTS, *F_MAX, *F_LEASE, *F_DELAY,
-    *F_TTL, *F_CREATED, *F_NONCE, *F_STARTED, *F_FINISHED, *F_RESULT, *F_ERROR, *F_WAITERS;
+    *F_TTL, *F_CREATED, *F_NONCE, *F_STARTED, *F_FINISHED, *F_RESULT, *F_ERROR, *F_WAITERS,
+    *F_FENCE, *F_PRIO;
 static RMS *S_ACTIVE, *S_PENDING, *S_DELAYED, *S_DONE, *S_DEAD, *S_ZERO, *S_ONE, *S_D,
     *S_LEASE_EXPIRED, *S_XX, *S_MINUS1, *S_LEFT, *S_RIGHT;
 
@@ -109,6 +110,8 @@ typedef struct {
     size_t blen;
     long long now;
     const char *err;       /* the error reply, set by the first failure */
+    int dread;             /* gdefaults read (once per call, as the scripts' DEFAULTS) */
+    RMS *dflt[4];          /* limit rate max_size weight */
 } Q;
 
 static int fail(Q *q, const char *msg) {
@@ -206,6 +209,8 @@ static RMK *fx(Q *q, int i, int write) {
 static void close_all(Q *q) {
     for (int i = 0; i < NFIXED; i++)
         if (q->h[i]) RedisModule_CloseKey(q->h[i]);
+    for (int i = 0; i < 4; i++)
+        if (q->dflt[i]) RedisModule_FreeString(q->ctx, q->dflt[i]);
 }
 
 #define B(i) (1u << (i))
@@ -256,6 +261,20 @@ static RMS *mkname(Q *q, const char *mid, RMS *s, const char *suffix) {
 
 static RMS *job_key(Q *q, RMS *id) { return mkname(q, "job:", id, ""); }
 static RMS *lane_key(Q *q, RMS *g) { return mkname(q, "g:", g, ":pending"); }
+static RMS *starts_key(Q *q, RMS *g) { return mkname(q, "g:", g, ":starts"); }
+
+/* BASE..name: the fairness controls' books (grate gmax gdefaults gbackoff gwait). */
+static RMS *book_key(Q *q, const char *name) {
+    size_t nl = strlen(name);
+    char buf[600];
+    char *b = q->blen + nl <= sizeof buf ? buf : RedisModule_Alloc(q->blen + nl);
+    memcpy(b, q->base, q->blen);
+    memcpy(b + q->blen, name, nl);
+    RMS *s = RedisModule_CreateString(q->ctx, b, q->blen + nl);
+    if (b != buf) RedisModule_Free(b);
+    return s;
+}
+#define PRIO_SPAN 1e13
 
 /* A key the command formed itself, opened with a type check; *h NULL when READ and missing. */
 static int dk(Q *q, RMS *name, int write, int type, RMK **h) {
@@ -452,14 +471,169 @@ static int group_paused(Q *q, RMS *g, int *paused) {
     return 0;
 }
 
+static RMS *mk_tmp(Q *q, const char *c) { return RedisModule_CreateString(q->ctx, c, strlen(c)); }
+
+/* HGET BASE..book field (the key type-checked), or NULL. */
+static int book_get(Q *q, const char *book, RMS *field, RMS **out) {
+    RMS *key = book_key(q, book);
+    RMK *h;
+    *out = NULL;
+    int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_HASH, &h);
+    if (rc == 0) *out = hget(h, field);
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    return rc;
+}
+
+enum { D_LIMIT, D_RATE, D_MAX_SIZE, D_WEIGHT };
+
+/* A group's own setting (fixed key i or a book), else the default for every group (gdefaults,
+ * read once per call), else NULL: limit_of, rate_of, max_size_of, weight_of. */
+static int setting(Q *q, int fixed, const char *book, RMS *g, int d, RMS **out) {
+    *out = NULL;
+    if (fixed >= 0) {
+        RMK *h = fx(q, fixed, 0);
+        if (q->err) return -1;
+        *out = hget(h, g);
+    } else if (book_get(q, book, g, out) < 0) {
+        return -1;
+    }
+    if (*out) return 0;
+    if (!q->dread) {
+        RMS *key = book_key(q, "gdefaults");
+        RMK *h;
+        int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_HASH, &h);
+        sfree(q, key);
+        if (rc < 0) return -1;
+        if (h && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY) {
+            RMS *l = mk_tmp(q, "limit"), *r = mk_tmp(q, "rate"), *m = mk_tmp(q, "max_size"),
+                *w = mk_tmp(q, "weight");
+            RedisModule_HashGet(h, REDISMODULE_HASH_NONE, l, &q->dflt[D_LIMIT], r,
+                                &q->dflt[D_RATE], m, &q->dflt[D_MAX_SIZE], w,
+                                &q->dflt[D_WEIGHT], NULL);
+            sfree(q, l); sfree(q, r); sfree(q, m); sfree(q, w);
+        }
+        if (h) RedisModule_CloseKey(h);
+        q->dread = 1;
+    }
+    if (q->dflt[d]) *out = RedisModule_CreateStringFromString(q->ctx, q->dflt[d]);
+    return 0;
+}
+
 /* A group's limit (*has 0: none), and its jobs in flight. */
 static int limit_of(Q *q, RMS *g, int *has, double *lim) {
-    RMK *h = fx(q, K_GLIMIT, 0);
-    RMS *l = hget(h, g);
+    RMS *l;
+    *has = 0;
+    if (setting(q, K_GLIMIT, NULL, g, D_LIMIT, &l) < 0) return -1;
     *has = l != NULL;
-    if (q->err) return -1;
     int rc = l ? num(q, l, lim, "ERR emq: a group limit is not a number") : 0;
     sfree(q, l);
+    return rc;
+}
+
+static int weight_of(Q *q, RMS *g, double *w) {
+    RMS *s;
+    *w = 1;
+    if (setting(q, K_GWEIGHT, NULL, g, D_WEIGHT, &s) < 0) return -1;
+    int rc = s ? num(q, s, w, "ERR emq: a group weight is not a number") : 0;
+    sfree(q, s);
+    return rc;
+}
+
+/* (max_jobs, per_ms), *has 0 when none (or not "digits:digits", as the script's match). */
+static int rate_of(Q *q, RMS *g, int *has, long long *m, long long *per) {
+    RMS *s;
+    *has = 0;
+    if (setting(q, -1, "grate", g, D_RATE, &s) < 0) return -1;
+    if (!s) return 0;
+    size_t len;
+    const char *p = RedisModule_StringPtrLen(s, &len);
+    size_t i = 0, a = 0, b;
+    long long x = 0, y = 0;
+    int ovf = 0;
+    while (i < len && p[i] >= '0' && p[i] <= '9') {
+        if (x > (LLONG_MAX - 9) / 10) ovf = 1; else x = x * 10 + (p[i] - '0');
+        i++;
+    }
+    a = i;
+    if (a > 0 && i < len && p[i] == ':') {
+        b = ++i;
+        while (i < len && p[i] >= '0' && p[i] <= '9') {
+            if (y > (LLONG_MAX - 9) / 10) ovf = 1; else y = y * 10 + (p[i] - '0');
+            i++;
+        }
+        if (i > b && i == len) {
+            if (ovf) {
+                sfree(q, s);
+                return fail(q, "ERR emq: a group rate is out of range");
+            }
+            *has = 1;
+            *m = x;
+            *per = y;
+        }
+    }
+    sfree(q, s);
+    return 0;
+}
+
+/* LINDEX key i, a read (no handle of ours stays open on the key). */
+static int lindex(Q *q, RMS *key, long long i, RMS **out) {
+    *out = NULL;
+    RedisModuleCallReply *r = RedisModule_Call(q->ctx, "LINDEX", "sl", key, i);
+    if (!r) return fail(q, WRONGTYPE);
+    int t = RedisModule_CallReplyType(r);
+    if (t == REDISMODULE_REPLY_STRING) {
+        *out = RedisModule_CreateStringFromCallReply(r);
+    } else if (t != REDISMODULE_REPLY_NULL) {
+        RedisModule_FreeCallReply(r);
+        return fail(q, WRONGTYPE);
+    }
+    RedisModule_FreeCallReply(r);
+    return 0;
+}
+
+/* When the group's rate budget allows its next start (*has 1, *at ms), or *has 0 now. */
+static int rate_ready(Q *q, RMS *g, int *has, double *at) {
+    int rated;
+    long long m, per;
+    *has = 0;
+    if (rate_of(q, g, &rated, &m, &per) < 0) return -1;
+    if (!rated) return 0;
+    RMS *key = starts_key(q, g), *o;
+    int rc = lindex(q, key, m - 1, &o);
+    sfree(q, key);
+    if (rc < 0) return -1;
+    double oldest;
+    if (o && RedisModule_StringToDouble(o, &oldest) == REDISMODULE_OK && isfinite(oldest) &&
+        oldest + (double)per > (double)q->now) {
+        *has = 1;
+        *at = oldest + (double)per;
+    }
+    sfree(q, o);
+    return 0;
+}
+
+/* When the group may start its next job: its rate budget and a back-off (RateLimited). */
+static int ready_at(Q *q, RMS *g, int *has, double *at) {
+    if (rate_ready(q, g, has, at) < 0) return -1;
+    RMS *key = book_key(q, "gbackoff"), *v;
+    RMK *h;
+    int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_HASH, &h);
+    v = rc == 0 ? hget(h, g) : NULL;
+    double off;
+    if (v && RedisModule_StringToDouble(v, &off) == REDISMODULE_OK && !isnan(off)) {
+        if (off <= (double)q->now) {
+            RedisModule_CloseKey(h);
+            rc = dk(q, key, 1, REDISMODULE_KEYTYPE_HASH, &h);
+            if (rc == 0) hdel(q, h, key, g);
+        } else if (!*has || off > *at) {
+            *has = 1;
+            *at = off;
+        }
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, v);
+    sfree(q, key);
     return rc;
 }
 
@@ -490,6 +664,32 @@ static int ring_enter(Q *q, RMS *g) {
     return wake(q, 0);
 }
 
+/* Hold an open group back until `at`; a new earliest return re-times the parked masters. */
+static int wait_push(Q *q, RMS *g, double at) {
+    RMS *key = book_key(q, "gwait");
+    RMK *h;
+    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &h);
+    if (rc == 0) rc = zadd(q, h, key, at, g, 0);
+    int first = 0;
+    if (rc == 0) {
+        double s;
+        RMS *f = zfirst(h, &s);
+        first = f && eq(f, g);
+        sfree(q, f);
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    return rc < 0 ? -1 : first ? wake(q, 1) : 0;
+}
+
+/* An open group goes on the ring, or in gwait while it may not start yet. */
+static int admit(Q *q, RMS *g) {
+    int has;
+    double at;
+    if (ready_at(q, g, &has, &at) < 0) return -1;
+    return has ? wait_push(q, g, at) : ring_enter(q, g);
+}
+
 /* ring_leave for a group known to stand at the head (from_tail false) or the tail: LREM
  * with count 1 / -1 finds it in one step, so here it is a pop from that end. */
 static int ring_leave(Q *q, RMS *g, int from_tail) {
@@ -509,14 +709,35 @@ static int ring_leave(Q *q, RMS *g, int from_tail) {
     return 0;
 }
 
-/* Add an id to its lane; a lane that just became non-empty may join the ring. */
+/* ring_leave(g, nil): LREM ring 0 g, a scan of the whole ring (back-offs only), in order. */
+static int ring_leave_scan(Q *q, RMS *g) {
+    RMK *r = fx(q, K_RING, 0);
+    if (q->err) return -1;
+    size_t n = vlen(r), removed = 0;
+    if (n > 0) {
+        r = fx(q, K_RING, 1);
+        if (!r) return -1;
+        for (size_t i = 0; i < n; i++) {
+            RMS *e = RedisModule_ListPop(r, REDISMODULE_LIST_HEAD);
+            if (!e) break;
+            if (eq(e, g)) removed++;
+            else RedisModule_ListPush(r, REDISMODULE_LIST_TAIL, e);
+            sfree(q, e);
+        }
+    }
+    if (removed) RedisModule_Replicate(q->ctx, "LREM", "sls", q->k[K_RING], 0LL, g);
+    hdel_fx(q, K_GTURN, g);
+    return 0;
+}
+
+/* Add an id to its lane; a lane that just became non-empty opens. */
 static int lane_push_into(Q *q, RMK *lane, RMS *key, RMS *g, RMS *id, double score) {
     int rc = zadd(q, lane, key, score, id, 0);
     if (rc == 0 && vlen(lane) == 1) {
         int paused, ok;
         if ((rc = group_paused(q, g, &paused)) == 0 && !paused &&
             (rc = under_limit(q, g, &ok)) == 0 && ok)
-            rc = ring_enter(q, g);
+            rc = admit(q, g);
     }
     return rc;
 }
@@ -541,26 +762,102 @@ static int lane_len(Q *q, RMS *g, size_t *n) {
     return rc;
 }
 
+/* lane_score: priority * PRIO_SPAN + time; a priority that is no number is 0. */
+static double lane_score(RMS *prio, double t) {
+    double p;
+    if (!prio || RedisModule_StringToDouble(prio, &p) != REDISMODULE_OK || !isfinite(p)) p = 0;
+    return p * PRIO_SPAN + t;
+}
+
 /* One job of group g left flight: the books drop, and a group held back only by its
- * limit returns to the ring. */
+ * limit opens again. */
 static int active_drop(Q *q, RMS *g) {
     int has;
     double lim = 0;
     long long act;
-    if (limit_of(q, g, &has, &lim) < 0) return -1;
     RMK *ga = fx(q, K_GACTIVE, 1);
     if (hincrby(q, ga, q->k[K_GACTIVE], g, -1, &act) < 0) return -1;
     if (act <= 0) hdel(q, ga, q->k[K_GACTIVE], g);
-    if (has && act + 1 >= lim && act < lim) {
+    if (limit_of(q, g, &has, &lim) < 0) return -1;
+    if (has && (double)act + 1 >= lim && (double)act < lim) {
         size_t n;
         int paused;
         if (lane_len(q, g, &n) < 0) return -1;
         if (n > 0) {
             if (group_paused(q, g, &paused) < 0) return -1;
-            if (!paused) return ring_enter(q, g);
+            if (!paused) return admit(q, g);
         }
     }
     return 0;
+}
+
+/* Open: the lane waits, the group is not paused and is under its limit. */
+static int is_open(Q *q, RMS *g, int *open) {
+    size_t n;
+    int paused, ok;
+    *open = 0;
+    if (lane_len(q, g, &n) < 0) return -1;
+    if (n == 0) return 0;
+    if (group_paused(q, g, &paused) < 0) return -1;
+    if (paused) return 0;
+    if (under_limit(q, g, &ok) < 0) return -1;
+    *open = ok;
+    return 0;
+}
+
+enum { P_NONE, P_WAIT, P_RING };
+
+/* Where an open group stands; read it before a change, then settle(). */
+static int placed(Q *q, RMS *g, int *where) {
+    RMS *key = book_key(q, "gwait");
+    RMK *h;
+    double s;
+    int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_ZSET, &h), open;
+    *where = P_NONE;
+    if (rc == 0 && h && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY &&
+        RedisModule_ZsetScore(h, g, &s) == REDISMODULE_OK)
+        *where = P_WAIT;
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    if (rc < 0) return -1;
+    if (*where == P_NONE) {
+        if (is_open(q, g, &open) < 0) return -1;
+        if (open) *where = P_RING;
+    }
+    return 0;
+}
+
+/* Put g where it belongs now, given where it stood. */
+static int settle(Q *q, RMS *g, int was) {
+    int want = P_NONE, open, has = 0;
+    double at = 0;
+    if (is_open(q, g, &open) < 0) return -1;
+    if (open) {
+        if (ready_at(q, g, &has, &at) < 0) return -1;
+        want = has ? P_WAIT : P_RING;
+    }
+    RMS *key = book_key(q, "gwait");
+    RMK *h = NULL;
+    int rc = 0;
+    if (was == want) {
+        if (want == P_WAIT) {
+            rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &h);
+            if (rc == 0) rc = zadd(q, h, key, at, g, 0);
+        }
+    } else {
+        if (was == P_RING) rc = ring_leave_scan(q, g);
+        else if (was == P_WAIT) {
+            rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &h);
+            if (rc == 0) rc = zrem(q, h, key, g) < 0 ? -1 : 0;
+        }
+        if (h) RedisModule_CloseKey(h);
+        h = NULL;
+        if (rc == 0 && want == P_RING) rc = ring_enter(q, g);
+        else if (rc == 0 && want == P_WAIT) rc = wait_push(q, g, at);
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    return rc;
 }
 
 /* The fence's view of a row. */
@@ -615,7 +912,7 @@ static int fenced(Q *q, RMS *id, RMS *attempts, RMS *nonce, Row *r) {
 
 typedef struct {
     RMS *id, *task, *payload, *nonce, *group;
-    long long attempts, lease, more;
+    long long attempts, lease, more, fence;
 } Job;
 
 static void job_free(Q *q, Job *j) {
@@ -628,7 +925,7 @@ static void job_free(Q *q, Job *j) {
 }
 
 static void reply_job(RedisModuleCtx *ctx, Job *j) {
-    RedisModule_ReplyWithArray(ctx, 8);
+    RedisModule_ReplyWithArray(ctx, 9);
     RedisModule_ReplyWithString(ctx, j->id);
     if (j->task) RedisModule_ReplyWithString(ctx, j->task); else RedisModule_ReplyWithNull(ctx);
     if (j->payload) RedisModule_ReplyWithString(ctx, j->payload);
@@ -638,6 +935,7 @@ static void reply_job(RedisModuleCtx *ctx, Job *j) {
     RedisModule_ReplyWithString(ctx, j->group);
     RedisModule_ReplyWithLongLong(ctx, j->lease);
     RedisModule_ReplyWithLongLong(ctx, j->more);
+    RedisModule_ReplyWithLongLong(ctx, j->fence);
 }
 
 /* The head of the ring without moving it (LINDEX ring 0): popped and pushed straight back,
@@ -654,8 +952,11 @@ static RMS *ring_head(Q *q) {
 /* One turn at the ring's head group g: 1 claimed into *out, 0 look again (the lane was
  * empty, or its head a ghost: an id whose row is gone), -1 error. */
 static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
-    RMS *lkey = lane_key(q, g), *id = NULL, *jkey = NULL, *w_s = NULL;
+    RMS *lkey = lane_key(q, g), *id = NULL, *jkey = NULL;
     RMS *task = NULL, *payload = NULL, *lease_s = NULL, *state = NULL, *att_s = NULL;
+    RMS *fence_s = NULL;
+    long long fence = 0, rm = 0, rper = 0;
+    int rated = 0;
     RMK *lane = NULL, *job = NULL;
     double score, lease = 0, w = 1, lim = 0;
     long long att = 0, act, act_now, more = 1;
@@ -670,19 +971,22 @@ static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
     if ((rc = dk(q, jkey, 1, REDISMODULE_KEYTYPE_HASH, &job)) < 0) goto out;
     if (RedisModule_KeyType(job) != REDISMODULE_KEYTYPE_EMPTY)
         RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_TASK, &task, F_PAYLOAD, &payload,
-                            F_LEASE, &lease_s, F_STATE, &state, F_ATTEMPTS, &att_s, NULL);
+                            F_LEASE, &lease_s, F_STATE, &state, F_ATTEMPTS, &att_s, F_FENCE, &fence_s, NULL);
     if (!state) {                                /* a ghost: drop it, look again */
         if (zrem(q, lane, lkey, id) < 0) rc = -1;
         else rc = vlen(lane) == 0 ? ring_leave(q, g, 0) : 0;
         goto out;
     }
     /* What could refuse is read before the first write of this claim. */
-    w_s = hget(fx(q, K_GWEIGHT, 0), g);
-    rc = !att_s ? fail(q, "ERR emq: a job row has no attempts")
+    rc = weight_of(q, g, &w);
+    if (rc == 0) rc = !att_s ? fail(q, "ERR emq: a job row has no attempts")
          : integer(q, att_s, &att, "ERR emq: a job row's attempts is not an integer");
     if (rc == 0) rc = !lease_s ? fail(q, "ERR emq: a job row has no lease")
                       : num(q, lease_s, &lease, "ERR emq: a job row's lease is not a number");
-    if (rc == 0 && w_s) rc = num(q, w_s, &w, "ERR emq: a group weight is not a number");
+    if (rc == 0 && fence_s)
+        rc = integer(q, fence_s, &fence, "ERR emq: a job row's fence is not an integer");
+    if (rc == 0 && fence == LLONG_MAX) rc = fail(q, "ERR increment or decrement would overflow");
+    if (rc == 0) rc = rate_of(q, g, &rated, &rm, &rper);
     if (rc == 0) rc = limit_of(q, g, &has_lim, &lim);
     if (rc == 0) rc = hint(q, fx(q, K_GACTIVE, 1), g, &act_now);
     if (rc < 0) goto out;
@@ -712,10 +1016,13 @@ static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
     att += 1;
     RMS *att_new = RedisModule_CreateStringFromLongLong(q->ctx, att);
     RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
+    fence += 1;
+    RMS *fence_new = RedisModule_CreateStringFromLongLong(q->ctx, fence);
     RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_STATE, S_ACTIVE, F_ATTEMPTS, att_new,
-                        F_NONCE, nonce, F_STARTED, now_s, NULL);
-    RedisModule_Replicate(q->ctx, "HSET", "sssssssss", jkey, F_STATE, S_ACTIVE, F_ATTEMPTS,
-                          att_new, F_NONCE, nonce, F_STARTED, now_s);
+                        F_NONCE, nonce, F_STARTED, now_s, F_FENCE, fence_new, NULL);
+    RedisModule_Replicate(q->ctx, "HSET", "sssssssssss", jkey, F_STATE, S_ACTIVE, F_ATTEMPTS,
+                          att_new, F_NONCE, nonce, F_STARTED, now_s, F_FENCE, fence_new);
+    sfree(q, fence_new);
     sfree(q, att_new);
     sfree(q, now_s);
     if ((rc = zadd(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], (double)q->now + lease, id, 0)) < 0)
@@ -724,8 +1031,36 @@ static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
         goto out;
     /* more: 1 when other work is serviceable right now, so the claimant's master wakes
      * another child (or another master) only when there is something to take. */
-    if ((has_lim && act >= lim) || vlen(lane) == 0) {
+    if (rated) {                                 /* LPUSH, LTRIM 0 m-1, PEXPIRE per */
+        RMS *skey = starts_key(q, g);
+        RMK *sh;
+        if ((rc = dk(q, skey, 1, REDISMODULE_KEYTYPE_LIST, &sh)) == 0) {
+            RMS *t = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
+            RedisModule_ListPush(sh, REDISMODULE_LIST_HEAD, t);
+            RedisModule_Replicate(q->ctx, "LPUSH", "ss", skey, t);
+            sfree(q, t);
+            if (rm >= 1 && (long long)vlen(sh) > rm) {
+                while ((long long)vlen(sh) > rm)
+                    sfree(q, RedisModule_ListPop(sh, REDISMODULE_LIST_TAIL));
+                RedisModule_Replicate(q->ctx, "LTRIM", "sll", skey, 0LL, rm - 1);
+            }
+            if (rper > 0) {
+                rc = expire_at(q, sh, skey, q->now + rper);
+            } else {                             /* PEXPIRE 0 deletes the key */
+                RedisModule_DeleteKey(sh);
+                RedisModule_Replicate(q->ctx, "DEL", "s", skey);
+            }
+        }
+        if (sh) RedisModule_CloseKey(sh);
+        sfree(q, skey);
+        if (rc < 0) goto out;
+    }
+    int closed = (has_lim && (double)act >= lim) || vlen(lane) == 0, wait = 0;
+    double at = 0;
+    if (rated && !closed && (rc = rate_ready(q, g, &wait, &at)) < 0) goto out;
+    if (closed || wait) {
         if ((rc = ring_leave(q, g, rotated)) < 0) goto out;
+        if (wait && (rc = wait_push(q, g, at)) < 0) goto out;
         if (vlen(fx(q, K_RING, 0)) == 0) more = 0;
     }
     out->id = id;
@@ -735,13 +1070,15 @@ static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
     out->attempts = att;
     out->lease = to_ll(lease);
     out->more = more;
+    out->fence = fence;
     id = task = payload = NULL;
     rc = 1;
 out:
     if (lane) RedisModule_CloseKey(lane);
     if (job) RedisModule_CloseKey(job);
-    sfree(q, lkey); sfree(q, jkey); sfree(q, id); sfree(q, w_s);
+    sfree(q, lkey); sfree(q, jkey); sfree(q, id);
     sfree(q, task); sfree(q, payload); sfree(q, lease_s); sfree(q, state); sfree(q, att_s);
+    sfree(q, fence_s);
     return rc;
 }
 
@@ -806,9 +1143,10 @@ static int need_group(Q *q, Row *r) {
 }
 
 static int enqueue_one(Q *q, RMS **f, RMS *now_s, long long *verdict) {
-    RMS *id = f[0], *g = f[3];
-    double countdown;
+    RMS *id = f[0], *g = f[3], *cap_s = NULL;
+    double countdown, prio = 0, cap = 0;
     num(q, f[8], &countdown, "ERR emq: countdown must be a number");
+    if (RedisModule_StringToDouble(f[9], &prio) != REDISMODULE_OK || !isfinite(prio)) prio = 0;
     if (!id_ok(id)) {
         *verdict = -1;
         return 0;
@@ -820,12 +1158,19 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, long long *verdict) {
     RMK *job = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE), *lane = NULL;
     int rc = 0;
     *verdict = 0;
-    if (RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) {
+    if (countdown <= 0) {                        /* max_size_of: the cap on waiting jobs */
+        rc = setting(q, -1, "gmax", g, D_MAX_SIZE, &cap_s);
+        if (rc == 0 && cap_s) rc = num(q, cap_s, &cap, "ERR emq: a group max_size is not a number");
+        sfree(q, cap_s);
+    }
+    if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) {
         if (countdown <= 0) {
             lk = lane_key(q, g);
             rc = dk(q, lk, 1, REDISMODULE_KEYTYPE_ZSET, &lane);
         }
-        if (rc == 0) {
+        if (rc == 0 && cap_s && (double)vlen(lane) >= cap) {
+            *verdict = 2;
+        } else if (rc == 0) {
             RMS *state = countdown > 0 ? S_DELAYED : S_PENDING;
             RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_TASK, f[1], F_PAYLOAD, f[2],
                                 F_GROUP, g, F_STATE, state, F_ATTEMPTS, S_ZERO, F_MAX, f[4],
@@ -835,8 +1180,16 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, long long *verdict) {
                                   F_PAYLOAD, f[2], F_GROUP, g, F_STATE, state, F_ATTEMPTS,
                                   S_ZERO, F_MAX, f[4], F_LEASE, f[5], F_DELAY, f[6], F_TTL,
                                   f[7], F_CREATED, now_s);
+            if (prio != 0) {
+                char buf[40];
+                RMS *p = mk_tmp(q, fmt_num(prio, buf));
+                RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_PRIO, p, NULL);
+                RedisModule_Replicate(q->ctx, "HSET", "sss", jk, F_PRIO, p);
+                sfree(q, p);
+            }
             rc = countdown > 0 ? delay_push(q, id, (double)q->now + countdown)
-                               : lane_push_into(q, lane, lk, g, id, (double)q->now);
+                               : lane_push_into(q, lane, lk, g, id,
+                                                prio * PRIO_SPAN + (double)q->now);
             *verdict = 1;
         }
     }
@@ -852,13 +1205,13 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
     long long n;
     if (RedisModule_StringToLongLong(argv[ARGV0], &n) != REDISMODULE_OK || n < 0)
         return RedisModule_ReplyWithError(ctx, "ERR emq: n must be an integer >= 0");
-    if (n > argc || (long long)(argc - ARGV0 - 1) != n * 9) return RedisModule_WrongArity(ctx);
+    if (n > argc || (long long)(argc - ARGV0 - 1) != n * 10) return RedisModule_WrongArity(ctx);
     Q q;
     if (q_init(&q, ctx, argv, 0, 0) < 0) return finish(&q);
     RMS **a = argv + ARGV0 + 1;
     /* Every number of every job is checked before the first job is written. */
     for (long long i = 0; i < n; i++) {
-        RMS **f = a + i * 9;
+        RMS **f = a + i * 10;
         double d;
         long long ll;
         if (num(&q, f[4], &d, "ERR emq: max must be a number") < 0 ||
@@ -871,7 +1224,7 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
     long long *out = RedisModule_Alloc(sizeof(long long) * (size_t)(n ? n : 1));
     RMS *now_s = RedisModule_CreateStringFromLongLong(ctx, q.now);
     for (long long i = 0; i < n; i++)
-        if (enqueue_one(&q, a + i * 9, now_s, &out[i]) < 0) break;
+        if (enqueue_one(&q, a + i * 10, now_s, &out[i]) < 0) break;
     sfree(&q, now_s);
     if (!q.err) {
         RedisModule_ReplyWithArray(ctx, (long)n);
@@ -1076,27 +1429,55 @@ static int release(Q *q, RMS **a) {
     if (f <= 0) return f;
     if (need_group(q, &r) < 0) return -1;
     long long att;
-    double created = 0;
-    RMS *c = hget(r.h, F_CREATED);
+    double created = 0, off = 0;
+    RMS *c = NULL, *prio = NULL;
+    RedisModule_HashGet(r.h, REDISMODULE_HASH_NONE, F_CREATED, &c, F_PRIO, &prio, NULL);
     int rc = integer(q, r.attempts, &att, "ERR hash value is not an integer");
     if (rc == 0 && c) rc = num(q, c, &created, "ERR emq: a job row's created is not a number");
+    /* back-off: tonumber(ARGV[5]) or 0 */
+    if (RedisModule_StringToDouble(a[4], &off) != REDISMODULE_OK || isnan(off)) off = 0;
     sfree(q, c);
     if (rc == 0) {
         zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], a[0]);
-        rc = active_drop(q, r.group);
+        rc = hincrby(q, r.h, r.key, F_ATTEMPTS, -1, &att);
     }
-    if (rc == 0) rc = hincrby(q, r.h, r.key, F_ATTEMPTS, -1, &att);
     if (rc == 0) {
         RedisModule_HashSet(r.h, REDISMODULE_HASH_NONE, F_STATE, S_PENDING, F_ERROR, a[3], NULL);
         RedisModule_Replicate(q->ctx, "HSET", "sssss", r.key, F_STATE, S_PENDING, F_ERROR, a[3]);
-        rc = lane_push(q, r.group, a[0], created);
+        rc = active_drop(q, r.group);
+    }
+    if (rc == 0) rc = lane_push(q, r.group, a[0], lane_score(prio, created));
+    sfree(q, prio);
+    if (rc == 0 && off > 0) {
+        int was;
+        RMS *cur = NULL, *key = book_key(q, "gbackoff");
+        double until = (double)q->now + off, prev = 0;
+        RMK *h;
+        rc = placed(q, r.group, &was);
+        if (rc == 0) rc = dk(q, key, 1, REDISMODULE_KEYTYPE_HASH, &h);
+        if (rc == 0) {
+            cur = hget(h, r.group);
+            if (cur) rc = num(q, cur, &prev, "ERR emq: a group back-off is not a number");
+            if (rc == 0) {
+                char buf[40];
+                if (prev > until) until = prev;
+                RMS *u = mk_tmp(q, fmt_num(until, buf));
+                RedisModule_HashSet(h, REDISMODULE_HASH_NONE, r.group, u, NULL);
+                RedisModule_Replicate(q->ctx, "HSET", "sss", key, r.group, u);
+                sfree(q, u);
+            }
+        }
+        if (h) RedisModule_CloseKey(h);
+        sfree(q, cur);
+        sfree(q, key);
+        if (rc == 0) rc = settle(q, r.group, was);
     }
     row_free(q, &r);
     return rc < 0 ? -1 : 1;
 }
 
 static int cmd_release(RedisModuleCtx *ctx, RMS **argv, int argc) {
-    if (argc != ARGV0 + 4) return RedisModule_WrongArity(ctx);
+    if (argc != ARGV0 + 5) return RedisModule_WrongArity(ctx);
     Q q;
     if (q_init(&q, ctx, argv, B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT)) < 0) return finish(&q);
     int verdict = release(&q, argv + ARGV0);
@@ -1105,12 +1486,16 @@ static int cmd_release(RedisModuleCtx *ctx, RMS **argv, int argc) {
 }
 
 /* ZRANGEBYSCORE key -inf now LIMIT 0 limit, copied out before anything is changed. */
+static RMS **due_in(RMK *h, double now, long long limit, long long *count);
 static RMS **due_ids(Q *q, int fixed, long long limit, long long *count) {
-    RMK *h = fx(q, fixed, 0);
+    return due_in(fx(q, fixed, 0), (double)q->now, limit, count);
+}
+
+static RMS **due_in(RMK *h, double now, long long limit, long long *count) {
     RMS **ids = NULL;
     long long n = 0, cap = 0;
     if (limit > 0 && h &&
-        RedisModule_ZsetFirstInScoreRange(h, -INFINITY, (double)q->now, 0, 0) == REDISMODULE_OK) {
+        RedisModule_ZsetFirstInScoreRange(h, -INFINITY, now, 0, 0) == REDISMODULE_OK) {
         while (n < limit && !RedisModule_ZsetRangeEndReached(h)) {
             double s;
             if (n == cap) {
@@ -1135,12 +1520,13 @@ static void free_ids(Q *q, RMS **ids, long long n) {
 static int reap_one(Q *q, RMS *id) {
     RMS *jk = job_key(q, id);
     RMS *g = NULL, *att_s = NULL, *max_s = NULL, *created_s = NULL, *waiters = NULL;
+    RMS *prio = NULL;
     RMK *job;
     double att = 0, max = 0, created = 0;
     int rc = dk(q, jk, 1, REDISMODULE_KEYTYPE_HASH, &job);
     if (rc == 0 && RedisModule_KeyType(job) != REDISMODULE_KEYTYPE_EMPTY)
         RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_GROUP, &g, F_ATTEMPTS, &att_s, F_MAX,
-                            &max_s, F_CREATED, &created_s, F_WAITERS, &waiters, NULL);
+                            &max_s, F_CREATED, &created_s, F_WAITERS, &waiters, F_PRIO, &prio, NULL);
     if (rc == 0 && g) {
         rc = att_s ? num(q, att_s, &att, "ERR emq: a job row's attempts is not a number")
                    : fail(q, "ERR emq: a job row has no attempts");
@@ -1169,12 +1555,12 @@ static int reap_one(Q *q, RMS *id) {
                             S_LEASE_EXPIRED, NULL);
         RedisModule_Replicate(q->ctx, "HSET", "sssss", jk, F_STATE, S_PENDING, F_ERROR,
                               S_LEASE_EXPIRED);
-        rc = lane_push(q, g, id, created);
+        rc = lane_push(q, g, id, lane_score(prio, created));
         if (rc == 0) rc = 1;
     }
     if (job) RedisModule_CloseKey(job);
     sfree(q, jk); sfree(q, g); sfree(q, att_s); sfree(q, max_s);
-    sfree(q, created_s); sfree(q, waiters);
+    sfree(q, created_s); sfree(q, waiters); sfree(q, prio);
     return rc;
 }
 
@@ -1202,21 +1588,23 @@ static int cmd_reap(RedisModuleCtx *ctx, RMS **argv, int argc) {
 }
 
 static int promote_one(Q *q, RMS *id) {
-    RMS *jk = job_key(q, id), *g = NULL;
+    RMS *jk = job_key(q, id), *g = NULL, *prio = NULL;
     RMK *job;
     int rc = dk(q, jk, 1, REDISMODULE_KEYTYPE_HASH, &job);
     if (rc == 0) {
         zrem(q, fx(q, K_DELAYED, 1), q->k[K_DELAYED], id);
-        g = hget(job, F_GROUP);
+        if (RedisModule_KeyType(job) != REDISMODULE_KEYTYPE_EMPTY)
+            RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_GROUP, &g, F_PRIO, &prio, NULL);
     }
     if (rc == 0 && g) {
         RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_STATE, S_PENDING, NULL);
         RedisModule_Replicate(q->ctx, "HSET", "sss", jk, F_STATE, S_PENDING);
-        rc = lane_push(q, g, id, (double)q->now);
+        rc = lane_push(q, g, id, lane_score(prio, (double)q->now));
     }
     if (job) RedisModule_CloseKey(job);
     sfree(q, jk);
     sfree(q, g);
+    sfree(q, prio);
     return rc;
 }
 
@@ -1232,14 +1620,38 @@ static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
         if (promote_one(&q, ids[i]) < 0) break;
     free_ids(&q, ids, n);
     if (q.err) return finish(&q);
-    double score;
-    RMS *head = zfirst(fx(&q, K_DELAYED, 0), &score);
-    long long next_due = -1;
-    if (head) {
-        double d = score - (double)q.now;      /* the script's integer reply truncates */
-        next_due = d <= 0 ? 0 : to_ll(d);
-        sfree(&q, head);
+    /* groups whose wait is over: out of gwait, back on the ring if still open */
+    RMS *wkey = book_key(&q, "gwait");
+    RMK *wh;
+    long long ng = 0;
+    RMS **groups = NULL;
+    if (dk(&q, wkey, 1, REDISMODULE_KEYTYPE_ZSET, &wh) == 0) {
+        groups = due_in(wh, (double)q.now, limit, &ng);
+        for (long long i = 0; i < ng; i++) {
+            int open;
+            if (zrem(&q, wh, wkey, groups[i]) < 0 || is_open(&q, groups[i], &open) < 0) break;
+            if (open && admit(&q, groups[i]) < 0) break;
+        }
     }
+    free_ids(&q, groups, ng);
+    if (q.err) {
+        if (wh) RedisModule_CloseKey(wh);
+        sfree(&q, wkey);
+        return finish(&q);
+    }
+    long long next_due = -1;
+    for (int k = 0; k < 2; k++) {
+        double score;
+        RMS *head = zfirst(k == 0 ? fx(&q, K_DELAYED, 0) : wh, &score);
+        if (head) {
+            double d = score - (double)q.now;  /* the script's integer reply truncates */
+            long long due = d <= 0 ? 0 : to_ll(d);
+            if (next_due < 0 || due < next_due) next_due = due;
+            sfree(&q, head);
+        }
+    }
+    if (wh) RedisModule_CloseKey(wh);
+    sfree(&q, wkey);
     long long claimable = vlen(fx(&q, K_RING, 0)) > 0 && !paused(&q);
     RedisModule_ReplyWithArray(ctx, 3);
     RedisModule_ReplyWithLongLong(ctx, n);
@@ -1265,7 +1677,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     F_LEASE = mk(ctx, "lease"); F_DELAY = mk(ctx, "delay"); F_TTL = mk(ctx, "ttl");
     F_CREATED = mk(ctx, "created"); F_NONCE = mk(ctx, "nonce"); F_STARTED = mk(ctx, "started");
     F_FINISHED = mk(ctx, "finished"); F_RESULT = mk(ctx, "result"); F_ERROR = mk(ctx, "error");
-    F_WAITERS = mk(ctx, "waiters");
+    F_WAITERS = mk(ctx, "waiters"); F_FENCE = mk(ctx, "fence"); F_PRIO = mk(ctx, "prio");
     S_ACTIVE = mk(ctx, "active"); S_PENDING = mk(ctx, "pending"); S_DELAYED = mk(ctx, "delayed");
     S_DONE = mk(ctx, "done"); S_DEAD = mk(ctx, "dead"); S_ZERO = mk(ctx, "0");
     S_ONE = mk(ctx, "1"); S_D = mk(ctx, "d"); S_LEASE_EXPIRED = mk(ctx, "lease expired");

@@ -33,7 +33,9 @@
 #define REDISMODULE_KEYTYPE_SET 4
 #define REDISMODULE_KEYTYPE_ZSET 5
 
+#define REDISMODULE_REPLY_STRING 0
 #define REDISMODULE_REPLY_INTEGER 2
+#define REDISMODULE_REPLY_NULL 4
 
 #define REDISMODULE_ZADD_XX (1 << 0)
 #define REDISMODULE_ZADD_ADDED (1 << 2)
@@ -66,6 +68,7 @@ typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
     X(const char *, StringPtrLen, (const RedisModuleString *str, size_t *len)) \
     X(RedisModuleString *, CreateString, (RedisModuleCtx *ctx, const char *ptr, size_t len)) \
     X(RedisModuleString *, CreateStringFromLongLong, (RedisModuleCtx *ctx, long long ll)) \
+    X(RedisModuleString *, CreateStringFromString, (RedisModuleCtx *ctx, const RedisModuleString *str)) \
     X(void, FreeString, (RedisModuleCtx *ctx, RedisModuleString *str)) \
     X(int, StringToLongLong, (const RedisModuleString *str, long long *ll)) \
     X(int, StringToDouble, (const RedisModuleString *str, double *d)) \
@@ -77,6 +80,7 @@ typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
     X(int, SetExpire, (RedisModuleKey *key, mstime_t expire)) \
     X(int, ZsetAdd, (RedisModuleKey *key, double score, RedisModuleString *ele, int *flagsptr)) \
     X(int, ZsetRem, (RedisModuleKey *key, RedisModuleString *ele, int *deleted)) \
+    X(int, ZsetScore, (RedisModuleKey *key, RedisModuleString *ele, double *score)) \
     X(int, ZsetFirstInScoreRange, (RedisModuleKey *key, double min, double max, int minex, \
                                    int maxex)) \
     X(RedisModuleString *, ZsetRangeCurrentElement, (RedisModuleKey *key, double *score)) \
@@ -91,6 +95,7 @@ typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
     X(int, CallReplyType, (RedisModuleCallReply *reply)) \
     X(long long, CallReplyInteger, (RedisModuleCallReply *reply)) \
     X(void, FreeCallReply, (RedisModuleCallReply *reply)) \
+    X(RedisModuleString *, CreateStringFromCallReply, (RedisModuleCallReply *reply)) \
     X(int, Replicate, (RedisModuleCtx *ctx, const char *cmd, const char *fmt, ...)) \
     X(long long, Milliseconds, (void)) \
     X(void *, Alloc, (size_t bytes)) \

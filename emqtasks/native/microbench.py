@@ -25,7 +25,7 @@ from pathlib import Path
 import redis
 
 from ..keys import FIXED, QueueKeys
-from ..localserver import find_binary, free_port, wait_ready
+from .._dev.localserver import find_binary, free_port, wait_ready
 from ..scripts import source
 from . import COMMANDS
 from .build import build, last_reason

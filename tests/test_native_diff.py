@@ -39,9 +39,9 @@ from typing import Any
 import pytest
 import redis
 
+from emqtasks._dev.localserver import find_binary, free_port, server_version, wait_ready
 from emqtasks.check import check
 from emqtasks.keys import FIXED, QueueKeys
-from emqtasks._dev.localserver import find_binary, free_port, server_version, wait_ready
 from emqtasks.native import COMMANDS
 from emqtasks.native.build import asan_runtime, build
 from emqtasks.queue import Queue

@@ -4,15 +4,18 @@
  * then its ARGV, without numkeys. KEYS are the queue's 12 fixed keys in keys.py FIXED order
  * (ring active gactive glimit gweight gturn gpaused paused delayed dead wake guard), all
  * of the form BASE..name with BASE = KEYS[1] minus "ring" (anything else is refused: the
- * keys a command forms itself, job rows BASE.."job:"..id, lanes BASE.."g:"..group..":pending"
- * and done lists BASE.."done:"..id, then carry the same prefix, so the same slot and the same
- * ACL key pattern, and never alias a fixed key). Replies are what the script returns
+ * keys a command forms itself, job rows BASE.."job:"..id, lanes BASE.."g:"..group..":pending",
+ * a rated group's start times BASE.."g:"..group..":starts", done lists BASE.."done:"..id and
+ * the fairness controls' books BASE..{grate gmax gdefaults gbackoff gwait}, then carry the
+ * same prefix, so the same slot and the same ACL key pattern, and never alias a fixed key). Replies are what the script returns
  * through RESP2: Lua tables are arrays, false a nil bulk, numbers integers.
  *
- *   EMQ.ENQUEUE <keys> n {id task payload group max lease delay ttl countdown}*n
- *       -> array of n integers: 1 enqueued, 0 duplicate (the row exists), -1 malformed id
+ *   EMQ.ENQUEUE <keys> n {id task payload group max lease delay ttl countdown priority}*n
+ *       -> array of n integers: 1 enqueued, 0 duplicate (the row exists), -1 malformed id,
+ *          2 the lane holds its max_size (jobs due now only)
  *   EMQ.CLAIM   <keys> n nonce_prefix
- *       -> array of up to n jobs {id task payload attempts nonce group lease_ms more}; job i
+ *       -> array of up to n jobs {id task payload attempts nonce group lease_ms more fence};
+ *          job i
  *          gets the nonce prefix..":"..i; empty when the queue is paused or nothing is
  *          serviceable
  *   EMQ.ACK     <keys> id attempts nonce result next_nonce
@@ -21,12 +24,14 @@
  *       -> 1 retry scheduled, 2 dead, 0 stale; delay '' is the row's own; final '1' kills
  *   EMQ.EXTEND  <keys> lease_ms {id attempts nonce}*
  *       -> array, per job 1 extended or 0 stale
- *   EMQ.RELEASE <keys> id attempts nonce reason
- *       -> 1 released (attempt rolled back, back in its lane), 0 stale
+ *   EMQ.RELEASE <keys> id attempts nonce reason backoff_ms
+ *       -> 1 released (attempt rolled back, back in its lane), 0 stale; a back-off > 0 holds
+ *          the group in gwait until then (gbackoff)
  *   EMQ.REAP    <keys> limit
  *       -> {returned, dead}
  *   EMQ.PROMOTE <keys> limit
- *       -> {moved, next_due_in_ms (-1 none, 0 more due now), claimable}
+ *       -> {moved, next_due_in_ms (-1 none, 0 more due now), claimable}; due groups in gwait
+ *          go back to the ring, and next_due covers gwait's head too
  *
  * The state transitions are the scripts' to the field (lua/_common.lua explains the ring,
  * the books, the fence and the wake tokens; this file follows its helpers one for one).
@@ -43,6 +48,8 @@
  *   - the fixed keys a command always touches are type-checked before its first write;
  *     any other key of the wrong type stops the command where a script would stop too,
  *     with what was written before kept (and replicated), as with a script;
+ *   - a priority, or a release back-off, that is no number counts as 0, as the scripts'
+ *     `tonumber(x) or 0`; a non-integral one is written as %.17g where Lua writes %.14g;
  *   - error texts are its own.
  * Rows the fence reads, and a duplicate's row, are opened for writing (one lookup, not
  * two): a WATCH on such a row is touched even when nothing changed. Writes through the key
@@ -51,7 +58,7 @@
  * Writes go through the low-level key API, each one followed by RedisModule_Replicate of
  * the plain command with the same effect (ZADD, HSET, LMOVE...), never the EMQ.* command
  * itself: the server wraps one call's effects in MULTI/EXEC, so a replica or an AOF replay
- * without this module reproduces the state. RM_Call is used for reads only (SISMEMBER):
+ * without this module reproduces the state. RM_Call is used for reads only (SISMEMBER, LINDEX):
  * on 6.2 a replicated RM_Call would be emitted ahead of the RM_Replicate'd effects. The
  * effects are deterministic where a script's are not always: claim's ZPOPMIN goes as
  * ZREM of the id, every EXPIRE as PEXPIREAT of the deadline the primary set.

@@ -21,11 +21,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 
-from ..keys import FIXED, QueueKeys
 from .._dev.localserver import find_binary, free_port, wait_ready
+from ..keys import FIXED, QueueKeys
 from ..scripts import source
 from . import COMMANDS
 from .build import build, last_reason
@@ -65,10 +66,12 @@ class Bench:
              "--appendonly", "no", "--dir", str(self.dir), "--loadmodule", str(module)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_ready(self.port, self.proc, time.monotonic() + 20)
-        self.r = redis.Redis(port=self.port, decode_responses=True)
-        self.bench = find_binary("redis-benchmark")
-        if self.bench is None:
+        # Any: redis-py's execute_command has no annotations
+        self.r: Any = redis.Redis(port=self.port, decode_responses=True)
+        bench = find_binary("redis-benchmark")
+        if bench is None:
             raise SystemExit("redis-benchmark not found (it comes with redis-server)")
+        self.bench: str = bench
         self.clients, self.pipeline = clients, pipeline
         self.sha = {v: self.r.script_load(source(v)) for v in ("enqueue", "claim", "ack")}
 
@@ -99,8 +102,8 @@ class Bench:
         for start in range(0, n, 1000):
             jobs = []
             for i in range(start, min(n, start + 1000)):
-                jobs += [f"p{i}", "t", PAYLOAD, f"g{i % groups}", 3, 10**7, 1000, 0, 0]
-            self.r.execute_command(COMMANDS["enqueue"], *k.fixed, len(jobs) // 9, *jobs)
+                jobs += [f"p{i}", "t", PAYLOAD, f"g{i % groups}", 3, 10**7, 1000, 0, 0, 0]
+            self.r.execute_command(COMMANDS["enqueue"], *k.fixed, len(jobs) // 10, *jobs)
 
     def drain(self, k: QueueKeys, native: bool, n: int) -> dict[str, float]:
         """Enqueue n jobs one by one, then claim and ack-with-claim-next until empty."""
@@ -112,7 +115,7 @@ class Bench:
         t0 = time.perf_counter()
         for i in range(n):
             pipe.execute_command(*call, 1, f"d{i}", "t", PAYLOAD, f"g{i % 10}", 3, 10**7,
-                                 1000, 0, 0)
+                                 1000, 0, 0, 0)
             if len(pipe) >= 100:
                 pipe.execute()
         pipe.execute()
@@ -134,7 +137,7 @@ class Bench:
         for native in (False, True):
             tag = "native" if native else "lua"
             k = QueueKeys(f"mb{i}{tag}")
-            job = ["__rand_int__", "t", PAYLOAD, "g", "3", str(10**7), "1000", "0", "0"]
+            job = ["__rand_int__", "t", PAYLOAD, "g", "3", str(10**7), "1000", "0", "0", "0"]
             out[f"enqueue {tag}"] = self.measure(k, native, "enqueue", n, ["1", *job], 10**9)
             k2 = QueueKeys(f"mc{i}{tag}")
             self.prefill(k2, n + 1000)

@@ -749,6 +749,52 @@ def test_differential(server: Server) -> None:
     assert server.alive()
 
 
+def test_fairness_paths(server: Server) -> None:
+    """Fixed paths of the fairness controls, in lockstep: a rate budget spent by a claim, a
+    group promoted from gwait while its budget is still spent (it waits again: the only
+    entry of gwait leaves and comes back), a cap, priorities, a back-off, defaults."""
+    p = Pair(server, "fl", "fn")
+    try:
+        rnd = random.Random(5)
+
+        def job(i: str, g: str, prio: int = 0) -> list[Any]:
+            return [i, "t", "p", g, 3, 10**7, 1000, 60, 0, prio]
+
+        p.admin("rate", ["ra", "1", str(10**8)])
+        p.admin("maxsize", ["ra", "3"])
+        p.verb("enqueue", [4, *job("a1", "ra", 5), *job("a2", "ra", -5), *job("a3", "ra"),
+                           *job("a4", "ra")])                  # the 4th: 2 (full)
+        first = p.verb("claim", [2, "n1"])                      # one: the budget is spent
+        assert [j[0] for j in first] == [b"a2"] and first[0][8] == 1, first
+        assert p.r.zscore(p.ka.gwait, "ra") is not None
+        p.both(lambda k: p.r.zadd(k.gwait, {"ra": 1}, xx=True))
+        p.verb("promote", [10])                                 # still spent: waits again
+        assert p.r.zscore(p.ka.gwait, "ra") is not None
+        p.compare()
+
+        def window_over(k: QueueKeys) -> None:
+            p.r.lset(k.starts("ra"), 0, 1)
+            p.r.zadd(k.gwait, {"ra": 1}, xx=True)
+        p.both(window_over)
+        p.verb("promote", [10])                                 # back on the ring
+        second = p.verb("claim", [1, "n2"])
+        assert [j[0] for j in second] == [b"a3"], second
+        tok = (second[0][0].decode(), second[0][3], second[0][4].decode())
+        p.verb("release", [*tok, "RateLimited", str(10**8)])    # back-off: the group waits
+        p.compare()
+        p.admin("defaults", [1, "rate", "2:1000", "ra", "rb"])
+        p.admin("rate", ["ra", "", ""])                         # the default rate applies
+        p.both(lambda k: p.r.hset(k.gbackoff, "ra", 1))
+        p.both(lambda k: p.r.zadd(k.gwait, {"ra": 1}, xx=True))
+        p.verb("promote", [10])
+        again = p.verb("claim", [3, f"n{rnd.randrange(9)}"])
+        assert again and again[0][8] == 2, again                # a3 again: fence 2
+        p.compare()
+        p.checked()
+    finally:
+        p.close()
+
+
 def test_fuzz(server: Server) -> None:
     """Garbage arities, values and key types: always an error or a valid reply, never a
     crash."""

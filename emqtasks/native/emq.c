@@ -1628,21 +1628,25 @@ static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
     free_ids(&q, ids, n);
     if (q.err) return finish(&q);
     /* groups whose wait is over: out of gwait, back on the ring if still open */
+    /* (no handle on gwait stays open across admit: one that emptied the zset, whose key
+     * then went, would not see the zset admit makes again) */
     RMS *wkey = book_key(&q, "gwait");
     RMK *wh;
     long long ng = 0;
     RMS **groups = NULL;
-    if (dk(&q, wkey, 1, REDISMODULE_KEYTYPE_ZSET, &wh) == 0) {
+    if (dk(&q, wkey, 0, REDISMODULE_KEYTYPE_ZSET, &wh) == 0) {
         groups = due_in(wh, (double)q.now, limit, &ng);
+        if (wh) RedisModule_CloseKey(wh);
         for (long long i = 0; i < ng; i++) {
-            int open;
-            if (zrem(&q, wh, wkey, groups[i]) < 0 || is_open(&q, groups[i], &open) < 0) break;
+            int open, rc = dk(&q, wkey, 1, REDISMODULE_KEYTYPE_ZSET, &wh);
+            if (rc == 0) rc = zrem(&q, wh, wkey, groups[i]) < 0 ? -1 : 0;
+            if (wh) RedisModule_CloseKey(wh);
+            if (rc < 0 || is_open(&q, groups[i], &open) < 0) break;
             if (open && admit(&q, groups[i]) < 0) break;
         }
     }
     free_ids(&q, groups, ng);
-    if (q.err) {
-        if (wh) RedisModule_CloseKey(wh);
+    if (q.err || dk(&q, wkey, 0, REDISMODULE_KEYTYPE_ZSET, &wh) < 0) {
         sfree(&q, wkey);
         return finish(&q);
     }

@@ -49,7 +49,9 @@
  *     any other key of the wrong type stops the command where a script would stop too,
  *     with what was written before kept (and replicated), as with a script;
  *   - a priority, or a release back-off, that is no number counts as 0, as the scripts'
- *     `tonumber(x) or 0`; a non-integral one is written as %.17g where Lua writes %.14g;
+ *     `tonumber(x) or 0`; a non-integral one is stored as %.17g text (what 6.2's scripts
+ *     write; 7's and Valkey's write the shortest round-trip text, "0.1" for 0.1), and a
+ *     rate whose digits overflow 64 bits is refused (a script reads it as a float);
  *   - error texts are its own.
  * Rows the fence reads, and a duplicate's row, are opened for writing (one lookup, not
  * two): a WATCH on such a row is touched even when nothing changed. Writes through the key

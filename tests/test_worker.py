@@ -294,29 +294,25 @@ def test_the_park_thread_rides_out_a_server_down_when_it_connects(app: App) -> N
 
     import redis
 
-    from emqtasks.config import WorkerSettings
-    from emqtasks.registry import Registry
-    from emqtasks.worker.master import Master
+    from emqtasks.worker import park
 
     calls = []
 
-    def make_queue():  # type: ignore[no-untyped-def]
+    def make_queues():  # type: ignore[no-untyped-def]
         calls.append(time.monotonic())
-        if len(calls) in (2, 3):   # the master's own (1st) connects; the park thread's fails
+        if len(calls) in (1, 2):   # the park thread's first two tries meet a server down
             raise redis.exceptions.ConnectionError("no Redis Cluster node answered")
-        return app.queue()
+        return [app.queue()]
 
-    master = Master(make_queue, WorkerSettings(concurrency=1, tick=0.05), Registry())
-    park = threading.Thread(target=master._park_loop, daemon=True)
-    park.start()
+    stop, has_idle = threading.Event(), threading.Event()
+    parker = park.Parker(make_queues, [0], 0.05, has_idle, stop, lambda _i: None, {})
+    thread = threading.Thread(target=parker.run, daemon=True)
+    thread.start()
     deadline = time.monotonic() + 10
-    while len(calls) < 4 and time.monotonic() < deadline:
+    while len(calls) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert len(calls) == 4 and park.is_alive()
-    master.park_stop.set()
-    master.has_idle.set()
-    park.join(5)
-    assert not park.is_alive()
-    master.selector.close()
-    for fd in (master._signal_r, master._signal_w, master._wake_r, master._wake_w):
-        os.close(fd)
+    assert len(calls) == 3 and thread.is_alive()
+    stop.set()
+    has_idle.set()
+    thread.join(5)
+    assert not thread.is_alive()

@@ -1,0 +1,30 @@
+"""The native twin of the Lua verbs: a Redis / Valkey module (``emq.c``), optional.
+
+Each command takes exactly a verb's KEYS (the queue's 12 fixed keys) then its ARGV, and
+answers what the script answers. ``module_path()`` finds a built ``emq.so`` (built by the
+package build when a compiler exists, or by ``python -m emqtasks.native.build``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+#: Lua verb -> module command.
+COMMANDS = {
+    "enqueue": "EMQ.ENQUEUE",
+    "claim": "EMQ.CLAIM",
+    "ack": "EMQ.ACK",
+    "retry": "EMQ.RETRY",
+    "extend": "EMQ.EXTEND",
+    "release": "EMQ.RELEASE",
+    "reap": "EMQ.REAP",
+    "promote": "EMQ.PROMOTE",
+}
+
+
+def module_path() -> Path | None:
+    """The built module next to this file, or None when it was not built."""
+    path = HERE / "emq.so"
+    return path if path.is_file() else None

@@ -1,0 +1,1711 @@
+/* emq.c: the native twin of emqtasks' Lua verbs, as a Redis / Valkey module.
+ *
+ * Each command does what lua/<verb>.lua does, with the same arguments: the script's KEYS
+ * then its ARGV, without numkeys. KEYS are the queue's 12 fixed keys in keys.py FIXED order
+ * (ring active gactive glimit gweight gturn gpaused paused delayed dead wake guard), all
+ * of the form BASE..name with BASE = KEYS[1] minus "ring" (anything else is refused: the
+ * keys a command forms itself, job rows BASE.."job:"..id, lanes BASE.."g:"..group..":pending",
+ * a rated group's start times BASE.."g:"..group..":starts", done lists BASE.."done:"..id and
+ * the fairness controls' books BASE..{grate gmax gdefaults gbackoff gwait}, then carry the
+ * same prefix, so the same slot and the same ACL key pattern, and never alias a fixed key). Replies are what the script returns
+ * through RESP2: Lua tables are arrays, false a nil bulk, numbers integers.
+ *
+ *   EMQ.ENQUEUE <keys> n {id task payload group max lease delay ttl countdown priority}*n
+ *       -> array of n integers: 1 enqueued, 0 duplicate (the row exists), -1 malformed id,
+ *          2 the lane holds its max_size (jobs due now only)
+ *   EMQ.CLAIM   <keys> n nonce_prefix
+ *       -> array of up to n jobs {id task payload attempts nonce group lease_ms more fence};
+ *          job i
+ *          gets the nonce prefix..":"..i; empty when the queue is paused or nothing is
+ *          serviceable
+ *   EMQ.ACK     <keys> id attempts nonce result next_nonce
+ *       -> {1 done | 0 stale, next job as in claim or nil}; next_nonce '' claims nothing
+ *   EMQ.RETRY   <keys> id attempts nonce error delay_ms final
+ *       -> 1 retry scheduled, 2 dead, 0 stale; delay '' is the row's own; final '1' kills
+ *   EMQ.EXTEND  <keys> lease_ms {id attempts nonce}*
+ *       -> array, per job 1 extended or 0 stale
+ *   EMQ.RELEASE <keys> id attempts nonce reason backoff_ms
+ *       -> 1 released (attempt rolled back, back in its lane), 0 stale; a back-off > 0 holds
+ *          the group in gwait until then (gbackoff)
+ *   EMQ.REAP    <keys> limit
+ *       -> {returned, dead}
+ *   EMQ.PROMOTE <keys> limit
+ *       -> {moved, next_due_in_ms (-1 none, 0 more due now), claimable}; due groups in gwait
+ *          go back to the ring, and next_due covers gwait's head too
+ *
+ * The state transitions are the scripts' to the field (lua/_common.lua explains the ring,
+ * the books, the fence and the wake tokens; this file follows its helpers one for one).
+ *
+ * Where this differs from the scripts, it is on input they take without a check:
+ *   - arity is exact (a script ignores extra ARGV, and extend's partial triple is stale);
+ *   - counts (claim n, enqueue n, reap / promote limit) are integers >= 0: a negative
+ *     claim n answers [] from the script and a negative LIMIT means "all" there;
+ *   - numbers are finite and written as such (a script's tonumber() takes " 5", "0x10",
+ *     "inf"; a value it writes back or answers as an integer must be an integer here);
+ *     enqueue checks every job's numbers before it writes the first job, where the script
+ *     stores them as given and fails later; retry's delay is '' or a number (the script
+ *     reads anything else as "the row's own");
+ *   - the fixed keys a command always touches are type-checked before its first write;
+ *     any other key of the wrong type stops the command where a script would stop too,
+ *     with what was written before kept (and replicated), as with a script;
+ *   - a priority, or a release back-off, that is no number counts as 0, as the scripts'
+ *     `tonumber(x) or 0`; a non-integral one is stored as %.17g text (what 6.2's scripts
+ *     write; 7's and Valkey's write the shortest round-trip text, "0.1" for 0.1), and a
+ *     rate whose digits overflow 64 bits is refused (a script reads it as a float);
+ *   - error texts are its own.
+ * Rows the fence reads, and a duplicate's row, are opened for writing (one lookup, not
+ * two): a WATCH on such a row is touched even when nothing changed. Writes through the key
+ * API raise no keyspace notifications.
+ *
+ * Writes go through the low-level key API, each one followed by RedisModule_Replicate of
+ * the plain command with the same effect (ZADD, HSET, LMOVE...), never the EMQ.* command
+ * itself: the server wraps one call's effects in MULTI/EXEC, so a replica or an AOF replay
+ * without this module reproduces the state. RM_Call is used for reads only (SISMEMBER, LINDEX):
+ * on 6.2 a replicated RM_Call would be emitted ahead of the RM_Replicate'd effects. The
+ * effects are deterministic where a script's are not always: claim's ZPOPMIN goes as
+ * ZREM of the id, every EXPIRE as PEXPIREAT of the deadline the primary set.
+ *
+ * Time is the server's clock, as the scripts' now_ms: TIME seconds*1000 + usec/1000,
+ * which is what RedisModule_Milliseconds() computes; read once per call.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "emq_api.h"
+
+typedef RedisModuleString RMS;
+typedef RedisModuleKey RMK;
+
+#define WAKE_CAP 16
+#define WAKE_TTL_MS 60000
+#define NOTIFY_MAX 100
+#define CLAIM_SKIP_MAX 64
+
+enum {
+    K_RING, K_ACTIVE, K_GACTIVE, K_GLIMIT, K_GWEIGHT, K_GTURN, K_GPAUSED, K_PAUSED,
+    K_DELAYED, K_DEAD, K_WAKE, K_GUARD, NFIXED
+};
+static const char *FIXED[NFIXED] = {
+    "ring", "active", "gactive", "glimit", "gweight", "gturn", "gpaused", "paused",
+    "delayed", "dead", "wake", "guard",
+};
+/* The type each fixed key must have when it exists; EMPTY: any (never read as a value). */
+static const int FIXED_TYPE[NFIXED] = {
+    REDISMODULE_KEYTYPE_LIST, REDISMODULE_KEYTYPE_ZSET, REDISMODULE_KEYTYPE_HASH,
+    REDISMODULE_KEYTYPE_HASH, REDISMODULE_KEYTYPE_HASH, REDISMODULE_KEYTYPE_HASH,
+    REDISMODULE_KEYTYPE_SET, REDISMODULE_KEYTYPE_EMPTY, REDISMODULE_KEYTYPE_ZSET,
+    REDISMODULE_KEYTYPE_ZSET, REDISMODULE_KEYTYPE_LIST, REDISMODULE_KEYTYPE_EMPTY,
+};
+
+static const char WRONGTYPE[] = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/* Strings made once at load: field names and constant values. */
+static RMS *F_TASK, *F_PAYLOAD, *F_GROUP, *F_STATE, *F_ATTEMPTS, *F_MAX, *F_LEASE, *F_DELAY,
+    *F_TTL, *F_CREATED, *F_NONCE, *F_STARTED, *F_FINISHED, *F_RESULT, *F_ERROR, *F_WAITERS,
+    *F_FENCE, *F_PRIO;
+static RMS *S_ACTIVE, *S_PENDING, *S_DELAYED, *S_DONE, *S_DEAD, *S_ZERO, *S_ONE, *S_D,
+    *S_LEASE_EXPIRED, *S_XX, *S_MINUS1, *S_LEFT, *S_RIGHT;
+
+/* One command call: its context, the fixed keys and the handles open on them. */
+typedef struct {
+    RedisModuleCtx *ctx;
+    RMS **k;               /* the 12 fixed key names */
+    RMK *h[NFIXED];        /* open handle (NULL: not open, or opened READ and missing) */
+    int mode[NFIXED];      /* 0 not open, READ, or READ|WRITE */
+    char bad[NFIXED];      /* found of the wrong type */
+    const char *base;
+    size_t blen;
+    long long now;
+    const char *err;       /* the error reply, set by the first failure */
+    int dread;             /* gdefaults read (once per call, as the scripts' DEFAULTS) */
+    RMS *dflt[4];          /* limit rate max_size weight */
+} Q;
+
+static int fail(Q *q, const char *msg) {
+    if (!q->err) q->err = msg;
+    return -1;
+}
+
+static void sfree(Q *q, RMS *s) {
+    if (s) RedisModule_FreeString(q->ctx, s);
+}
+
+static int eq(RMS *a, RMS *b) {
+    size_t la, lb;
+    const char *pa = RedisModule_StringPtrLen(a, &la), *pb = RedisModule_StringPtrLen(b, &lb);
+    return la == lb && memcmp(pa, pb, la) == 0;
+}
+
+static int eqc(RMS *a, const char *c) {
+    size_t la;
+    const char *pa = RedisModule_StringPtrLen(a, &la);
+    return la == strlen(c) && memcmp(pa, c, la) == 0;
+}
+
+static size_t slen(RMS *s) {
+    size_t len;
+    RedisModule_StringPtrLen(s, &len);
+    return len;
+}
+
+/* Numbers as the scripts read them: tonumber() of a stored field or an argument. Lua takes
+ * any number; here a value that is written back or answered as an integer must be one. */
+static int num(Q *q, RMS *s, double *out, const char *what) {
+    long long ll;
+    if (RedisModule_StringToLongLong(s, &ll) == REDISMODULE_OK) {
+        *out = (double)ll;
+        return 0;
+    }
+    if (RedisModule_StringToDouble(s, out) == REDISMODULE_OK && isfinite(*out)) return 0;
+    return fail(q, what);
+}
+
+/* A double as the scripts' integer reply makes it (truncated), clamped where C's cast
+ * would be undefined. */
+static long long to_ll(double d) {
+    if (d >= 9.2e18) return 9200000000000000000LL;
+    if (d <= -9.2e18) return -9200000000000000000LL;
+    return (long long)d;
+}
+
+static int integer(Q *q, RMS *s, long long *out, const char *what) {
+    if (RedisModule_StringToLongLong(s, out) == REDISMODULE_OK) return 0;
+    return fail(q, what);
+}
+
+/* Doubles replicated as text the way the scripts format numbers: integers exactly. */
+static const char *fmt_num(double d, char buf[40]) {
+    if (d == floor(d) && fabs(d) < 9007199254740992.0)
+        snprintf(buf, 40, "%lld", (long long)d);
+    else
+        snprintf(buf, 40, "%.17g", d);
+    return buf;
+}
+
+/* ---- keys ------------------------------------------------------------------------- */
+
+static int type_ok(RMK *h, int type) {
+    int t = RedisModule_KeyType(h);
+    if (type == REDISMODULE_KEYTYPE_EMPTY) return 1;
+    return t == REDISMODULE_KEYTYPE_EMPTY || t == type;
+}
+
+/* The handle of fixed key i, opened READ (NULL when missing) or READ|WRITE, its type
+ * checked on the first open; NULL with q->err set when the key has the wrong type. Each
+ * key is opened once per call in the mode the command needs (a READ handle is reopened
+ * only on the rare path that then writes), since every open is a lookup. */
+static RMK *fx(Q *q, int i, int write) {
+    int want = write ? (REDISMODULE_READ | REDISMODULE_WRITE) : REDISMODULE_READ;
+    if (q->bad[i]) {
+        fail(q, WRONGTYPE);
+        return NULL;
+    }
+    if (q->mode[i] && (q->mode[i] & want) == want) return q->h[i];
+    if (q->h[i]) RedisModule_CloseKey(q->h[i]);
+    q->h[i] = RedisModule_OpenKey(q->ctx, q->k[i], want);
+    q->mode[i] = want;
+    if (!type_ok(q->h[i], FIXED_TYPE[i])) {
+        RedisModule_CloseKey(q->h[i]);
+        q->h[i] = NULL;
+        q->bad[i] = 1;
+        fail(q, WRONGTYPE);
+    }
+    return q->h[i];
+}
+
+static void close_all(Q *q) {
+    for (int i = 0; i < NFIXED; i++)
+        if (q->h[i]) RedisModule_CloseKey(q->h[i]);
+    for (int i = 0; i < 4; i++)
+        if (q->dflt[i]) RedisModule_FreeString(q->ctx, q->dflt[i]);
+}
+
+#define B(i) (1u << (i))
+
+/* Check the 12 keys are BASE..FIXED[i]; open (and type-check) the fixed keys the command
+ * always writes (wmask) and reads (rmask) before it changes anything. Others open when
+ * first touched. */
+static int q_init(Q *q, RedisModuleCtx *ctx, RMS **argv, unsigned wmask, unsigned rmask) {
+    memset(q, 0, sizeof *q);
+    q->ctx = ctx;
+    q->k = argv + 1;
+    size_t len;
+    const char *ring = RedisModule_StringPtrLen(q->k[K_RING], &len);
+    if (len < 4 || memcmp(ring + len - 4, "ring", 4) != 0)
+        return fail(q, "ERR emq: KEYS must be the queue's 12 fixed keys in order");
+    q->base = ring;
+    q->blen = len - 4;
+    for (int i = 1; i < NFIXED; i++) {
+        size_t l;
+        const char *p = RedisModule_StringPtrLen(q->k[i], &l);
+        size_t nl = strlen(FIXED[i]);
+        if (l != q->blen + nl || memcmp(p, q->base, q->blen) != 0 ||
+            memcmp(p + q->blen, FIXED[i], nl) != 0)
+            return fail(q, "ERR emq: KEYS must be the queue's 12 fixed keys in order");
+    }
+    for (int i = 0; i < NFIXED; i++)
+        if (wmask & B(i)) fx(q, i, 1);
+        else if (rmask & B(i)) fx(q, i, 0);
+    q->now = RedisModule_Milliseconds();
+    return q->err ? -1 : 0;
+}
+
+/* BASE..mid..s..suffix, the name of a job row, lane or done list. */
+static RMS *mkname(Q *q, const char *mid, RMS *s, const char *suffix) {
+    size_t sl, ml = strlen(mid), xl = strlen(suffix);
+    const char *sp = RedisModule_StringPtrLen(s, &sl);
+    size_t total = q->blen + ml + sl + xl;
+    char stackbuf[512];
+    char *buf = total <= sizeof stackbuf ? stackbuf : RedisModule_Alloc(total);
+    memcpy(buf, q->base, q->blen);
+    memcpy(buf + q->blen, mid, ml);
+    memcpy(buf + q->blen + ml, sp, sl);
+    memcpy(buf + q->blen + ml + sl, suffix, xl);
+    RMS *name = RedisModule_CreateString(q->ctx, buf, total);
+    if (buf != stackbuf) RedisModule_Free(buf);
+    return name;
+}
+
+static RMS *job_key(Q *q, RMS *id) { return mkname(q, "job:", id, ""); }
+static RMS *lane_key(Q *q, RMS *g) { return mkname(q, "g:", g, ":pending"); }
+static RMS *starts_key(Q *q, RMS *g) { return mkname(q, "g:", g, ":starts"); }
+
+/* BASE..name: the fairness controls' books (grate gmax gdefaults gbackoff gwait). */
+static RMS *book_key(Q *q, const char *name) {
+    size_t nl = strlen(name);
+    char buf[600];
+    char *b = q->blen + nl <= sizeof buf ? buf : RedisModule_Alloc(q->blen + nl);
+    memcpy(b, q->base, q->blen);
+    memcpy(b + q->blen, name, nl);
+    RMS *s = RedisModule_CreateString(q->ctx, b, q->blen + nl);
+    if (b != buf) RedisModule_Free(b);
+    return s;
+}
+#define PRIO_SPAN 1e13
+
+/* A key the command formed itself, opened with a type check; *h NULL when READ and missing. */
+static int dk(Q *q, RMS *name, int write, int type, RMK **h) {
+    *h = RedisModule_OpenKey(q->ctx, name, write ? REDISMODULE_READ | REDISMODULE_WRITE
+                                                 : REDISMODULE_READ);
+    if (!type_ok(*h, type)) {
+        RedisModule_CloseKey(*h);
+        *h = NULL;
+        return fail(q, WRONGTYPE);
+    }
+    return 0;
+}
+
+static size_t vlen(RMK *h) { return h ? RedisModule_ValueLength(h) : 0; }
+
+static RMS *hget(RMK *h, RMS *field) {
+    RMS *v = NULL;
+    if (h) RedisModule_HashGet(h, REDISMODULE_HASH_NONE, field, &v, NULL);
+    return v;
+}
+
+/* The lowest member of a zset (ZRANGE key 0 0), or NULL; its score in *score. */
+static RMS *zfirst(RMK *h, double *score) {
+    if (!h || RedisModule_ZsetFirstInScoreRange(h, -INFINITY, INFINITY, 0, 0) != REDISMODULE_OK)
+        return NULL;
+    RMS *m = NULL;
+    if (!RedisModule_ZsetRangeEndReached(h)) m = RedisModule_ZsetRangeCurrentElement(h, score);
+    RedisModule_ZsetRangeStop(h);
+    return m;
+}
+
+/* ---- writes, each replicated as the plain command ------------------------------------ */
+
+static int zadd(Q *q, RMK *h, RMS *key, double score, RMS *member, int xx) {
+    int flags = xx ? REDISMODULE_ZADD_XX : 0;
+    char buf[40];
+    if (!h) return -1;
+    if (RedisModule_ZsetAdd(h, score, member, &flags) != REDISMODULE_OK)
+        return fail(q, "ERR emq: ZADD failed");
+    if (flags & (REDISMODULE_ZADD_ADDED | REDISMODULE_ZADD_UPDATED)) {
+        /* An integral score goes as 'l': no formatting, and the same text. */
+        int integral = score == floor(score) && fabs(score) < 9007199254740992.0;
+        if (xx && integral)
+            RedisModule_Replicate(q->ctx, "ZADD", "ssls", key, S_XX, (long long)score, member);
+        else if (xx)
+            RedisModule_Replicate(q->ctx, "ZADD", "sscs", key, S_XX, fmt_num(score, buf), member);
+        else if (integral)
+            RedisModule_Replicate(q->ctx, "ZADD", "sls", key, (long long)score, member);
+        else
+            RedisModule_Replicate(q->ctx, "ZADD", "scs", key, fmt_num(score, buf), member);
+    }
+    return 0;
+}
+
+static int zrem(Q *q, RMK *h, RMS *key, RMS *member) {
+    int deleted = 0;
+    if (!h) return -1;
+    if (RedisModule_ZsetRem(h, member, &deleted) != REDISMODULE_OK)
+        return fail(q, "ERR emq: ZREM failed");
+    if (deleted) RedisModule_Replicate(q->ctx, "ZREM", "ss", key, member);
+    return deleted;
+}
+
+/* A hash field as HINCRBY reads it: absent is 0, anything but an integer refuses. */
+static int hint(Q *q, RMK *h, RMS *field, long long *v) {
+    if (q->err) return -1;               /* the handle is NULL for a key of the wrong type */
+    RMS *cur = hget(h, field);
+    *v = 0;
+    int ok = !cur || RedisModule_StringToLongLong(cur, v) == REDISMODULE_OK;
+    sfree(q, cur);
+    return ok ? 0 : fail(q, "ERR hash value is not an integer");
+}
+
+static int hincr_from(Q *q, RMK *h, RMS *key, RMS *field, long long v, long long by,
+                      long long *out);
+
+/* HINCRBY: the current value must be an integer, as the server's own command insists. */
+static int hincrby(Q *q, RMK *h, RMS *key, RMS *field, long long by, long long *out) {
+    long long v;
+    if (!h || hint(q, h, field, &v) < 0) return -1;
+    return hincr_from(q, h, key, field, v, by, out);
+}
+
+/* The write half of HINCRBY, from a current value already read with hint(). */
+static int hincr_from(Q *q, RMK *h, RMS *key, RMS *field, long long v, long long by,
+                      long long *out) {
+    if ((by > 0 && v > LLONG_MAX - by) || (by < 0 && v < LLONG_MIN - by))
+        return fail(q, "ERR increment or decrement would overflow");
+    v += by;
+    RMS *nv = RedisModule_CreateStringFromLongLong(q->ctx, v);
+    RedisModule_HashSet(h, REDISMODULE_HASH_NONE, field, nv, NULL);
+    sfree(q, nv);
+    RedisModule_Replicate(q->ctx, "HINCRBY", "ssl", key, field, by);
+    *out = v;
+    return 0;
+}
+
+static int hdel(Q *q, RMK *h, RMS *key, RMS *field) {
+    if (!h || !RedisModule_KeyType(h)) return 0;
+    if (RedisModule_HashSet(h, REDISMODULE_HASH_NONE, field, REDISMODULE_HASH_DELETE, NULL) > 0) {
+        RedisModule_Replicate(q->ctx, "HDEL", "ss", key, field);
+        return 1;
+    }
+    return 0;
+}
+
+/* HDEL on fixed key i, opened for writing only when the field is there. */
+static int hdel_fx(Q *q, int i, RMS *field) {
+    RMK *h = fx(q, i, 0);
+    int exists = 0;
+    if (!h || !RedisModule_ValueLength(h)) return 0;
+    RedisModule_HashGet(h, REDISMODULE_HASH_EXISTS, field, &exists, NULL);
+    return exists ? hdel(q, fx(q, i, 1), q->k[i], field) : 0;
+}
+
+static int rpush(Q *q, RMK *h, RMS *key, RMS *val) {
+    if (!h) return -1;
+    if (RedisModule_ListPush(h, REDISMODULE_LIST_TAIL, val) != REDISMODULE_OK)
+        return fail(q, "ERR emq: RPUSH failed");
+    RedisModule_Replicate(q->ctx, "RPUSH", "ss", key, val);
+    return 0;
+}
+
+/* EXPIRE key secs, at an absolute time so that the replica's deadline is the primary's. */
+static int expire_at(Q *q, RMK *h, RMS *key, long long at_ms) {
+    if (!h) return -1;
+    int rc = RedisModule_SetAbsExpire ? RedisModule_SetAbsExpire(h, at_ms)
+                                      : RedisModule_SetExpire(h, at_ms - q->now);
+    if (rc != REDISMODULE_OK) return fail(q, "ERR emq: EXPIRE failed");
+    RedisModule_Replicate(q->ctx, "PEXPIREAT", "sl", key, at_ms);
+    return 0;
+}
+
+/* ---- _common.lua, helper for helper ------------------------------------------------ */
+
+/* A readiness token; 'd' tokens fill at most half the list, so a '1' always fits. */
+static int wake(Q *q, int due) {
+    size_t cap = due ? WAKE_CAP / 2 : WAKE_CAP;
+    if (vlen(fx(q, K_WAKE, 0)) >= cap) return 0;
+    RMK *w = fx(q, K_WAKE, 1);
+    if (rpush(q, w, q->k[K_WAKE], due ? S_D : S_ONE) < 0) return -1;
+    return expire_at(q, w, q->k[K_WAKE], q->now + WAKE_TTL_MS);
+}
+
+/* Schedule an id in `delayed`; if it is now the earliest entry, tell the parked masters. */
+static int delay_push(Q *q, RMS *id, double due) {
+    RMK *d = fx(q, K_DELAYED, 1);
+    if (zadd(q, d, q->k[K_DELAYED], due, id, 0) < 0) return -1;
+    double s;
+    RMS *first = zfirst(d, &s);
+    int is_first = first && eq(first, id);
+    sfree(q, first);
+    return is_first ? wake(q, 1) : 0;
+}
+
+/* A job reached an end: one token per client blocked in get() on it (at most 100). */
+static int notify(Q *q, RMS *id, RMS *waiters) {
+    long long n = 0;
+    double d;
+    if (waiters) {
+        if (RedisModule_StringToLongLong(waiters, &n) != REDISMODULE_OK)
+            n = RedisModule_StringToDouble(waiters, &d) == REDISMODULE_OK && d > 0
+                    ? (long long)(d < NOTIFY_MAX ? d : NOTIFY_MAX) : 0;
+    }
+    if (n > NOTIFY_MAX) n = NOTIFY_MAX;
+    if (n <= 0) return 0;
+    RMS *key = mkname(q, "done:", id, "");
+    RMK *h;
+    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_LIST, &h);
+    for (long long i = 0; rc == 0 && i < n; i++) rc = rpush(q, h, key, S_ONE);
+    if (rc == 0) rc = expire_at(q, h, key, q->now + 60000);
+    RedisModule_CloseKey(h);
+    sfree(q, key);
+    return rc;
+}
+
+/* SISMEMBER gpaused g, without a call when no group is paused (the common case). */
+static int group_paused(Q *q, RMS *g, int *paused) {
+    *paused = 0;
+    RMK *h = fx(q, K_GPAUSED, 0);
+    if (q->err) return -1;
+    if (vlen(h) == 0) return 0;
+    /* The call looks the key up itself (and may expire it): no handle of ours stays open. */
+    RedisModule_CloseKey(q->h[K_GPAUSED]);
+    q->h[K_GPAUSED] = NULL;
+    q->mode[K_GPAUSED] = 0;
+    RedisModuleCallReply *r = RedisModule_Call(q->ctx, "SISMEMBER", "ss", q->k[K_GPAUSED], g);
+    if (!r || RedisModule_CallReplyType(r) != REDISMODULE_REPLY_INTEGER) {
+        if (r) RedisModule_FreeCallReply(r);
+        return fail(q, WRONGTYPE);
+    }
+    *paused = RedisModule_CallReplyInteger(r) != 0;
+    RedisModule_FreeCallReply(r);
+    return 0;
+}
+
+static RMS *mk_tmp(Q *q, const char *c) { return RedisModule_CreateString(q->ctx, c, strlen(c)); }
+
+/* HGET BASE..book field (the key type-checked), or NULL. */
+static int book_get(Q *q, const char *book, RMS *field, RMS **out) {
+    RMS *key = book_key(q, book);
+    RMK *h;
+    *out = NULL;
+    int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_HASH, &h);
+    if (rc == 0) *out = hget(h, field);
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    return rc;
+}
+
+enum { D_LIMIT, D_RATE, D_MAX_SIZE, D_WEIGHT };
+
+/* A group's own setting (fixed key i or a book), else the default for every group (gdefaults,
+ * read once per call), else NULL: limit_of, rate_of, max_size_of, weight_of. */
+static int setting(Q *q, int fixed, const char *book, RMS *g, int d, RMS **out) {
+    *out = NULL;
+    if (fixed >= 0) {
+        RMK *h = fx(q, fixed, 0);
+        if (q->err) return -1;
+        *out = hget(h, g);
+    } else if (book_get(q, book, g, out) < 0) {
+        return -1;
+    }
+    if (*out) return 0;
+    if (!q->dread) {
+        RMS *key = book_key(q, "gdefaults");
+        RMK *h;
+        int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_HASH, &h);
+        sfree(q, key);
+        if (rc < 0) return -1;
+        if (h && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY) {
+            RMS *l = mk_tmp(q, "limit"), *r = mk_tmp(q, "rate"), *m = mk_tmp(q, "max_size"),
+                *w = mk_tmp(q, "weight");
+            RedisModule_HashGet(h, REDISMODULE_HASH_NONE, l, &q->dflt[D_LIMIT], r,
+                                &q->dflt[D_RATE], m, &q->dflt[D_MAX_SIZE], w,
+                                &q->dflt[D_WEIGHT], NULL);
+            sfree(q, l); sfree(q, r); sfree(q, m); sfree(q, w);
+        }
+        if (h) RedisModule_CloseKey(h);
+        q->dread = 1;
+    }
+    if (q->dflt[d]) *out = RedisModule_CreateStringFromString(q->ctx, q->dflt[d]);
+    return 0;
+}
+
+/* A group's limit (*has 0: none), and its jobs in flight. */
+static int limit_of(Q *q, RMS *g, int *has, double *lim) {
+    RMS *l;
+    *has = 0;
+    if (setting(q, K_GLIMIT, NULL, g, D_LIMIT, &l) < 0) return -1;
+    *has = l != NULL;
+    int rc = l ? num(q, l, lim, "ERR emq: a group limit is not a number") : 0;
+    sfree(q, l);
+    return rc;
+}
+
+static int weight_of(Q *q, RMS *g, double *w) {
+    RMS *s;
+    *w = 1;
+    if (setting(q, K_GWEIGHT, NULL, g, D_WEIGHT, &s) < 0) return -1;
+    int rc = s ? num(q, s, w, "ERR emq: a group weight is not a number") : 0;
+    sfree(q, s);
+    return rc;
+}
+
+/* (max_jobs, per_ms), *has 0 when none (or not "digits:digits", as the script's match). */
+static int rate_of(Q *q, RMS *g, int *has, long long *m, long long *per) {
+    RMS *s;
+    *has = 0;
+    if (setting(q, -1, "grate", g, D_RATE, &s) < 0) return -1;
+    if (!s) return 0;
+    size_t len;
+    const char *p = RedisModule_StringPtrLen(s, &len);
+    size_t i = 0, a = 0, b;
+    long long x = 0, y = 0;
+    int ovf = 0;
+    while (i < len && p[i] >= '0' && p[i] <= '9') {
+        if (x > (LLONG_MAX - 9) / 10) ovf = 1; else x = x * 10 + (p[i] - '0');
+        i++;
+    }
+    a = i;
+    if (a > 0 && i < len && p[i] == ':') {
+        b = ++i;
+        while (i < len && p[i] >= '0' && p[i] <= '9') {
+            if (y > (LLONG_MAX - 9) / 10) ovf = 1; else y = y * 10 + (p[i] - '0');
+            i++;
+        }
+        if (i > b && i == len) {
+            if (ovf) {
+                sfree(q, s);
+                return fail(q, "ERR emq: a group rate is out of range");
+            }
+            *has = 1;
+            *m = x;
+            *per = y;
+        }
+    }
+    sfree(q, s);
+    return 0;
+}
+
+/* LINDEX key i, a read (no handle of ours stays open on the key). */
+static int lindex(Q *q, RMS *key, long long i, RMS **out) {
+    *out = NULL;
+    RedisModuleCallReply *r = RedisModule_Call(q->ctx, "LINDEX", "sl", key, i);
+    if (!r) return fail(q, WRONGTYPE);
+    int t = RedisModule_CallReplyType(r);
+    if (t == REDISMODULE_REPLY_STRING) {
+        *out = RedisModule_CreateStringFromCallReply(r);
+    } else if (t != REDISMODULE_REPLY_NULL) {
+        RedisModule_FreeCallReply(r);
+        return fail(q, WRONGTYPE);
+    }
+    RedisModule_FreeCallReply(r);
+    return 0;
+}
+
+/* When the group's rate budget allows its next start (*has 1, *at ms), or *has 0 now. */
+static int rate_ready(Q *q, RMS *g, int *has, double *at) {
+    int rated;
+    long long m, per;
+    *has = 0;
+    if (rate_of(q, g, &rated, &m, &per) < 0) return -1;
+    if (!rated) return 0;
+    RMS *key = starts_key(q, g), *o;
+    int rc = lindex(q, key, m - 1, &o);
+    sfree(q, key);
+    if (rc < 0) return -1;
+    double oldest;
+    if (o && RedisModule_StringToDouble(o, &oldest) == REDISMODULE_OK && isfinite(oldest) &&
+        oldest + (double)per > (double)q->now) {
+        *has = 1;
+        *at = oldest + (double)per;
+    }
+    sfree(q, o);
+    return 0;
+}
+
+/* When the group may start its next job: its rate budget and a back-off (RateLimited). */
+static int ready_at(Q *q, RMS *g, int *has, double *at) {
+    if (rate_ready(q, g, has, at) < 0) return -1;
+    RMS *key = book_key(q, "gbackoff"), *v;
+    RMK *h;
+    int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_HASH, &h);
+    v = rc == 0 ? hget(h, g) : NULL;
+    double off;
+    if (v && RedisModule_StringToDouble(v, &off) == REDISMODULE_OK && !isnan(off)) {
+        if (off <= (double)q->now) {
+            RedisModule_CloseKey(h);
+            rc = dk(q, key, 1, REDISMODULE_KEYTYPE_HASH, &h);
+            if (rc == 0) hdel(q, h, key, g);
+        } else if (!*has || off > *at) {
+            *has = 1;
+            *at = off;
+        }
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, v);
+    sfree(q, key);
+    return rc;
+}
+
+static int gactive_of(Q *q, RMS *g, double *act) {
+    RMK *h = fx(q, K_GACTIVE, 0);
+    RMS *a = hget(h, g);
+    *act = 0;
+    if (q->err) return -1;
+    int rc = a ? num(q, a, act, "ERR emq: a gactive count is not a number") : 0;
+    sfree(q, a);
+    return rc;
+}
+
+static int under_limit(Q *q, RMS *g, int *ok) {
+    int has;
+    double lim, act;
+    *ok = 1;
+    if (limit_of(q, g, &has, &lim) < 0) return -1;
+    if (!has) return 0;
+    if (gactive_of(q, g, &act) < 0) return -1;
+    *ok = act < lim;
+    return 0;
+}
+
+static int ring_enter(Q *q, RMS *g) {
+    if (rpush(q, fx(q, K_RING, 1), q->k[K_RING], g) < 0) return -1;
+    hdel_fx(q, K_GTURN, g);
+    return wake(q, 0);
+}
+
+/* Hold an open group back until `at`; a new earliest return re-times the parked masters. */
+static int wait_push(Q *q, RMS *g, double at) {
+    RMS *key = book_key(q, "gwait");
+    RMK *h;
+    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &h);
+    if (rc == 0) rc = zadd(q, h, key, at, g, 0);
+    int first = 0;
+    if (rc == 0) {
+        double s;
+        RMS *f = zfirst(h, &s);
+        first = f && eq(f, g);
+        sfree(q, f);
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    return rc < 0 ? -1 : first ? wake(q, 1) : 0;
+}
+
+/* An open group goes on the ring, or in gwait while it may not start yet. */
+static int admit(Q *q, RMS *g) {
+    int has;
+    double at;
+    if (ready_at(q, g, &has, &at) < 0) return -1;
+    return has ? wait_push(q, g, at) : ring_enter(q, g);
+}
+
+/* ring_leave for a group known to stand at the head (from_tail false) or the tail: LREM
+ * with count 1 / -1 finds it in one step, so here it is a pop from that end. */
+static int ring_leave(Q *q, RMS *g, int from_tail) {
+    RMK *r = fx(q, K_RING, 1);
+    int end = from_tail ? REDISMODULE_LIST_TAIL : REDISMODULE_LIST_HEAD;
+    if (!r) return -1;
+    RMS *got = RedisModule_ListPop(r, end);
+    if (!got) return fail(q, "ERR emq: the ring is empty where a group should stand");
+    if (!eq(got, g)) {
+        RedisModule_ListPush(r, end, got);
+        sfree(q, got);
+        return fail(q, "ERR emq: the ring changed under a claim");
+    }
+    sfree(q, got);
+    RedisModule_Replicate(q->ctx, "LREM", "sss", q->k[K_RING], from_tail ? S_MINUS1 : S_ONE, g);
+    hdel_fx(q, K_GTURN, g);
+    return 0;
+}
+
+/* ring_leave(g, nil): LREM ring 0 g, a scan of the whole ring (back-offs only), in order. */
+static int ring_leave_scan(Q *q, RMS *g) {
+    RMK *r = fx(q, K_RING, 0);
+    if (q->err) return -1;
+    size_t n = vlen(r), removed = 0;
+    if (n > 0) {
+        r = fx(q, K_RING, 1);
+        if (!r) return -1;
+        for (size_t i = 0; i < n; i++) {
+            RMS *e = RedisModule_ListPop(r, REDISMODULE_LIST_HEAD);
+            if (!e) break;
+            if (eq(e, g)) removed++;
+            else RedisModule_ListPush(r, REDISMODULE_LIST_TAIL, e);
+            sfree(q, e);
+        }
+    }
+    if (removed) RedisModule_Replicate(q->ctx, "LREM", "sls", q->k[K_RING], 0LL, g);
+    hdel_fx(q, K_GTURN, g);
+    return 0;
+}
+
+/* Add an id to its lane; a lane that just became non-empty opens. */
+static int lane_push_into(Q *q, RMK *lane, RMS *key, RMS *g, RMS *id, double score) {
+    int rc = zadd(q, lane, key, score, id, 0);
+    if (rc == 0 && vlen(lane) == 1) {
+        int paused, ok;
+        if ((rc = group_paused(q, g, &paused)) == 0 && !paused &&
+            (rc = under_limit(q, g, &ok)) == 0 && ok)
+            rc = admit(q, g);
+    }
+    return rc;
+}
+
+static int lane_push(Q *q, RMS *g, RMS *id, double score) {
+    RMS *key = lane_key(q, g);
+    RMK *lane;
+    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &lane);
+    if (rc == 0) rc = lane_push_into(q, lane, key, g, id, score);
+    if (lane) RedisModule_CloseKey(lane);
+    sfree(q, key);
+    return rc;
+}
+
+static int lane_len(Q *q, RMS *g, size_t *n) {
+    RMS *key = lane_key(q, g);
+    RMK *lane;
+    int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_ZSET, &lane);
+    *n = vlen(lane);
+    if (lane) RedisModule_CloseKey(lane);
+    sfree(q, key);
+    return rc;
+}
+
+/* lane_score: priority * PRIO_SPAN + time; a priority that is no number is 0. */
+static double lane_score(RMS *prio, double t) {
+    double p;
+    if (!prio || RedisModule_StringToDouble(prio, &p) != REDISMODULE_OK || !isfinite(p)) p = 0;
+    return p * PRIO_SPAN + t;
+}
+
+/* One job of group g left flight: the books drop, and a group held back only by its
+ * limit opens again. */
+static int active_drop(Q *q, RMS *g) {
+    int has;
+    double lim = 0;
+    long long act;
+    RMK *ga = fx(q, K_GACTIVE, 1);
+    if (hincrby(q, ga, q->k[K_GACTIVE], g, -1, &act) < 0) return -1;
+    if (act <= 0) hdel(q, ga, q->k[K_GACTIVE], g);
+    if (limit_of(q, g, &has, &lim) < 0) return -1;
+    if (has && (double)act + 1 >= lim && (double)act < lim) {
+        size_t n;
+        int paused;
+        if (lane_len(q, g, &n) < 0) return -1;
+        if (n > 0) {
+            if (group_paused(q, g, &paused) < 0) return -1;
+            if (!paused) return admit(q, g);
+        }
+    }
+    return 0;
+}
+
+/* Open: the lane waits, the group is not paused and is under its limit. */
+static int is_open(Q *q, RMS *g, int *open) {
+    size_t n;
+    int paused, ok;
+    *open = 0;
+    if (lane_len(q, g, &n) < 0) return -1;
+    if (n == 0) return 0;
+    if (group_paused(q, g, &paused) < 0) return -1;
+    if (paused) return 0;
+    if (under_limit(q, g, &ok) < 0) return -1;
+    *open = ok;
+    return 0;
+}
+
+enum { P_NONE, P_WAIT, P_RING };
+
+/* Where an open group stands; read it before a change, then settle(). */
+static int placed(Q *q, RMS *g, int *where) {
+    RMS *key = book_key(q, "gwait");
+    RMK *h;
+    double s;
+    int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_ZSET, &h), open;
+    *where = P_NONE;
+    if (rc == 0 && h && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY &&
+        RedisModule_ZsetScore(h, g, &s) == REDISMODULE_OK)
+        *where = P_WAIT;
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    if (rc < 0) return -1;
+    if (*where == P_NONE) {
+        if (is_open(q, g, &open) < 0) return -1;
+        if (open) *where = P_RING;
+    }
+    return 0;
+}
+
+/* Put g where it belongs now, given where it stood. */
+static int settle(Q *q, RMS *g, int was) {
+    int want = P_NONE, open, has = 0;
+    double at = 0;
+    if (is_open(q, g, &open) < 0) return -1;
+    if (open) {
+        if (ready_at(q, g, &has, &at) < 0) return -1;
+        want = has ? P_WAIT : P_RING;
+    }
+    RMS *key = book_key(q, "gwait");
+    RMK *h = NULL;
+    int rc = 0;
+    if (was == want) {
+        if (want == P_WAIT) {
+            rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &h);
+            if (rc == 0) rc = zadd(q, h, key, at, g, 0);
+        }
+    } else {
+        if (was == P_RING) rc = ring_leave_scan(q, g);
+        else if (was == P_WAIT) {
+            rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &h);
+            if (rc == 0) rc = zrem(q, h, key, g) < 0 ? -1 : 0;
+        }
+        if (h) RedisModule_CloseKey(h);
+        h = NULL;
+        if (rc == 0 && want == P_RING) rc = ring_enter(q, g);
+        else if (rc == 0 && want == P_WAIT) rc = wait_push(q, g, at);
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    return rc;
+}
+
+/* The fence's view of a row. */
+typedef struct {
+    RMK *h;
+    RMS *key, *state, *attempts, *nonce, *group, *max, *ttl, *waiters;
+} Row;
+
+static void row_free(Q *q, Row *r) {
+    if (r->h) RedisModule_CloseKey(r->h);
+    sfree(q, r->key);
+    sfree(q, r->state);
+    sfree(q, r->attempts);
+    sfree(q, r->nonce);
+    sfree(q, r->group);
+    sfree(q, r->max);
+    sfree(q, r->ttl);
+    sfree(q, r->waiters);
+    memset(r, 0, sizeof *r);
+}
+
+/* The fence: the row is active and the caller holds the current attempts and nonce.
+ * 1 fenced (the row open in *r, for writing unless read_only; the rest of the row read
+ * unless read_only), 0 stale, -1 error. The fence's three fields come first: a stale call
+ * and a heartbeat (extend) read no more. */
+static int fenced_as(Q *q, RMS *id, RMS *attempts, RMS *nonce, Row *r, int read_only) {
+    memset(r, 0, sizeof *r);
+    r->key = job_key(q, id);
+    if (dk(q, r->key, !read_only, REDISMODULE_KEYTYPE_HASH, &r->h) < 0) {
+        row_free(q, r);
+        return -1;
+    }
+    if (RedisModule_KeyType(r->h) != REDISMODULE_KEYTYPE_EMPTY)
+        RedisModule_HashGet(r->h, REDISMODULE_HASH_NONE, F_STATE, &r->state, F_ATTEMPTS,
+                            &r->attempts, F_NONCE, &r->nonce, NULL);
+    if (!r->state || !eqc(r->state, "active") || !r->attempts || !eq(r->attempts, attempts) ||
+        !r->nonce || !eq(r->nonce, nonce)) {
+        row_free(q, r);
+        return 0;
+    }
+    if (!read_only)
+        RedisModule_HashGet(r->h, REDISMODULE_HASH_NONE, F_GROUP, &r->group, F_MAX, &r->max,
+                            F_TTL, &r->ttl, F_WAITERS, &r->waiters, NULL);
+    return 1;
+}
+
+static int fenced(Q *q, RMS *id, RMS *attempts, RMS *nonce, Row *r) {
+    return fenced_as(q, id, attempts, nonce, r, 0);
+}
+
+/* ---- claim_one ------------------------------------------------------------------- */
+
+typedef struct {
+    RMS *id, *task, *payload, *nonce, *group;
+    long long attempts, lease, more, fence;
+} Job;
+
+static void job_free(Q *q, Job *j) {
+    sfree(q, j->id);
+    sfree(q, j->task);
+    sfree(q, j->payload);
+    sfree(q, j->nonce);
+    sfree(q, j->group);
+    memset(j, 0, sizeof *j);
+}
+
+static void reply_job(RedisModuleCtx *ctx, Job *j) {
+    RedisModule_ReplyWithArray(ctx, 9);
+    RedisModule_ReplyWithString(ctx, j->id);
+    if (j->task) RedisModule_ReplyWithString(ctx, j->task); else RedisModule_ReplyWithNull(ctx);
+    if (j->payload) RedisModule_ReplyWithString(ctx, j->payload);
+    else RedisModule_ReplyWithNull(ctx);
+    RedisModule_ReplyWithLongLong(ctx, j->attempts);
+    RedisModule_ReplyWithString(ctx, j->nonce);
+    RedisModule_ReplyWithString(ctx, j->group);
+    RedisModule_ReplyWithLongLong(ctx, j->lease);
+    RedisModule_ReplyWithLongLong(ctx, j->more);
+    RedisModule_ReplyWithLongLong(ctx, j->fence);
+}
+
+/* The head of the ring without moving it (LINDEX ring 0): popped and pushed straight back,
+ * the only way to read a list element with 6.2's key API. */
+static RMS *ring_head(Q *q) {
+    if (vlen(fx(q, K_RING, 0)) == 0) return NULL;
+    RMK *r = fx(q, K_RING, 1);
+    if (!r) return NULL;
+    RMS *g = RedisModule_ListPop(r, REDISMODULE_LIST_HEAD);
+    if (g) RedisModule_ListPush(r, REDISMODULE_LIST_HEAD, g);
+    return g;
+}
+
+/* One turn at the ring's head group g: 1 claimed into *out, 0 look again (the lane was
+ * empty, or its head a ghost: an id whose row is gone), -1 error. */
+static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
+    RMS *lkey = lane_key(q, g), *id = NULL, *jkey = NULL;
+    RMS *task = NULL, *payload = NULL, *lease_s = NULL, *state = NULL, *att_s = NULL;
+    RMS *fence_s = NULL;
+    long long fence = 0, rm = 0, rper = 0;
+    int rated = 0;
+    RMK *lane = NULL, *job = NULL;
+    double score, lease = 0, w = 1, lim = 0;
+    long long att = 0, act, act_now, more = 1;
+    int has_lim = 0, rotated = 1, rc;
+
+    if ((rc = dk(q, lkey, 1, REDISMODULE_KEYTYPE_ZSET, &lane)) < 0) goto out;
+    if (!(id = zfirst(lane, &score))) {          /* ZPOPMIN found nothing: leave the ring */
+        rc = ring_leave(q, g, 0);
+        goto out;
+    }
+    jkey = job_key(q, id);
+    if ((rc = dk(q, jkey, 1, REDISMODULE_KEYTYPE_HASH, &job)) < 0) goto out;
+    if (RedisModule_KeyType(job) != REDISMODULE_KEYTYPE_EMPTY)
+        RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_TASK, &task, F_PAYLOAD, &payload,
+                            F_LEASE, &lease_s, F_STATE, &state, F_ATTEMPTS, &att_s, F_FENCE, &fence_s, NULL);
+    if (!state) {                                /* a ghost: drop it, look again */
+        if (zrem(q, lane, lkey, id) < 0) rc = -1;
+        else rc = vlen(lane) == 0 ? ring_leave(q, g, 0) : 0;
+        goto out;
+    }
+    /* What could refuse is read before the first write of this claim. */
+    rc = weight_of(q, g, &w);
+    if (rc == 0) rc = !att_s ? fail(q, "ERR emq: a job row has no attempts")
+         : integer(q, att_s, &att, "ERR emq: a job row's attempts is not an integer");
+    if (rc == 0) rc = !lease_s ? fail(q, "ERR emq: a job row has no lease")
+                      : num(q, lease_s, &lease, "ERR emq: a job row's lease is not a number");
+    if (rc == 0 && fence_s)
+        rc = integer(q, fence_s, &fence, "ERR emq: a job row's fence is not an integer");
+    if (rc == 0 && fence == LLONG_MAX) rc = fail(q, "ERR increment or decrement would overflow");
+    if (rc == 0) rc = rate_of(q, g, &rated, &rm, &rper);
+    if (rc == 0) rc = limit_of(q, g, &has_lim, &lim);
+    if (rc == 0) rc = hint(q, fx(q, K_GACTIVE, 1), g, &act_now);
+    if (rc < 0) goto out;
+
+    zrem(q, lane, lkey, id);
+    if (w > 1) {                                 /* ring_turn: a weighted group keeps the head */
+        RMK *turn = fx(q, K_GTURN, 1);
+        long long t;
+        if ((rc = hincrby(q, turn, q->k[K_GTURN], g, 1, &t)) < 0) goto out;
+        if (t < w) rotated = 0;
+        else hdel(q, turn, q->k[K_GTURN], g);
+    }
+    if (rotated) {                               /* LMOVE ring ring LEFT RIGHT */
+        RMK *r = fx(q, K_RING, 1);
+        RMS *head = r ? RedisModule_ListPop(r, REDISMODULE_LIST_HEAD) : NULL;
+        if (head) {
+            RedisModule_ListPush(r, REDISMODULE_LIST_TAIL, head);
+            sfree(q, head);
+        }
+        RedisModule_Replicate(q->ctx, "LMOVE", "ssss", q->k[K_RING], q->k[K_RING], S_LEFT,
+                              S_RIGHT);
+    }
+    if (att == LLONG_MAX) {
+        rc = fail(q, "ERR increment or decrement would overflow");
+        goto out;
+    }
+    att += 1;
+    RMS *att_new = RedisModule_CreateStringFromLongLong(q->ctx, att);
+    RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
+    fence += 1;
+    RMS *fence_new = RedisModule_CreateStringFromLongLong(q->ctx, fence);
+    RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_STATE, S_ACTIVE, F_ATTEMPTS, att_new,
+                        F_NONCE, nonce, F_STARTED, now_s, F_FENCE, fence_new, NULL);
+    RedisModule_Replicate(q->ctx, "HSET", "sssssssssss", jkey, F_STATE, S_ACTIVE, F_ATTEMPTS,
+                          att_new, F_NONCE, nonce, F_STARTED, now_s, F_FENCE, fence_new);
+    sfree(q, fence_new);
+    sfree(q, att_new);
+    sfree(q, now_s);
+    if ((rc = zadd(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], (double)q->now + lease, id, 0)) < 0)
+        goto out;
+    if ((rc = hincr_from(q, fx(q, K_GACTIVE, 1), q->k[K_GACTIVE], g, act_now, 1, &act)) < 0)
+        goto out;
+    /* more: 1 when other work is serviceable right now, so the claimant's master wakes
+     * another child (or another master) only when there is something to take. */
+    if (rated) {                                 /* LPUSH, LTRIM 0 m-1, PEXPIRE per */
+        RMS *skey = starts_key(q, g);
+        RMK *sh;
+        if ((rc = dk(q, skey, 1, REDISMODULE_KEYTYPE_LIST, &sh)) == 0) {
+            RMS *t = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
+            RedisModule_ListPush(sh, REDISMODULE_LIST_HEAD, t);
+            RedisModule_Replicate(q->ctx, "LPUSH", "ss", skey, t);
+            sfree(q, t);
+            if (rm >= 1 && (long long)vlen(sh) > rm) {
+                while ((long long)vlen(sh) > rm)
+                    sfree(q, RedisModule_ListPop(sh, REDISMODULE_LIST_TAIL));
+                RedisModule_Replicate(q->ctx, "LTRIM", "sll", skey, 0LL, rm - 1);
+            }
+            if (rper > 0) {
+                rc = expire_at(q, sh, skey, q->now + rper);
+            } else {                             /* PEXPIRE 0 deletes the key */
+                RedisModule_DeleteKey(sh);
+                RedisModule_Replicate(q->ctx, "DEL", "s", skey);
+            }
+        }
+        if (sh) RedisModule_CloseKey(sh);
+        sfree(q, skey);
+        if (rc < 0) goto out;
+    }
+    int closed = (has_lim && (double)act >= lim) || vlen(lane) == 0, wait = 0;
+    double at = 0;
+    if (rated && !closed && (rc = rate_ready(q, g, &wait, &at)) < 0) goto out;
+    if (closed || wait) {
+        if ((rc = ring_leave(q, g, rotated)) < 0) goto out;
+        if (wait && (rc = wait_push(q, g, at)) < 0) goto out;
+        if (vlen(fx(q, K_RING, 0)) == 0) more = 0;
+    }
+    out->id = id;
+    out->task = task;
+    out->payload = payload;
+    out->nonce = nonce;
+    out->attempts = att;
+    out->lease = to_ll(lease);
+    out->more = more;
+    out->fence = fence;
+    id = task = payload = NULL;
+    rc = 1;
+out:
+    if (lane) RedisModule_CloseKey(lane);
+    if (job) RedisModule_CloseKey(job);
+    sfree(q, lkey); sfree(q, jkey); sfree(q, id);
+    sfree(q, task); sfree(q, payload); sfree(q, lease_s); sfree(q, state); sfree(q, att_s);
+    sfree(q, fence_s);
+    return rc;
+}
+
+/* Claim one job: turn the ring one step, pop the head of that lane, lease it.
+ * 1 claimed into *out, 0 nothing serviceable, -1 error. Ghosts and stale ring entries are
+ * skipped, at most 64 per call; past that a wake is pushed so a worker comes back. */
+static int claim_one(Q *q, RMS *nonce, Job *out) {
+    memset(out, 0, sizeof *out);
+    for (int iter = 0; iter < CLAIM_SKIP_MAX; iter++) {
+        RMS *g = ring_head(q);
+        if (!g) return q->err ? -1 : 0;
+        int rc = claim_at(q, g, nonce, out);
+        if (rc == 1) {
+            out->group = g;
+            return 1;
+        }
+        sfree(q, g);
+        if (rc < 0) return -1;
+    }
+    return wake(q, 0) < 0 ? -1 : 0;
+}
+
+/* ---- commands ---------------------------------------------------------------------- */
+
+#define ARGV0 (1 + NFIXED)     /* argv index of ARGV[1] */
+
+/* The end of every command: close the keys; answer the error if one was met. A command
+ * replies itself only when q->err is unset, and nothing after its reply can set it. */
+static int finish(Q *q) {
+    close_all(q);
+    if (q->err) return RedisModule_ReplyWithError(q->ctx, q->err);
+    return REDISMODULE_OK;
+}
+
+static int paused(Q *q) {
+    return RedisModule_KeyType(fx(q, K_PAUSED, 0)) != REDISMODULE_KEYTYPE_EMPTY;
+}
+
+/* The scripts' gate: 1-128 of [A-Za-z0-9_.:-]. */
+static int id_ok(RMS *id) {
+    size_t len;
+    const char *p = RedisModule_StringPtrLen(id, &len);
+    if (len < 1 || len > 128) return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == ':' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static int count_arg(Q *q, RMS *s, long long *n, const char *what) {
+    if (RedisModule_StringToLongLong(s, n) != REDISMODULE_OK || *n < 0) return fail(q, what);
+    return 0;
+}
+
+static int need_group(Q *q, Row *r) {
+    if (r->group) return 0;
+    row_free(q, r);
+    return fail(q, "ERR emq: an active row has no group");
+}
+
+static int enqueue_one(Q *q, RMS **f, RMS *now_s, long long *verdict) {
+    RMS *id = f[0], *g = f[3], *cap_s = NULL;
+    double countdown, prio = 0, cap = 0;
+    num(q, f[8], &countdown, "ERR emq: countdown must be a number");
+    if (RedisModule_StringToDouble(f[9], &prio) != REDISMODULE_OK || !isfinite(prio)) prio = 0;
+    if (!id_ok(id)) {
+        *verdict = -1;
+        return 0;
+    }
+    /* One open each for the row and the lane (each open is a lookup): the row's for
+     * EXISTS (any type counts) and the write, the lane's type checked before the row is
+     * written. */
+    RMS *jk = job_key(q, id), *lk = NULL;
+    RMK *job = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE), *lane = NULL;
+    int rc = 0;
+    *verdict = 0;
+    if (countdown <= 0) {                        /* max_size_of: the cap on waiting jobs */
+        rc = setting(q, -1, "gmax", g, D_MAX_SIZE, &cap_s);
+        if (rc == 0 && cap_s) rc = num(q, cap_s, &cap, "ERR emq: a group max_size is not a number");
+        sfree(q, cap_s);
+    }
+    if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) {
+        if (countdown <= 0) {
+            lk = lane_key(q, g);
+            rc = dk(q, lk, 1, REDISMODULE_KEYTYPE_ZSET, &lane);
+        }
+        if (rc == 0 && cap_s && (double)vlen(lane) >= cap) {
+            *verdict = 2;
+        } else if (rc == 0) {
+            RMS *state = countdown > 0 ? S_DELAYED : S_PENDING;
+            RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_TASK, f[1], F_PAYLOAD, f[2],
+                                F_GROUP, g, F_STATE, state, F_ATTEMPTS, S_ZERO, F_MAX, f[4],
+                                F_LEASE, f[5], F_DELAY, f[6], F_TTL, f[7], F_CREATED, now_s,
+                                NULL);
+            RedisModule_Replicate(q->ctx, "HSET", "sssssssssssssssssssss", jk, F_TASK, f[1],
+                                  F_PAYLOAD, f[2], F_GROUP, g, F_STATE, state, F_ATTEMPTS,
+                                  S_ZERO, F_MAX, f[4], F_LEASE, f[5], F_DELAY, f[6], F_TTL,
+                                  f[7], F_CREATED, now_s);
+            if (prio != 0) {
+                char buf[40];
+                RMS *p = mk_tmp(q, fmt_num(prio, buf));
+                RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_PRIO, p, NULL);
+                RedisModule_Replicate(q->ctx, "HSET", "sss", jk, F_PRIO, p);
+                sfree(q, p);
+            }
+            rc = countdown > 0 ? delay_push(q, id, (double)q->now + countdown)
+                               : lane_push_into(q, lane, lk, g, id,
+                                                prio * PRIO_SPAN + (double)q->now);
+            *verdict = 1;
+        }
+    }
+    RedisModule_CloseKey(job);
+    if (lane) RedisModule_CloseKey(lane);
+    sfree(q, jk);
+    sfree(q, lk);
+    return rc;
+}
+
+static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
+    if (argc < ARGV0 + 1) return RedisModule_WrongArity(ctx);
+    long long n;
+    if (RedisModule_StringToLongLong(argv[ARGV0], &n) != REDISMODULE_OK || n < 0)
+        return RedisModule_ReplyWithError(ctx, "ERR emq: n must be an integer >= 0");
+    if (n > argc || (long long)(argc - ARGV0 - 1) != n * 10) return RedisModule_WrongArity(ctx);
+    Q q;
+    if (q_init(&q, ctx, argv, 0, 0) < 0) return finish(&q);
+    RMS **a = argv + ARGV0 + 1;
+    /* Every number of every job is checked before the first job is written. */
+    for (long long i = 0; i < n; i++) {
+        RMS **f = a + i * 10;
+        double d;
+        long long ll;
+        if (num(&q, f[4], &d, "ERR emq: max must be a number") < 0 ||
+            num(&q, f[5], &d, "ERR emq: lease must be a number") < 0 ||
+            num(&q, f[6], &d, "ERR emq: delay must be a number") < 0 ||
+            integer(&q, f[7], &ll, "ERR emq: ttl must be an integer") < 0 ||
+            num(&q, f[8], &d, "ERR emq: countdown must be a number") < 0)
+            return finish(&q);
+    }
+    long long *out = RedisModule_Alloc(sizeof(long long) * (size_t)(n ? n : 1));
+    RMS *now_s = RedisModule_CreateStringFromLongLong(ctx, q.now);
+    for (long long i = 0; i < n; i++)
+        if (enqueue_one(&q, a + i * 10, now_s, &out[i]) < 0) break;
+    sfree(&q, now_s);
+    if (!q.err) {
+        RedisModule_ReplyWithArray(ctx, (long)n);
+        for (long long i = 0; i < n; i++) RedisModule_ReplyWithLongLong(ctx, out[i]);
+    }
+    RedisModule_Free(out);
+    return finish(&q);
+}
+
+static RMS *claim_nonce(Q *q, RMS *prefix, long long i) {
+    size_t pl;
+    const char *p = RedisModule_StringPtrLen(prefix, &pl);
+    char digits[24], stackbuf[128];
+    int tl = 0;
+    do digits[tl++] = (char)('0' + i % 10); while ((i /= 10) > 0);   /* i >= 1 */
+    size_t total = pl + 1 + (size_t)tl;
+    char *buf = total <= sizeof stackbuf ? stackbuf : RedisModule_Alloc(total);
+    memcpy(buf, p, pl);
+    buf[pl] = ':';
+    for (int d = 0; d < tl; d++) buf[pl + 1 + d] = digits[tl - 1 - d];
+    RMS *s = RedisModule_CreateString(q->ctx, buf, total);
+    if (buf != stackbuf) RedisModule_Free(buf);
+    return s;
+}
+
+static int cmd_claim(RedisModuleCtx *ctx, RMS **argv, int argc) {
+    if (argc != ARGV0 + 2) return RedisModule_WrongArity(ctx);
+    Q q;
+    if (q_init(&q, ctx, argv, B(K_RING) | B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT) | B(K_GWEIGHT) | B(K_PAUSED)) < 0) return finish(&q);
+    long long n;
+    if (count_arg(&q, argv[ARGV0], &n, "ERR emq: n must be an integer >= 0") < 0)
+        return finish(&q);
+    Job *jobs = NULL;
+    long long got = 0, cap = 0;
+    if (!paused(&q)) {
+        for (long long i = 1; i <= n; i++) {
+            if (got == cap) {
+                cap = cap ? cap * 2 : 4;
+                jobs = RedisModule_Realloc(jobs, sizeof(Job) * (size_t)cap);
+            }
+            RMS *nonce = claim_nonce(&q, argv[ARGV0 + 1], i);
+            if (claim_one(&q, nonce, &jobs[got]) <= 0) {
+                sfree(&q, nonce);
+                break;
+            }
+            got++;
+        }
+    }
+    if (!q.err) {
+        RedisModule_ReplyWithArray(ctx, (long)got);
+        for (long long i = 0; i < got; i++) reply_job(ctx, &jobs[i]);
+    }
+    for (long long i = 0; i < got; i++) job_free(&q, &jobs[i]);
+    RedisModule_Free(jobs);
+    return finish(&q);
+}
+
+/* ack's first half: the fenced job is done. 1 done, 0 stale, -1 error. */
+static int ack_done(Q *q, RMS **a) {
+    Row r;
+    int f = fenced(q, a[0], a[1], a[2], &r);
+    if (f <= 0) return f;
+    long long ttl = 0;
+    if (need_group(q, &r) < 0) return -1;
+    if ((r.ttl && integer(q, r.ttl, &ttl, "ERR emq: a job row's ttl is not an integer") < 0) ||
+        (ttl > 0 && ttl > (LLONG_MAX - q->now) / 1000 && fail(q, "ERR invalid expire time") < 0)) {
+        row_free(q, &r);
+        return -1;
+    }
+    zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], a[0]);
+    if (ttl > 0) {
+        RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
+        RedisModule_HashSet(r.h, REDISMODULE_HASH_NONE, F_STATE, S_DONE, F_RESULT, a[3],
+                            F_FINISHED, now_s, NULL);
+        RedisModule_Replicate(q->ctx, "HSET", "sssssss", r.key, F_STATE, S_DONE, F_RESULT, a[3],
+                              F_FINISHED, now_s);
+        sfree(q, now_s);
+        hdel(q, r.h, r.key, F_PAYLOAD);
+        expire_at(q, r.h, r.key, q->now + ttl * 1000);
+    } else {
+        RedisModule_DeleteKey(r.h);
+        RedisModule_Replicate(q->ctx, "DEL", "s", r.key);
+    }
+    int rc = active_drop(q, r.group);
+    if (rc == 0) rc = notify(q, a[0], r.waiters);
+    row_free(q, &r);
+    return rc < 0 ? -1 : 1;
+}
+
+static int cmd_ack(RedisModuleCtx *ctx, RMS **argv, int argc) {
+    if (argc != ARGV0 + 5) return RedisModule_WrongArity(ctx);
+    Q q;
+    if (q_init(&q, ctx, argv, B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT) | B(K_PAUSED)) < 0) return finish(&q);
+    RMS **a = argv + ARGV0;
+    int verdict = ack_done(&q, a), got = 0;
+    Job job;
+    if (verdict >= 0 && slen(a[4]) > 0 && !paused(&q)) got = claim_one(&q, a[4], &job);
+    if (!q.err) {
+        RedisModule_ReplyWithArray(ctx, 2);
+        RedisModule_ReplyWithLongLong(ctx, verdict);
+        if (got == 1) reply_job(ctx, &job);
+        else RedisModule_ReplyWithNull(ctx);
+    }
+    if (got == 1) {
+        job.nonce = NULL;          /* the argument, not ours to free */
+        job_free(&q, &job);
+    }
+    return finish(&q);
+}
+
+/* The row's fixed retry delay, for a retry that names none. */
+static int row_delay(Q *q, RMK *h, double *delay) {
+    RMS *d = hget(h, F_DELAY);
+    *delay = 0;
+    int rc = d ? num(q, d, delay, "ERR emq: a job row's delay is not a number") : 0;
+    sfree(q, d);
+    return rc;
+}
+
+/* 1 retry scheduled, 2 dead, 0 stale, -1 error. */
+static int retry(Q *q, RMS **a) {
+    double delay = 0, att, max;
+    int has_delay = slen(a[4]) > 0;
+    if (has_delay && num(q, a[4], &delay, "ERR emq: delay must be a number or ''") < 0)
+        return -1;
+    Row r;
+    int f = fenced(q, a[0], a[1], a[2], &r);
+    if (f <= 0) return f;
+    if (need_group(q, &r) < 0) return -1;
+    int dead = eqc(a[5], "1");
+    if (!dead) {
+        if (num(q, r.attempts, &att, "ERR emq: a job row's attempts is not a number") < 0 ||
+            (r.max ? num(q, r.max, &max, "ERR emq: a job row's max is not a number")
+                   : fail(q, "ERR emq: a job row has no max")) < 0 ||
+            (!has_delay && row_delay(q, r.h, &delay) < 0)) {
+            row_free(q, &r);
+            return -1;
+        }
+        dead = att >= max;
+    }
+    zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], a[0]);
+    int rc = active_drop(q, r.group);
+    if (rc == 0 && dead) {
+        RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
+        RedisModule_HashSet(r.h, REDISMODULE_HASH_NONE, F_STATE, S_DEAD, F_ERROR, a[3],
+                            F_FINISHED, now_s, NULL);
+        RedisModule_Replicate(q->ctx, "HSET", "sssssss", r.key, F_STATE, S_DEAD, F_ERROR, a[3],
+                              F_FINISHED, now_s);
+        sfree(q, now_s);
+        rc = zadd(q, fx(q, K_DEAD, 1), q->k[K_DEAD], (double)q->now, a[0], 0);
+        if (rc == 0) rc = notify(q, a[0], r.waiters);
+    } else if (rc == 0) {
+        RedisModule_HashSet(r.h, REDISMODULE_HASH_NONE, F_STATE, S_DELAYED, F_ERROR, a[3], NULL);
+        RedisModule_Replicate(q->ctx, "HSET", "sssss", r.key, F_STATE, S_DELAYED, F_ERROR, a[3]);
+        rc = delay_push(q, a[0], (double)q->now + delay);
+    }
+    row_free(q, &r);
+    return rc < 0 ? -1 : dead ? 2 : 1;
+}
+
+static int cmd_retry(RedisModuleCtx *ctx, RMS **argv, int argc) {
+    if (argc != ARGV0 + 6) return RedisModule_WrongArity(ctx);
+    Q q;
+    if (q_init(&q, ctx, argv, B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT)) < 0) return finish(&q);
+    int verdict = retry(&q, argv + ARGV0);
+    if (!q.err) RedisModule_ReplyWithLongLong(ctx, verdict);
+    return finish(&q);
+}
+
+static int cmd_extend(RedisModuleCtx *ctx, RMS **argv, int argc) {
+    if (argc < ARGV0 + 1 || (argc - ARGV0 - 1) % 3 != 0) return RedisModule_WrongArity(ctx);
+    Q q;
+    if (q_init(&q, ctx, argv, B(K_ACTIVE), 0) < 0) return finish(&q);
+    double lease;
+    if (num(&q, argv[ARGV0], &lease, "ERR emq: lease must be a number") < 0) return finish(&q);
+    int n = (argc - ARGV0 - 1) / 3;
+    long long *out = RedisModule_Alloc(sizeof(long long) * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) {
+        RMS **t = argv + ARGV0 + 1 + 3 * i;
+        Row r;
+        int f = fenced_as(&q, t[0], t[1], t[2], &r, 1);
+        if (f < 0) break;
+        if (f == 1) {
+            row_free(&q, &r);
+            if (zadd(&q, fx(&q, K_ACTIVE, 1), q.k[K_ACTIVE], (double)q.now + lease, t[0], 1) < 0)
+                break;
+        }
+        out[i] = f;
+    }
+    if (!q.err) {
+        RedisModule_ReplyWithArray(ctx, n);
+        for (int i = 0; i < n; i++) RedisModule_ReplyWithLongLong(ctx, out[i]);
+    }
+    RedisModule_Free(out);
+    return finish(&q);
+}
+
+/* 1 released, 0 stale, -1 error. */
+static int release(Q *q, RMS **a) {
+    Row r;
+    int f = fenced(q, a[0], a[1], a[2], &r);
+    if (f <= 0) return f;
+    if (need_group(q, &r) < 0) return -1;
+    long long att;
+    double created = 0, off = 0;
+    RMS *c = NULL, *prio = NULL;
+    RedisModule_HashGet(r.h, REDISMODULE_HASH_NONE, F_CREATED, &c, F_PRIO, &prio, NULL);
+    int rc = integer(q, r.attempts, &att, "ERR hash value is not an integer");
+    if (rc == 0 && c) rc = num(q, c, &created, "ERR emq: a job row's created is not a number");
+    /* back-off: tonumber(ARGV[5]) or 0 */
+    if (RedisModule_StringToDouble(a[4], &off) != REDISMODULE_OK || isnan(off)) off = 0;
+    sfree(q, c);
+    if (rc == 0) {
+        zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], a[0]);
+        rc = hincrby(q, r.h, r.key, F_ATTEMPTS, -1, &att);
+    }
+    if (rc == 0) {
+        RedisModule_HashSet(r.h, REDISMODULE_HASH_NONE, F_STATE, S_PENDING, F_ERROR, a[3], NULL);
+        RedisModule_Replicate(q->ctx, "HSET", "sssss", r.key, F_STATE, S_PENDING, F_ERROR, a[3]);
+        rc = active_drop(q, r.group);
+    }
+    if (rc == 0) rc = lane_push(q, r.group, a[0], lane_score(prio, created));
+    sfree(q, prio);
+    if (rc == 0 && off > 0) {
+        int was;
+        RMS *cur = NULL, *key = book_key(q, "gbackoff");
+        double until = (double)q->now + off, prev = 0;
+        RMK *h;
+        rc = placed(q, r.group, &was);
+        if (rc == 0) rc = dk(q, key, 1, REDISMODULE_KEYTYPE_HASH, &h);
+        if (rc == 0) {
+            cur = hget(h, r.group);
+            if (cur) rc = num(q, cur, &prev, "ERR emq: a group back-off is not a number");
+            if (rc == 0) {
+                char buf[40];
+                if (prev > until) until = prev;
+                RMS *u = mk_tmp(q, fmt_num(until, buf));
+                RedisModule_HashSet(h, REDISMODULE_HASH_NONE, r.group, u, NULL);
+                RedisModule_Replicate(q->ctx, "HSET", "sss", key, r.group, u);
+                sfree(q, u);
+            }
+        }
+        if (h) RedisModule_CloseKey(h);
+        sfree(q, cur);
+        sfree(q, key);
+        if (rc == 0) rc = settle(q, r.group, was);
+    }
+    row_free(q, &r);
+    return rc < 0 ? -1 : 1;
+}
+
+static int cmd_release(RedisModuleCtx *ctx, RMS **argv, int argc) {
+    if (argc != ARGV0 + 5) return RedisModule_WrongArity(ctx);
+    Q q;
+    if (q_init(&q, ctx, argv, B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT)) < 0) return finish(&q);
+    int verdict = release(&q, argv + ARGV0);
+    if (!q.err) RedisModule_ReplyWithLongLong(ctx, verdict);
+    return finish(&q);
+}
+
+/* ZRANGEBYSCORE key -inf now LIMIT 0 limit, copied out before anything is changed. */
+static RMS **due_in(RMK *h, double now, long long limit, long long *count);
+static RMS **due_ids(Q *q, int fixed, long long limit, long long *count) {
+    return due_in(fx(q, fixed, 0), (double)q->now, limit, count);
+}
+
+static RMS **due_in(RMK *h, double now, long long limit, long long *count) {
+    RMS **ids = NULL;
+    long long n = 0, cap = 0;
+    if (limit > 0 && h &&
+        RedisModule_ZsetFirstInScoreRange(h, -INFINITY, now, 0, 0) == REDISMODULE_OK) {
+        while (n < limit && !RedisModule_ZsetRangeEndReached(h)) {
+            double s;
+            if (n == cap) {
+                cap = cap ? cap * 2 : 16;
+                ids = RedisModule_Realloc(ids, sizeof(RMS *) * (size_t)cap);
+            }
+            ids[n++] = RedisModule_ZsetRangeCurrentElement(h, &s);
+            if (!RedisModule_ZsetRangeNext(h)) break;
+        }
+        RedisModule_ZsetRangeStop(h);
+    }
+    *count = n;
+    return ids;
+}
+
+static void free_ids(Q *q, RMS **ids, long long n) {
+    for (long long i = 0; i < n; i++) sfree(q, ids[i]);
+    RedisModule_Free(ids);
+}
+
+/* One expired lease: 1 returned to its lane, 2 dead, 0 a ghost, -1 error. */
+static int reap_one(Q *q, RMS *id) {
+    RMS *jk = job_key(q, id);
+    RMS *g = NULL, *att_s = NULL, *max_s = NULL, *created_s = NULL, *waiters = NULL;
+    RMS *prio = NULL;
+    RMK *job;
+    double att = 0, max = 0, created = 0;
+    int rc = dk(q, jk, 1, REDISMODULE_KEYTYPE_HASH, &job);
+    if (rc == 0 && RedisModule_KeyType(job) != REDISMODULE_KEYTYPE_EMPTY)
+        RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_GROUP, &g, F_ATTEMPTS, &att_s, F_MAX,
+                            &max_s, F_CREATED, &created_s, F_WAITERS, &waiters, F_PRIO, &prio, NULL);
+    if (rc == 0 && g) {
+        rc = att_s ? num(q, att_s, &att, "ERR emq: a job row's attempts is not a number")
+                   : fail(q, "ERR emq: a job row has no attempts");
+        if (rc == 0)
+            rc = max_s ? num(q, max_s, &max, "ERR emq: a job row's max is not a number")
+                       : fail(q, "ERR emq: a job row has no max");
+        if (rc == 0 && att < max)
+            rc = created_s ? num(q, created_s, &created,
+                                 "ERR emq: a job row's created is not a number")
+                           : fail(q, "ERR emq: a job row has no created");
+    }
+    if (rc == 0) zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], id);
+    if (rc == 0 && g) rc = active_drop(q, g);
+    if (rc == 0 && g && att >= max) {
+        RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
+        RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_STATE, S_DEAD, F_ERROR,
+                            S_LEASE_EXPIRED, F_FINISHED, now_s, NULL);
+        RedisModule_Replicate(q->ctx, "HSET", "sssssss", jk, F_STATE, S_DEAD, F_ERROR,
+                              S_LEASE_EXPIRED, F_FINISHED, now_s);
+        sfree(q, now_s);
+        rc = zadd(q, fx(q, K_DEAD, 1), q->k[K_DEAD], (double)q->now, id, 0);
+        if (rc == 0) rc = notify(q, id, waiters);
+        if (rc == 0) rc = 2;
+    } else if (rc == 0 && g) {
+        RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_STATE, S_PENDING, F_ERROR,
+                            S_LEASE_EXPIRED, NULL);
+        RedisModule_Replicate(q->ctx, "HSET", "sssss", jk, F_STATE, S_PENDING, F_ERROR,
+                              S_LEASE_EXPIRED);
+        rc = lane_push(q, g, id, lane_score(prio, created));
+        if (rc == 0) rc = 1;
+    }
+    if (job) RedisModule_CloseKey(job);
+    sfree(q, jk); sfree(q, g); sfree(q, att_s); sfree(q, max_s);
+    sfree(q, created_s); sfree(q, waiters); sfree(q, prio);
+    return rc;
+}
+
+static int cmd_reap(RedisModuleCtx *ctx, RMS **argv, int argc) {
+    if (argc != ARGV0 + 1) return RedisModule_WrongArity(ctx);
+    Q q;
+    if (q_init(&q, ctx, argv, B(K_ACTIVE), 0) < 0) return finish(&q);
+    long long limit, n, returned = 0, dead = 0;
+    if (count_arg(&q, argv[ARGV0], &limit, "ERR emq: limit must be an integer >= 0") < 0)
+        return finish(&q);
+    RMS **ids = due_ids(&q, K_ACTIVE, limit, &n);
+    for (long long i = 0; i < n; i++) {
+        int rc = reap_one(&q, ids[i]);
+        if (rc < 0) break;
+        returned += rc == 1;
+        dead += rc == 2;
+    }
+    free_ids(&q, ids, n);
+    if (!q.err) {
+        RedisModule_ReplyWithArray(ctx, 2);
+        RedisModule_ReplyWithLongLong(ctx, returned);
+        RedisModule_ReplyWithLongLong(ctx, dead);
+    }
+    return finish(&q);
+}
+
+static int promote_one(Q *q, RMS *id) {
+    RMS *jk = job_key(q, id), *g = NULL, *prio = NULL;
+    RMK *job;
+    int rc = dk(q, jk, 1, REDISMODULE_KEYTYPE_HASH, &job);
+    if (rc == 0) {
+        zrem(q, fx(q, K_DELAYED, 1), q->k[K_DELAYED], id);
+        if (RedisModule_KeyType(job) != REDISMODULE_KEYTYPE_EMPTY)
+            RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_GROUP, &g, F_PRIO, &prio, NULL);
+    }
+    if (rc == 0 && g) {
+        RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_STATE, S_PENDING, NULL);
+        RedisModule_Replicate(q->ctx, "HSET", "sss", jk, F_STATE, S_PENDING);
+        rc = lane_push(q, g, id, lane_score(prio, (double)q->now));
+    }
+    if (job) RedisModule_CloseKey(job);
+    sfree(q, jk);
+    sfree(q, g);
+    sfree(q, prio);
+    return rc;
+}
+
+static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
+    if (argc != ARGV0 + 1) return RedisModule_WrongArity(ctx);
+    Q q;
+    if (q_init(&q, ctx, argv, B(K_DELAYED), B(K_RING) | B(K_PAUSED)) < 0) return finish(&q);
+    long long limit, n;
+    if (count_arg(&q, argv[ARGV0], &limit, "ERR emq: limit must be an integer >= 0") < 0)
+        return finish(&q);
+    RMS **ids = due_ids(&q, K_DELAYED, limit, &n);
+    for (long long i = 0; i < n; i++)
+        if (promote_one(&q, ids[i]) < 0) break;
+    free_ids(&q, ids, n);
+    if (q.err) return finish(&q);
+    /* groups whose wait is over: out of gwait, back on the ring if still open */
+    /* (no handle on gwait stays open across admit: one that emptied the zset, whose key
+     * then went, would not see the zset admit makes again) */
+    RMS *wkey = book_key(&q, "gwait");
+    RMK *wh;
+    long long ng = 0;
+    RMS **groups = NULL;
+    if (dk(&q, wkey, 0, REDISMODULE_KEYTYPE_ZSET, &wh) == 0) {
+        groups = due_in(wh, (double)q.now, limit, &ng);
+        if (wh) RedisModule_CloseKey(wh);
+        for (long long i = 0; i < ng; i++) {
+            int open, rc = dk(&q, wkey, 1, REDISMODULE_KEYTYPE_ZSET, &wh);
+            if (rc == 0) rc = zrem(&q, wh, wkey, groups[i]) < 0 ? -1 : 0;
+            if (wh) RedisModule_CloseKey(wh);
+            if (rc < 0 || is_open(&q, groups[i], &open) < 0) break;
+            if (open && admit(&q, groups[i]) < 0) break;
+        }
+    }
+    free_ids(&q, groups, ng);
+    if (q.err || dk(&q, wkey, 0, REDISMODULE_KEYTYPE_ZSET, &wh) < 0) {
+        sfree(&q, wkey);
+        return finish(&q);
+    }
+    long long next_due = -1;
+    for (int k = 0; k < 2; k++) {
+        double score;
+        RMS *head = zfirst(k == 0 ? fx(&q, K_DELAYED, 0) : wh, &score);
+        if (head) {
+            double d = score - (double)q.now;  /* the script's integer reply truncates */
+            long long due = d <= 0 ? 0 : to_ll(d);
+            if (next_due < 0 || due < next_due) next_due = due;
+            sfree(&q, head);
+        }
+    }
+    if (wh) RedisModule_CloseKey(wh);
+    sfree(&q, wkey);
+    long long claimable = vlen(fx(&q, K_RING, 0)) > 0 && !paused(&q);
+    RedisModule_ReplyWithArray(ctx, 3);
+    RedisModule_ReplyWithLongLong(ctx, n);
+    RedisModule_ReplyWithLongLong(ctx, next_due);
+    RedisModule_ReplyWithLongLong(ctx, claimable);
+    return finish(&q);
+}
+
+/* ---- load -------------------------------------------------------------------------- */
+
+static RMS *mk(RedisModuleCtx *ctx, const char *s) {
+    return RedisModule_CreateString(ctx, s, strlen(s));
+}
+
+__attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ctx, RMS **argv,
+                                                          int argc) {
+    (void)argv;
+    (void)argc;
+    if (EMQ_InitApi(ctx, "emq", 1, REDISMODULE_APIVER_1) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    F_TASK = mk(ctx, "task"); F_PAYLOAD = mk(ctx, "payload"); F_GROUP = mk(ctx, "group");
+    F_STATE = mk(ctx, "state"); F_ATTEMPTS = mk(ctx, "attempts"); F_MAX = mk(ctx, "max");
+    F_LEASE = mk(ctx, "lease"); F_DELAY = mk(ctx, "delay"); F_TTL = mk(ctx, "ttl");
+    F_CREATED = mk(ctx, "created"); F_NONCE = mk(ctx, "nonce"); F_STARTED = mk(ctx, "started");
+    F_FINISHED = mk(ctx, "finished"); F_RESULT = mk(ctx, "result"); F_ERROR = mk(ctx, "error");
+    F_WAITERS = mk(ctx, "waiters"); F_FENCE = mk(ctx, "fence"); F_PRIO = mk(ctx, "prio");
+    S_ACTIVE = mk(ctx, "active"); S_PENDING = mk(ctx, "pending"); S_DELAYED = mk(ctx, "delayed");
+    S_DONE = mk(ctx, "done"); S_DEAD = mk(ctx, "dead"); S_ZERO = mk(ctx, "0");
+    S_ONE = mk(ctx, "1"); S_D = mk(ctx, "d"); S_LEASE_EXPIRED = mk(ctx, "lease expired");
+    S_XX = mk(ctx, "XX"); S_MINUS1 = mk(ctx, "-1"); S_LEFT = mk(ctx, "LEFT");
+    S_RIGHT = mk(ctx, "RIGHT");
+    static const struct { const char *name; RedisModuleCmdFunc fn; } cmds[] = {
+        {"emq.enqueue", cmd_enqueue}, {"emq.claim", cmd_claim}, {"emq.ack", cmd_ack},
+        {"emq.retry", cmd_retry}, {"emq.extend", cmd_extend}, {"emq.release", cmd_release},
+        {"emq.reap", cmd_reap}, {"emq.promote", cmd_promote},
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        /* Keys 1..12 so that Cluster routes the call and refuses it while the slot moves
+         * (the guard key is never written, as with the scripts). */
+        if (RedisModule_CreateCommand(ctx, cmds[i].name, cmds[i].fn, "write deny-oom", 1,
+                                      NFIXED, 1) != REDISMODULE_OK)
+            return REDISMODULE_ERR;
+    return REDISMODULE_OK;
+}

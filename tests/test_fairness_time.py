@@ -1,0 +1,203 @@
+"""The time-fair mode with real workers: each backlogged group gets its weight's share of
+the worker time, whatever the length of its jobs.
+
+Busy time is what the server measures, as the mode itself does: the time from a job's claim
+to its ack (the row's ``started`` and ``finished``), i.e. the time the job held a child.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+from workerproc import WorkerProc
+
+from emqtasks import App, InvalidArgument
+from emqtasks.check import check
+from emqtasks.cli import main
+from emqtasks.queue import NewJob, Queue
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _jobs(group: str, n: int, ms: float, prefix: str | None = None) -> list[NewJob]:
+    prefix = prefix or group
+    return [NewJob(f"{prefix}-{i}", "ft.work", json.dumps({"v": 1, "a": [group, ms], "k": {}}),
+                   group, 3, 30_000, 50, 600) for i in range(n)]
+
+
+def _worker(app: App, concurrency: int = 4) -> WorkerProc:
+    w = WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=concurrency,
+                   modules=("time_tasks",), tick=0.5)
+    w.wait_ready()
+    return w
+
+
+def _server_ms(queue: Queue) -> int:
+    secs, micros = queue.client.time()
+    return int(secs) * 1000 + int(micros) // 1000
+
+
+def _busy(queue: Queue, ids: Iterator[str] | list[str], start: int, end: int) -> int:
+    """ms of worker time the jobs (those claimed within [start, end), done) held a child."""
+    pipe = queue.client.pipeline(transaction=False)
+    ids = list(ids)
+    for i in ids:
+        pipe.hmget(queue.keys.job(i), "started", "finished")
+    total = 0
+    for started, finished in pipe.execute():
+        if started and finished and start <= int(started) < end:
+            total += min(int(finished), end) - int(started)
+    return total
+
+
+def _share(queue: Queue, light: list[str], heavy: list[str], start: int, end: int) -> float:
+    lb, hb = _busy(queue, light, start, end), _busy(queue, heavy, start, end)
+    return lb / (lb + hb)
+
+
+def _window(w: WorkerProc, queue: Queue, seconds: float) -> tuple[int, int]:
+    """A window of the server clock `seconds` long, from now."""
+    start = _server_ms(queue)
+    w.wait_for(lambda: _server_ms(queue) >= start + seconds * 1000, seconds + 10, "window")
+    return start, _server_ms(queue)
+
+
+def test_light_and_heavy_share_the_time_by_weight(app: App, queue: Queue) -> None:
+    # Given a time-fair queue, a heavy group (100 ms jobs) and a light one (1 ms jobs), both
+    # backlogged far beyond the test
+    app.set_fairness("time")
+    app.pause()
+    queue.enqueue_many(_jobs("heavy", 800, 100) + _jobs("light", 40_000, 1))
+    heavy, light = [f"heavy-{i}" for i in range(800)], [f"light-{i}" for i in range(40_000)]
+    with _worker(app, concurrency=4) as w:
+        app.resume()
+        # When a 4-child pool runs both for 9 s (the first second left out: estimates learn)
+        w.wait_for(lambda: _server_ms(queue) - int(app.job("heavy-0")["started"] or 0) > 1000
+                   if app.job("heavy-0")["started"] else False, 15, "the first second")
+        start, end = _window(w, queue, 8)
+        even = _share(queue, light, heavy, start, end)
+        seen = app.lane("light")
+        # And then with light at weight 3, for another 8 s (after a second to settle)
+        app.set_group_weight("light", 3)
+        time.sleep(1.0)
+        start3, end3 = _window(w, queue, 8)
+        tripled = _share(queue, light, heavy, start3, end3)
+        seen3 = app.lane("light")
+        still = app.stats()["groups"]
+        w.stop()
+    # Then both stayed backlogged throughout, and light had half the time, then three quarters
+    assert still["light"]["pending"] > 0 and still["heavy"]["pending"] > 0
+    assert 0.40 <= even <= 0.60, even
+    assert 0.65 <= tripled <= 0.85, tripled
+    # and the lane shows its recent share and its target
+    assert seen["target_share"] == pytest.approx(0.5)
+    assert seen3["target_share"] == pytest.approx(0.75)
+    assert 0.2 < seen3["busy_share"] < 0.9
+
+
+def test_a_group_back_from_idle_gets_no_more_than_its_share(app: App, queue: Queue) -> None:
+    # Given a time-fair queue where a, b and c all ran 20 ms jobs, then c went idle for 10 s
+    # while a and b stayed backlogged
+    app.set_fairness("time")
+    queue.enqueue_many(_jobs("a", 3000, 20) + _jobs("b", 3000, 20) + _jobs("c", 40, 20))
+    with _worker(app, concurrency=4) as w:
+        w.wait_for(lambda: app.lane("c")["pending"] == 0 and app.lane("c")["active"] == 0,
+                   20, "c's first jobs")
+        idle_from = _server_ms(queue)
+        w.wait_for(lambda: _server_ms(queue) > idle_from + 10_000, 20, "c idle for 10 s")
+        # When c comes back with a backlog of its own
+        back = _server_ms(queue)
+        queue.enqueue_many(_jobs("c", 2000, 20, prefix="c2"))
+        _, end = _window(w, queue, 5)
+        still = app.stats()["groups"]
+        w.stop()
+    c_ids = [f"c2-{i}" for i in range(2000)]
+    ab_ids = [f"{g}-{i}" for g in "ab" for i in range(3000)]
+    assert all(still[g]["pending"] > 0 for g in "abc"), still
+    # Then after its first second it gets no more than its third (no banked credit)...
+    c_busy = _busy(queue, c_ids, back + 1000, end)
+    share = c_busy / (c_busy + _busy(queue, ab_ids, back + 1000, end))
+    assert share <= 1 / 3 + 0.10, share
+    # ...and not much less either (it starts level, not behind)
+    assert share >= 1 / 3 - 0.15, share
+    # and in its first second it did not take the pool in a burst
+    first = _busy(queue, c_ids, back, back + 1000)
+    assert first / max(1, first + _busy(queue, ab_ids, back, back + 1000)) <= 0.5
+
+
+def test_quiet_group_starts_within_a_turn_of_a_flood_in_time_mode(app: App,
+                                                                   queue: Queue) -> None:
+    # Given a time-fair pool draining a 5,000-job flood
+    app.set_fairness("time")
+    with _worker(app, concurrency=4) as w:
+        queue.enqueue_many(_jobs("flood", 5000, 0))
+        w.wait_for(lambda: app.lane("flood")["pending"] < 4800, 20, "the flood to run")
+        # When one job of a quiet group arrives behind it
+        before = int(app.client.get(f"t:{app.settings.queue}:seq") or 0)
+        quiet = app.send_task("ft.work", ("quiet", 0, "quiet"), group="quiet")
+        quiet.get(timeout=20)
+        at = int(app.client.hget(f"t:{app.settings.queue}:seqof", "quiet") or 0)
+        left = app.lane("flood")["pending"]
+        w.stop()
+    # Then fewer than 10 flood jobs started between its arrival and its start
+    assert left > 1000, left
+    assert 0 < at - before <= 10, (before, at)
+    app.client.delete(f"t:{app.settings.queue}:seq", f"t:{app.settings.queue}:seqof")
+
+
+def test_switching_modes_on_a_live_queue_loses_nothing(app: App, queue: Queue) -> None:
+    # Given a pool working through 1,200 jobs in 6 groups of different lengths
+    groups = {f"g{i}": ms for i, ms in enumerate((0, 1, 2, 5, 0, 3))}
+    jobs = [j for g, ms in groups.items() for j in _jobs(g, 200, ms)]
+    queue.enqueue_many(jobs)
+    with _worker(app, concurrency=4) as w:
+        # When the mode flips back and forth while they run
+        modes = []
+        for i in range(8):
+            mode = "time" if i % 2 == 0 else "turns"
+            app.set_fairness(mode)
+            modes.append(app.fairness())
+            time.sleep(0.15)
+        w.wait_for(lambda: all(app.lane(g)["pending"] == 0 and app.lane(g)["active"] == 0
+                               for g in groups), 40, "every job")
+        w.stop()
+    # Then every job ran once and is done, and the checker finds nothing wrong
+    assert modes == ["time", "turns"] * 4
+    states = [app.queue().status(j.id) for j in jobs]
+    assert states.count("done") == len(jobs), {s: states.count(s) for s in set(states)}
+    final = check(queue)
+    assert final.ok, final.violations
+    assert app.stats()["ring"] == 0
+
+
+def test_fairness_mode_api_and_command(app: App, queue: Queue) -> None:
+    from click.testing import CliRunner
+
+    # Given a queue: it starts in turns mode
+    assert app.fairness() == "turns"
+    assert app.stats()["fairness"] == "turns"
+    # Bad modes are a named error and write nothing
+    keys = sorted(app.client.keys(queue.keys.base + "*"))
+    with pytest.raises(InvalidArgument):
+        app.set_fairness("fast")
+    assert sorted(app.client.keys(queue.keys.base + "*")) == keys
+    runner = CliRunner()
+    env = {"EMQ_REDIS_URL": app.settings.redis_url, "EMQ_QUEUE": app.settings.queue}
+    bad = runner.invoke(main, ["fairness", "fast"], env=env)
+    assert bad.exit_code == 2
+    assert len(bad.output.strip().splitlines()) == 1 and "fairness mode" in bad.output
+    # The command sets and prints the mode; waiting groups move to the mode's ring
+    queue.enqueue_many(_jobs("x", 3, 1) + _jobs("y", 2, 1))
+    out = runner.invoke(main, ["fairness", "time"], env=env)
+    assert out.exit_code == 0 and "time" in out.output
+    assert runner.invoke(main, ["fairness"], env=env).output.strip() == "fairness: time"
+    assert app.client.llen(queue.keys.ring) == 0 and app.client.zcard(queue.keys.gvt) == 2
+    assert check(queue).ok
+    assert app.lane("x")["target_share"] == pytest.approx(0.5)
+    runner.invoke(main, ["fairness", "turns"], env=env)
+    assert app.fairness() == "turns" and app.client.llen(queue.keys.ring) == 2
+    assert app.lane("x")["target_share"] is None
+    assert check(queue).ok

@@ -15,7 +15,7 @@ import pytest
 from workerproc import WorkerProc
 
 from emqtasks import App, InvalidArgument
-from emqtasks.check import check
+from emqtasks.check import check, repair
 from emqtasks.cli import main
 from emqtasks.queue import NewJob, Queue
 
@@ -197,6 +197,13 @@ def test_fairness_mode_api_and_command(app: App, queue: Queue) -> None:
     assert app.client.llen(queue.keys.ring) == 0 and app.client.zcard(queue.keys.gvt) == 2
     assert check(queue).ok
     assert app.lane("x")["target_share"] == pytest.approx(0.5)
+    # A group left on the other mode's ring is a finding, and repair mends it
+    app.client.rpush(queue.keys.ring, "x")
+    found = check(queue).violations
+    assert any("time mode but 1 groups are on its ring" in v for v in found), found
+    assert any("group x is on the ring 2 times" in v for v in found), found
+    repair(queue)
+    assert check(queue).ok and app.client.zcard(queue.keys.gvt) == 2
     runner.invoke(main, ["fairness", "turns"], env=env)
     assert app.fairness() == "turns" and app.client.llen(queue.keys.ring) == 2
     assert app.lane("x")["target_share"] is None

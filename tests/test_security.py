@@ -398,10 +398,13 @@ def _acl_log(admin: redis.Redis) -> set[tuple[str, str, str]]:
     return out
 
 
-def test_a_worker_and_a_producer_run_under_least_privilege_acl_users(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["turns", "time"])
+def test_a_worker_and_a_producer_run_under_least_privilege_acl_users(tmp_path: Path,
+                                                                     mode: str) -> None:
     q = f"acl-{uuid.uuid4().hex[:8]}"
     with LocalRedis(extra=("--maxmemory-policy", "allkeys-lru")) as server:
         admin = server.client()
+        Queue(server.client(), q).set_fairness(mode)
         admin.execute_command(*acl.setuser(PRODUCER, acl.producer_rules(q), "ppw").split())
         admin.execute_command(*acl.setuser(WORKER, acl.worker_rules(q), "wpw").split())
         admin.execute_command("ACL", "LOG", "RESET")

@@ -185,6 +185,12 @@ local function ring_size()
   return redis.call('LLEN', K_ring)
 end
 
+-- Whether any group is serviceable, in one command and without reading the mode (the other
+-- mode's ring is always empty): what an idle master's promote asks once per tick.
+local function ring_any()
+  return redis.call('EXISTS', K_ring, K_gvt) > 0
+end
+
 local function ring_enter(g)
   ring_push(g)
   redis.call('HDEL', K_gturn, g)

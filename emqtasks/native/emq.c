@@ -1934,8 +1934,14 @@ static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
     }
     if (wh) RedisModule_CloseKey(wh);
     sfree(&q, wkey);
-    size_t ringed;
-    if (ring_size(&q, &ringed) < 0) return finish(&q);
+    /* ring_any: EXISTS ring gvt, without reading the mode */
+    RMS *gk = book_key(&q, "gvt");
+    RMK *gh;
+    int rc = dk(&q, gk, 0, REDISMODULE_KEYTYPE_ZSET, &gh);
+    long long ringed = (long long)vlen(fx(&q, K_RING, 0)) + (long long)vlen(gh);
+    if (gh) RedisModule_CloseKey(gh);
+    sfree(&q, gk);
+    if (rc < 0 || q.err) return finish(&q);
     long long claimable = ringed > 0 && !paused(&q);
     RedisModule_ReplyWithArray(ctx, 3);
     RedisModule_ReplyWithLongLong(ctx, n);

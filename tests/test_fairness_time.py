@@ -203,6 +203,8 @@ def test_fairness_mode_api_and_command(app: App, queue: Queue) -> None:
     assert app.client.llen(queue.keys.ring) == 0 and app.client.zcard(queue.keys.gvt) == 2
     assert check(queue).ok
     assert app.lane("x")["target_share"] == pytest.approx(0.5)
+    shown = runner.invoke(main, ["stats"], env=env).output
+    assert "fair by time" in shown and "busy/1m target" in shown, shown
     # A group left on the other mode's ring is a finding, and repair mends it
     app.client.rpush(queue.keys.ring, "x")
     found = check(queue).violations

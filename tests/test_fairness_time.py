@@ -216,3 +216,50 @@ def test_fairness_mode_api_and_command(app: App, queue: Queue) -> None:
     assert app.fairness() == "turns" and app.client.llen(queue.keys.ring) == 2
     assert app.lane("x")["target_share"] is None
     assert check(queue).ok
+
+
+def test_every_way_out_of_flight_settles_the_charge(app: App, queue: Queue) -> None:
+    # Given a time-fair queue whose group g has a known cost estimate of 10 ms
+    app.set_fairness("time")
+    r, k = app.client, queue.keys
+    queue.enqueue_many(_jobs("g", 4, 1))
+    r.hset(k.gcost, mapping={"g": 10_000, "": 10_000})
+
+    def claim_held_for(ms: int) -> object:
+        """Claim the next job and make its claim `ms` in the past (its lease still runs)."""
+        lease = queue.claim()[0]
+        assert int(r.hget(k.job(lease.id), "vcharge")) == int(r.hget(k.gcost, "g"))
+        r.hincrby(k.job(lease.id), "started", -ms)
+        return lease
+
+    def vtime() -> int:
+        return int(r.hget(k.gvrun, "g"))
+
+    # When a job is acked after 30 ms, Then g pays 30 ms and its estimate learns (3/4 + 1/4)
+    before = vtime()
+    lease = claim_held_for(30)
+    queue.ack(lease)  # type: ignore[arg-type]
+    assert 30_000 <= vtime() - before <= 40_000
+    assert 15_000 <= int(r.hget(k.gcost, "g")) <= 17_500
+    assert r.hget(k.job(lease.id), "vcharge") is None  # type: ignore[attr-defined]
+    # When one is released after 20 ms: it pays the 20 ms, its estimate does not learn
+    est, before = r.hget(k.gcost, "g"), vtime()
+    lease = claim_held_for(20)
+    queue.release(lease)  # type: ignore[arg-type]
+    assert 20_000 <= vtime() - before <= 30_000 and r.hget(k.gcost, "g") == est
+    # When one fails into a retry after 5 ms: it pays, and the estimate learns
+    before = vtime()
+    lease = claim_held_for(5)
+    queue.retry(lease, "boom", delay=60)  # type: ignore[arg-type]
+    assert 5_000 <= vtime() - before <= 15_000 and r.hget(k.gcost, "g") != est
+    # When a lease expires and is reaped: it pays claim to deadline, the estimate stays
+    est, before = r.hget(k.gcost, "g"), vtime()
+    lease = claim_held_for(100)
+    started = int(r.hget(k.job(lease.id), "started"))  # type: ignore[attr-defined]
+    r.zadd(k.active, {lease.id: started + 40}, xx=True)  # type: ignore[attr-defined]
+    assert queue.reap() == (1, 0)
+    assert vtime() - before == 40_000 and r.hget(k.gcost, "g") == est
+    # And the group's busy time over the last minute holds what it used
+    assert 95 <= int(app.lane("g")["busy_s"] * 1000) <= 125
+    assert app.lane("g")["busy_share"] == pytest.approx(1.0)
+    assert check(queue).ok

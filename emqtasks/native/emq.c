@@ -6,7 +6,8 @@
  * of the form BASE..name with BASE = KEYS[1] minus "ring" (anything else is refused: the
  * keys a command forms itself, job rows BASE.."job:"..id, lanes BASE.."g:"..group..":pending",
  * a rated group's start times BASE.."g:"..group..":starts", done lists BASE.."done:"..id and
- * the fairness controls' books BASE..{grate gmax gdefaults gbackoff gwait}, then carry the
+ * the fairness controls' books BASE..{grate gmax gdefaults gbackoff gwait}, the time-fair
+ * mode's BASE..{fairness gvt gvrun gcost busy} and a group's BASE.."g:"..group..":busy", then carry the
  * same prefix, so the same slot and the same ACL key pattern, and never alias a fixed key). Replies are what the script returns
  * through RESP2: Lua tables are arrays, false a nil bulk, numbers integers.
  *
@@ -34,7 +35,8 @@
  *          go back to the ring, and next_due covers gwait's head too
  *
  * The state transitions are the scripts' to the field (lua/_common.lua explains the ring,
- * the books, the fence and the wake tokens; this file follows its helpers one for one).
+ * the books, the fence, the wake tokens and the time-fair mode's virtual times; this file
+ * follows its helpers one for one). The mode switch (lua/fairness.lua) stays Lua-only.
  *
  * Where this differs from the scripts, it is on input they take without a check:
  *   - arity is exact (a script ignores extra ARGV, and extend's partial triple is stale);

@@ -263,3 +263,40 @@ def test_every_way_out_of_flight_settles_the_charge(app: App, queue: Queue) -> N
     assert 95 <= int(app.lane("g")["busy_s"] * 1000) <= 125
     assert app.lane("g")["busy_share"] == pytest.approx(1.0)
     assert check(queue).ok
+
+
+def _controls() -> list[object]:
+    """The controls' own tests (limits, pauses, lane caps, defaults, priorities, lane states,
+    cancel, requeue, release, reap, promote) that read no ring order, to run in time mode."""
+    import test_admin as ta
+    import test_fairness_controls as tf
+    import test_promote as tp
+    import test_reap as tr
+    import test_release as tl
+    return [
+        ta.test_a_group_at_its_limit_is_not_served,
+        ta.test_acking_a_limited_job_returns_the_group_to_the_ring_with_a_wake,
+        ta.test_a_failure_of_a_limited_job_also_frees_its_slot,
+        ta.test_clearing_a_limit_makes_the_group_serviceable_again,
+        ta.test_lowering_a_limit_below_the_jobs_in_flight_takes_the_group_off_the_ring,
+        ta.test_a_queue_wide_pause_stops_claims_and_resume_wakes,
+        ta.test_a_paused_lane_keeps_its_backlog_and_its_job_in_flight,
+        ta.test_resuming_a_lane_makes_it_serviceable_and_wakes,
+        ta.test_work_arriving_in_a_paused_lane_waits_for_resume,
+        ta.test_cancelling_one_of_many_pending_keeps_the_lane_on_the_ring,
+        ta.test_requeue_dead_all_brings_every_one_back,
+        tf.test_defaults_hold_new_groups_and_explicit_settings_win,
+        tf.test_priorities_order_one_lane_and_never_jump_another_groups_turn,
+        tf.test_every_lane_state_reads_back_through_stats_and_lane,
+        tl.test_release_hands_the_job_back_unrun_with_its_attempt_rolled_back,
+        tr.test_reap_returns_an_expired_lease_to_its_lane,
+        tr.test_reap_respects_its_limit,
+        tp.test_promote_brings_a_retry_back_when_due,
+    ]
+
+
+@pytest.mark.parametrize("case", _controls(), ids=lambda f: f.__name__)  # type: ignore
+def test_the_controls_behave_the_same_in_time_mode(case, app: App, queue: Queue) -> None:
+    # Given a time-fair queue, Then each control's own test holds on it as it does by turns
+    app.set_fairness("time")
+    case(app, queue)

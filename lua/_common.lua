@@ -343,7 +343,8 @@ local function time_charge(g, vs, jk)
   redis.call('HSET', jk, 'vcharge', int_text(charge))
 end
 
--- Claim one job: turn the ring one step, pop the head of that lane, lease it.
+-- Claim one job: turn the ring one step (in time mode: take the group of least virtual time
+-- and charge it, time_charge), pop the head of that lane, lease it.
 -- Returns {id, task, payload, attempts, nonce, group, lease_ms, more, fence} or nil when nothing is
 -- serviceable. Ghosts (ids whose row is gone) and stale ring entries are skipped, at most
 -- 64 of them per call; past that a wake is pushed so a worker comes back for the rest.

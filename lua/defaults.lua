@@ -20,7 +20,8 @@ end
 for i = 2 * n + 2, #ARGV do candidate(ARGV[i]) end
 local tf = time_fair()
 local ring
-if tf then ring = redis.call('ZRANGE', K_gvt, 0, -1) else ring = redis.call('LRANGE', K_ring, 0, -1) end
+if tf then ring = redis.call('ZRANGE', K_gvt, 0, -1)
+else ring = redis.call('LRANGE', K_ring, 0, -1) end
 for _, g in ipairs(ring) do candidate(g) end
 for _, g in ipairs(redis.call('ZRANGE', K_gwait, 0, -1)) do candidate(g) end
 for _, g in ipairs(candidates) do was[g] = placed(g) end

@@ -17,6 +17,7 @@ from .errors import (
     InvalidSchedule,
     InvalidScheduleName,
     LaneFull,
+    NativeUnavailable,
     NoCurrentJob,
     PayloadTooLarge,
     RateLimited,
@@ -58,7 +59,8 @@ __all__ = [
     "Queue", "Lease", "Acked", "EnqueueVerdict", "AckVerdict", "RetryVerdict",
     "ReleaseVerdict", "ExtendVerdict", "CancelVerdict", "FireVerdict",
     # the error tree
-    "EmqError", "ConfigError", "ClusterUrlError", "InvalidQueueName", "InvalidJobId",
+    "EmqError", "ConfigError", "ClusterUrlError", "InvalidQueueName", "NativeUnavailable",
+    "InvalidJobId",
     "InvalidGroup", "InvalidArgument", "SerializationError", "PayloadTooLarge",
     "UnknownTask", "DuplicateTaskName", "ScriptError", "TaskFailed", "ResultTimeout",
     "LaneFull",

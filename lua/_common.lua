@@ -159,7 +159,9 @@ end
 -- (`vcharge`), and when the job leaves flight its group pays the difference to what it
 -- really used (time_settle). The floor, gvrun[''], is the virtual time of the last group
 -- served: a group that enters starts at its own virtual time or the floor, whichever is
--- later, so time spent away banks no credit.
+-- later, so time spent away banks no credit. Every job costs at least 1 us of virtual time
+-- (at its claim and at its settlement), so a group of jobs too short for the ms clock still
+-- moves past the floor, and a group entering there is served before its next job.
 local DEFAULT_COST = 10000      -- us: the first guess of a queue that has run nothing
 
 local function vstart(g)
@@ -309,7 +311,7 @@ local function time_settle(g, id, row_started, vcharge, now, sample)
   local deadline = tonumber(redis.call('ZSCORE', K_active, id)) or now
   local used = math.max(0, math.min(now, deadline) - (tonumber(row_started) or now))
   redis.call('HDEL', job_key(id), 'vcharge')
-  local delta = math.floor(used * 1000 / weight_of(g)) - tonumber(vcharge)
+  local delta = math.max(1, math.floor(used * 1000 / weight_of(g))) - tonumber(vcharge)
   if delta ~= 0 then
     local v = int_text(redis.call('HINCRBY', K_gvrun, g, delta))
     redis.call('ZADD', K_gvt, 'XX', v, g)
@@ -333,7 +335,7 @@ end
 local function time_charge(g, vs, jk)
   local est = tonumber(redis.call('HGET', K_gcost, g) or redis.call('HGET', K_gcost, '')
     or DEFAULT_COST)
-  local charge = math.floor(est / weight_of(g))
+  local charge = math.max(1, math.floor(est / weight_of(g)))
   local v = int_text(vs + charge)
   redis.call('ZADD', K_gvt, v, g)
   redis.call('HSET', K_gvrun, g, v)

@@ -300,3 +300,24 @@ def test_the_controls_behave_the_same_in_time_mode(case, app: App, queue: Queue)
     # Given a time-fair queue, Then each control's own test holds on it as it does by turns
     app.set_fairness("time")
     case(app, queue)
+
+
+def test_jobs_too_short_for_the_clock_still_let_a_newcomer_in(app: App, queue: Queue) -> None:
+    # Given a time-fair queue flooded by a group whose jobs take no measurable time (a cost
+    # estimate of 0), drained one claim -> ack at a time
+    app.set_fairness("time")
+    queue.enqueue_many(_jobs("a-flood", 200, 0))
+    app.client.hset(queue.keys.gcost, mapping={"a-flood": 0, "": 0})
+    lease = queue.claim()[0]
+    for _ in range(20):
+        app.client.hset(queue.keys.job(lease.id), "started", _server_ms(queue) + 10_000)
+        lease = queue.ack(lease, claim_next=True).next  # type: ignore[assignment]
+    # When a quiet group's job arrives (its name sorts after the flood's)
+    queue.enqueue_many(_jobs("quiet", 1, 0))
+    # Then it is served at the next claim or the one after, not after the flood
+    groups = []
+    for _ in range(3):
+        app.client.hset(queue.keys.job(lease.id), "started", _server_ms(queue) + 10_000)
+        lease = queue.ack(lease, claim_next=True).next  # type: ignore[assignment]
+        groups.append(lease.group)
+    assert "quiet" in groups[:2], groups

@@ -831,7 +831,8 @@ static int time_settle(Q *q, RMS *g, RMS *id, RMK *row, RMS *row_key, RMS *start
     if (num(q, vcharge, &vc, "ERR emq: a job row's vcharge is not a number") < 0) return -1;
     if (weight_of(q, g, &w) < 0) return -1;
     hdel(q, row, row_key, F_VCHARGE);
-    double delta = floor(used * 1000 / w) - vc;
+    double paid = floor(used * 1000 / w);
+    double delta = (paid > 1 ? paid : 1) - vc;      /* every job costs at least 1 us */
     if (delta != 0) {
         RMS *key = book_key(q, "gvrun");
         RMK *h;
@@ -867,6 +868,7 @@ static int time_settle(Q *q, RMS *g, RMS *id, RMK *row, RMS *row_key, RMS *start
  * over the group's weight; the floor rises to vs. */
 static int time_charge(Q *q, RMS *g, double vs, double w, double est, RMK *job, RMS *jkey) {
     double charge = floor(est / w);
+    if (!(charge > 1)) charge = 1;                  /* math.max(1, ...): at least 1 us */
     long long v = (long long)(vs + charge);
     int hf;
     double floor_v = 0;

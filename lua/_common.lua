@@ -292,13 +292,14 @@ local function ring_turn(g)
 end
 
 -- Add ms of busy time to a 10 s slot of a busy hash (the last minute's, for stats); a new
--- slot clears the ones that fell out of the minute.
+-- slot clears the ones that fell out of the minute and sets the key to go 70 s later (a key
+-- written on goes on: every 10 s brings a new slot).
 local function busy_add(key, ms, now)
   local slot = math.floor(now / 10000)
   if redis.call('HINCRBY', key, slot, ms) == ms then
     redis.call('HDEL', key, slot - 6, slot - 7, slot - 8, slot - 9, slot - 10, slot - 11)
+    redis.call('PEXPIRE', key, 70000)
   end
-  redis.call('PEXPIRE', key, 70000)
 end
 
 -- A job charged at its claim in time mode (its row holds `vcharge`) leaves flight: its group

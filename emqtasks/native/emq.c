@@ -678,6 +678,14 @@ static int under_limit(Q *q, RMS *g, int *ok) {
 static int time_fair(Q *q) {
     if (q->tmode) return q->tmode == 2;
     RMS *key = book_key(q, "fairness");
+    RMK *h = RedisModule_OpenKey(q->ctx, key, REDISMODULE_READ);
+    int absent = !h || RedisModule_KeyType(h) == REDISMODULE_KEYTYPE_EMPTY;
+    if (h) RedisModule_CloseKey(h);
+    if (absent) {                                /* turns: no call needed */
+        sfree(q, key);
+        q->tmode = 1;
+        return 0;
+    }
     RedisModuleCallReply *r = RedisModule_Call(q->ctx, "GET", "s", key);
     sfree(q, key);
     if (!r) return fail(q, WRONGTYPE);
@@ -791,7 +799,7 @@ static int ring_size(Q *q, size_t *n) {
     return rc;
 }
 
-/* busy_add: HINCRBY key slot ms; a new slot clears those six to eleven slots back;
+/* busy_add: HINCRBY key slot ms; a new slot clears those six to eleven slots back and sets
  * PEXPIRE key 70000. */
 static int busy_add(Q *q, RMS *key, long long ms) {
     RMK *h;
@@ -806,8 +814,8 @@ static int busy_add(Q *q, RMS *key, long long ms) {
             hdel(q, h, key, old);
             sfree(q, old);
         }
+        rc = expire_at(q, h, key, q->now + 70000);
     }
-    if (rc == 0) rc = expire_at(q, h, key, q->now + 70000);
     if (h) RedisModule_CloseKey(h);
     return rc;
 }

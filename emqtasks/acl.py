@@ -40,10 +40,11 @@ _SCRIPTING = ("evalsha", "eval")
 #: enqueue.lua and wait.lua (with the helpers of _common.lua they reach: LINDEX reads a
 #: rate-limited group's recent starts when its lane opens), plus the direct calls of a
 #: producer: BLPOP in JobHandle.get, HGET (status), HGETALL (info), PING (CLI); and
-#: schedule.lua's put / drop (INCR of the version) for App.schedule and unschedule.
+#: schedule.lua's put / drop (INCR of the version) for App.schedule and unschedule; GET of
+#: the fairness mode when a lane opens (and in time mode ZADD / HSET of the group's place).
 PRODUCER_COMMANDS = (
     *_SCRIPTING,
-    "time", "exists", "hset", "hget", "hmget", "hincrby", "hdel", "hgetall", "incr",
+    "time", "exists", "get", "hset", "hget", "hmget", "hincrby", "hdel", "hgetall", "incr",
     "zadd", "zrange", "zcard", "sismember", "rpush", "llen", "lindex", "expire",
     "blpop", "ping",
 )

@@ -297,6 +297,16 @@ class App:
     def set_group_weight(self, group: str, weight: int | None) -> None:
         self.queue().set_group_weight(group, weight)
 
+    def set_fairness(self, mode: str) -> int:
+        """"turns" (the default: one claim per backlogged group per turn of the ring) or
+        "time" (each backlogged group gets a share of the worker time proportional to its
+        weight, whatever the length of its jobs). Raises InvalidArgument for another mode."""
+        return self.queue().set_fairness(mode)
+
+    def fairness(self) -> str:
+        """The queue's fairness mode, "turns" or "time"."""
+        return self.queue().fairness()
+
     def set_group_rate(self, group: str, max_jobs: int | None, per: float = 1.0) -> None:
         """At most ``max_jobs`` of the group's jobs start in any window of ``per`` seconds
         (a burst of max_jobs allowed); ``None`` clears the group's own rate."""

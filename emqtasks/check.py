@@ -49,13 +49,16 @@ def _snapshot(queue: Queue) -> tuple[list[str], dict[str, list[str]], dict[str, 
     pipe.llen(k.wake)
     pipe.zrange(k.gwait, 0, -1)
     pipe.hget(k.gdefaults, "limit")
+    pipe.zrange(k.gvt, 0, -1)
+    pipe.get(k.fairness)
     replies = pipe.execute()
     lanes = dict(zip(groups, replies[: len(groups)]))
-    ring, active, delayed, dead, gactive, glimit, gpaused, wake, gwait, default_limit = \
-        replies[len(groups):]
+    ring, active, delayed, dead, gactive, glimit, gpaused, wake, gwait, default_limit, gvt, \
+        mode = replies[len(groups):]
     books = {"ring": ring, "active": active, "delayed": delayed, "dead": dead,
              "gactive": gactive, "glimit": glimit, "gpaused": gpaused, "wake": wake,
-             "gwait": gwait, "default_limit": default_limit}
+             "gwait": gwait, "default_limit": default_limit, "gvt": gvt,
+             "time_mode": mode == "time"}
     return groups, lanes, books
 
 
@@ -110,8 +113,13 @@ def check(queue: Queue) -> Report:
 def _check_ring(report: Report, groups: list[str], lanes: dict[str, list[str]],
                 b: dict[str, Any], in_flight: Counter[str | None]) -> None:
     """Each open group (lane waiting, not paused, under its limit) is on the ring once or
-    held back in gwait (its rate budget spent, or backing off), and no other group is."""
-    on_ring, waiting = Counter(b["ring"]), set(b["gwait"])
+    held back in gwait (its rate budget spent, or backing off), and no other group is. The
+    ring of a time-fair queue is `gvt` (a zset: each member once); the other one is empty."""
+    idle, live = ("ring", "gvt") if b["time_mode"] else ("gvt", "ring")
+    if b[idle]:
+        report.add(f"the queue is in {'time' if b['time_mode'] else 'turns'} mode but "
+                   f"{len(b[idle])} groups are on its {idle}")
+    on_ring, waiting = Counter(b[live]) + Counter(b[idle]), set(b["gwait"])
     for g, n in on_ring.items():
         if n > 1:
             report.add(f"group {g} is on the ring {n} times")

@@ -98,7 +98,8 @@ class QueueKeys:
 
     __slots__ = ("name", "base", "fixed", "ring", "active", "delayed", "dead", "wake",
                  "gactive", "glimit", "gweight", "gpaused", "paused", "grate", "gmax",
-                 "gdefaults", "gbackoff", "gwait")
+                 "gdefaults", "gbackoff", "gwait", "fairness", "gvt", "gvrun", "gcost",
+                 "busy")
 
     def __init__(self, name: str) -> None:
         self.name = check_queue_name(name)
@@ -114,6 +115,11 @@ class QueueKeys:
         # groups held back until a time (see lua/_common.lua).
         self.grate, self.gmax, self.gdefaults = b + "grate", b + "gmax", b + "gdefaults"
         self.gbackoff, self.gwait = b + "gbackoff", b + "gwait"
+        # The time-fair mode's books (lua/_common.lua, "Fair share of worker time"): the
+        # mode flag, its ring (a zset by virtual time), each group's virtual time and cost
+        # estimate, and the queue's busy time in 10 s slots.
+        self.fairness, self.gvt, self.gvrun = b + "fairness", b + "gvt", b + "gvrun"
+        self.gcost, self.busy = b + "gcost", b + "busy"
 
     def job(self, job_id: str) -> str:
         return f"{self.base}job:{job_id}"
@@ -128,6 +134,10 @@ class QueueKeys:
     def starts(self, group: str) -> str:
         """A rate-limited group's last start times (ms), newest first, at most max_jobs."""
         return f"{self.base}g:{group}:starts"
+
+    def group_busy(self, group: str) -> str:
+        """hash: 10 s slot -> ms of worker time the group's time-mode jobs used (last minute)."""
+        return f"{self.base}g:{group}:busy"
 
     @property
     def lane_pattern(self) -> str:

@@ -38,6 +38,11 @@ def read_books(client: Any, keys: Any, groups: list[str]) -> dict[str, Any]:
     pipe.smembers(keys.gpaused)
     pipe.exists(keys.paused)
     pipe.zrange(keys.gwait, 0, -1, withscores=True)
+    pipe.get(keys.fairness)
+    pipe.zrange(keys.gvt, 0, -1)
+    pipe.hgetall(keys.busy)
+    for g in groups:
+        pipe.hgetall(keys.group_busy(g))
     for g in groups:
         pipe.zcard(keys.lane(g))
         pipe.zrange(keys.lane(g), 0, 0, withscores=True)
@@ -45,12 +50,43 @@ def read_books(client: Any, keys: Any, groups: list[str]) -> dict[str, Any]:
     replies = pipe.execute()
     books: dict[str, Any] = dict(zip(
         ("gactive", "glimit", "gweight", "grate", "gmax", "gdefaults"), replies[0:6]))
-    books.update(now_ms=int(secs) * 1000 + int(micros) // 1000, gpaused=replies[6],
-                 paused=bool(replies[7]), gwait=dict(replies[8]), lanes={})
-    rest = replies[9:]
+    now = int(secs) * 1000 + int(micros) // 1000
+    books.update(now_ms=now, gpaused=replies[6],
+                 paused=bool(replies[7]), gwait=dict(replies[8]), lanes={},
+                 fairness="time" if replies[9] == "time" else "turns", gvt=replies[10],
+                 busy_total=minute_ms(replies[11], now), busy={})
+    rest = replies[12 + len(groups):]
     for i, g in enumerate(groups):
+        books["busy"][g] = minute_ms(replies[12 + i], now)
         books["lanes"][g] = (rest[3 * i], rest[3 * i + 1], rest[3 * i + 2])
     return books
+
+
+def minute_ms(slots: dict[str, str], now_ms: int) -> int:
+    """Busy ms over the last minute from a busy hash (10 s slot -> ms): the current slot and
+    the five before it."""
+    current = now_ms // 10_000
+    return sum(int(ms) for slot, ms in slots.items() if current - 6 < int(slot) <= current)
+
+
+def shares(books: dict[str, Any], g: str, weight: int, pending: int) -> dict[str, Any]:
+    """The group's share of the queue's busy time over the last minute (jobs claimed in time
+    mode), and in time mode its target share: its weight over the weights of the groups
+    competing now (on the time ring, and itself if it has work waiting)."""
+    total = books["busy_total"]
+    busy = books["busy"][g]
+    target = None
+    if books["fairness"] == "time" and pending:
+        competing = set(books["gvt"]) | {g}
+        weights = sum(effective_weight(books, h) for h in competing)
+        target = weight / weights
+    return {"busy_s": busy / 1000, "busy_share": busy / total if total else None,
+            "target_share": target}
+
+
+def effective_weight(books: dict[str, Any], g: str) -> int:
+    own = books["gweight"].get(g)
+    return int(own if own is not None else books["gdefaults"].get("weight") or 1)
 
 
 def oldest_ms(client: Any, lane_key: str, first: list[Any], last: list[Any]) -> int | None:
@@ -105,4 +141,5 @@ def view(client: Any, keys: Any, g: str, books: dict[str, Any]) -> dict[str, Any
         "state": state,
         "ready_at": (waiting_until / 1000 if state == "rate_limited" else None),
         "oldest_age": None if oldest is None else max(0.0, (now - oldest) / 1000),
+        **shares(books, g, int(eff["weight"] or 1), pending),
     }

@@ -24,6 +24,8 @@ from .verdicts import (
 )
 
 WAKE_WORK, WAKE_DUE = "1", "d"
+#: The fairness modes: one claim per turn of the ring, or a share of the worker time.
+FAIRNESS_MODES = ("turns", "time")
 #: The most jobs one enqueue script call admits. At 9 arguments a job it stays far under the
 #: 1,048,576 arguments Redis 6.2 takes in one command (a bigger batch is refused with a
 #: protocol error and a closed connection), and its run (some 7 us a job) far under the 5 s
@@ -267,6 +269,18 @@ class Queue:
         return {name: parse_rate(value) if name == "rate" else int(value)
                 for name, value in raw.items()}
 
+    def set_fairness(self, mode: str) -> int:
+        """"turns" (one claim per turn of the ring, the default) or "time" (each backlogged
+        group gets a share of the worker time proportional to its weight); returns the
+        groups moved to the new mode's ring (0 when the queue had that mode already)."""
+        if mode not in FAIRNESS_MODES:
+            raise InvalidArgument(f"a fairness mode is 'turns' or 'time', not {mode!r}")
+        return int(self.scripts.fairness(self._k, [mode]))
+
+    def fairness(self) -> str:
+        """The queue's fairness mode: "turns" or "time"."""
+        return "time" if self.client.get(self.keys.fairness) == "time" else "turns"
+
     def cancel(self, job_id: str) -> CancelVerdict:
         """CANCELLED, MISSING, ACTIVE (running jobs are not interrupted) or FINISHED."""
         code = int(self.scripts.cancel(self._k, [check_job_id(job_id)]))
@@ -360,12 +374,13 @@ class Queue:
         for key in (k.delayed, k.dead, k.active):
             pipe.zcard(key)
         pipe.llen(k.ring)
-        delayed, dead, active, ring = pipe.execute()
+        pipe.zcard(k.gvt)
+        delayed, dead, active, ring, ring_time = pipe.execute()
         per_group = {g: lanes.view(self.client, k, g, books) for g in groups}
         return {
-            "queue": self.name, "paused": books["paused"],
+            "queue": self.name, "paused": books["paused"], "fairness": books["fairness"],
             "pending": sum(v["pending"] for v in per_group.values()),
-            "active": active, "delayed": delayed, "dead": dead, "ring": ring,
+            "active": active, "delayed": delayed, "dead": dead, "ring": ring + ring_time,
             "groups": per_group,
         }
 

@@ -9,7 +9,8 @@
 -- forms itself all carry the queue's tag, so one slot: job rows (BASE .. 'job:' .. id),
 -- lanes (BASE .. 'g:' .. group .. ':pending'), a rate-limited group's recent start times
 -- (BASE .. 'g:' .. group .. ':starts'), result notifications (BASE .. 'done:' .. id), and
--- the fairness controls' books below (K_grate ... K_gwait).
+-- the fairness controls' books below (K_grate ... K_gwait), a group's recent busy time
+-- (BASE .. 'g:' .. group .. ':busy') and the time-fair mode's books (K_fairness ... K_busy).
 --
 -- Ring membership is derived, never searched. A group is "open" when its lane is non-empty,
 -- it is not paused and it is under its limit; an open group is on the ring, or, while its
@@ -28,6 +29,12 @@ local K_gmax = BASE .. 'gmax'             -- hash: group -> cap on its waiting j
 local K_gdefaults = BASE .. 'gdefaults'   -- hash: limit | rate | max_size | weight -> default
 local K_gbackoff = BASE .. 'gbackoff'     -- hash: group -> ms until which it sits out
 local K_gwait = BASE .. 'gwait'           -- zset: open groups held back, score = ready time
+-- The time-fair mode (see "Fair share of worker time" below):
+local K_fairness = BASE .. 'fairness'     -- string: 'time' when time-fair; absent: turns
+local K_gvt = BASE .. 'gvt'               -- zset: time mode's ring, score = virtual time (us)
+local K_gvrun = BASE .. 'gvrun'           -- hash: group -> virtual time (us); '' -> the floor
+local K_gcost = BASE .. 'gcost'           -- hash: group -> estimated job cost (us); '' queue's
+local K_busy = BASE .. 'busy'             -- hash: 10 s slot -> busy ms of the whole queue
 
 local WAKE_CAP = 16
 local WAKE_TTL = 60
@@ -41,6 +48,16 @@ local function job_key(id) return BASE .. 'job:' .. id end
 local function lane_key(g) return BASE .. 'g:' .. g .. ':pending' end
 local function starts_key(g) return BASE .. 'g:' .. g .. ':starts' end
 local function lane_score(prio, t) return (tonumber(prio) or 0) * PRIO_SPAN + t end
+local function busy_key(g) return BASE .. 'g:' .. g .. ':busy' end
+-- Integers as text, exactly (a bare number would go as %.14g).
+local function int_text(v) return string.format('%d', v) end
+
+-- The queue's fairness mode, read once per script run (the fairness verb sets MODE itself).
+local MODE = nil
+local function time_fair()
+  if MODE == nil then MODE = redis.call('GET', K_fairness) == 'time' end
+  return MODE
+end
 
 -- The defaults for every group, read once per script run (a verb that changes them resets
 -- DEFAULTS to nil).
@@ -135,8 +152,49 @@ local function ready_at(g, now)
   return at
 end
 
+-- Fair share of worker time (time mode): each open group has a virtual time, the worker
+-- time it was given divided by its weight (us); a claim serves the open group with the
+-- least (the lowest member of gvt, O(log n)) and charges it its estimated cost / weight
+-- (gcost: a moving average of its recent jobs); the job's row keeps that charge
+-- (`vcharge`), and when the job leaves flight its group pays the difference to what it
+-- really used (time_settle). The floor, gvrun[''], is the virtual time of the last group
+-- served: a group that enters starts at its own virtual time or the floor, whichever is
+-- later, so time spent away banks no credit. Every job costs at least 1 us of virtual time
+-- (at its claim and at its settlement), so a group of jobs too short for the ms clock still
+-- moves past the floor, and a group entering there is served before its next job.
+local DEFAULT_COST = 10000      -- us: the first guess of a queue that has run nothing
+
+local function vstart(g)
+  local floor = tonumber(redis.call('HGET', K_gvrun, '')) or 0
+  local own = tonumber(redis.call('HGET', K_gvrun, g))
+  if own and own > floor then return own end
+  return floor
+end
+
+local function ring_push(g)
+  if time_fair() then
+    local v = int_text(vstart(g))
+    redis.call('ZADD', K_gvt, v, g)
+    redis.call('HSET', K_gvrun, g, v)
+  else
+    redis.call('RPUSH', K_ring, g)
+  end
+end
+
+-- How many groups are serviceable now (the ring of the queue's mode).
+local function ring_size()
+  if time_fair() then return redis.call('ZCARD', K_gvt) end
+  return redis.call('LLEN', K_ring)
+end
+
+-- Whether any group is serviceable, in one command and without reading the mode (the other
+-- mode's ring is always empty): what an idle master's promote asks once per tick.
+local function ring_any()
+  return redis.call('EXISTS', K_ring, K_gvt) > 0
+end
+
 local function ring_enter(g)
-  redis.call('RPUSH', K_ring, g)
+  ring_push(g)
   redis.call('HDEL', K_gturn, g)
   wake()
 end
@@ -156,9 +214,13 @@ end
 -- from_tail: where the group is known to stand (just rotated to the tail, or still at the
 -- head), so LREM finds it in one step; nil scans the whole ring (admin verbs only).
 local function ring_leave(g, from_tail)
-  local count = 0
-  if from_tail == true then count = -1 elseif from_tail == false then count = 1 end
-  redis.call('LREM', K_ring, count, g)
+  if time_fair() then
+    redis.call('ZREM', K_gvt, g)
+  else
+    local count = 0
+    if from_tail == true then count = -1 elseif from_tail == false then count = 1 end
+    redis.call('LREM', K_ring, count, g)
+  end
   redis.call('HDEL', K_gturn, g)
 end
 
@@ -210,10 +272,11 @@ local function settle(g, was, now)
 end
 
 -- The fence: the row is active and the caller holds the current attempts and nonce.
--- Returns {state, attempts, nonce, group, max, ttl, waiters}, or nil when stale.
+-- Returns {state, attempts, nonce, group, max, ttl, waiters, started, vcharge}, or nil when
+-- stale.
 local function fenced(id, attempts, nonce)
   local row = redis.call('HMGET', job_key(id), 'state', 'attempts', 'nonce', 'group', 'max', 'ttl',
-    'waiters')
+    'waiters', 'started', 'vcharge')
   if row[1] ~= 'active' or row[2] ~= attempts or row[3] ~= nonce then return nil end
   return row
 end
@@ -228,13 +291,76 @@ local function ring_turn(g)
   return true
 end
 
--- Claim one job: turn the ring one step, pop the head of that lane, lease it.
+-- Add ms of busy time to a 10 s slot of a busy hash (the last minute's, for stats); a new
+-- slot clears the ones that fell out of the minute and sets the key to go 70 s later (a key
+-- written on goes on: every 10 s brings a new slot).
+local function busy_add(key, ms, now)
+  local slot = math.floor(now / 10000)
+  if redis.call('HINCRBY', key, slot, ms) == ms then
+    redis.call('HDEL', key, slot - 6, slot - 7, slot - 8, slot - 9, slot - 10, slot - 11)
+    redis.call('PEXPIRE', key, 70000)
+  end
+end
+
+-- A job charged at its claim in time mode (its row holds `vcharge`) leaves flight: its group
+-- pays what it really used, the time from its claim to now or to its lease deadline if that
+-- came first, less the charge. `sample`: the run was a real one (ack, retry), so it feeds the
+-- group's and the queue's cost estimates (3/4 old + 1/4 new); a release or a reap does not.
+-- Call before the row changes, with the id still in `active`.
+local function time_settle(g, id, row_started, vcharge, now, sample)
+  if not vcharge then return end
+  local deadline = tonumber(redis.call('ZSCORE', K_active, id)) or now
+  local used = math.max(0, math.min(now, deadline) - (tonumber(row_started) or now))
+  redis.call('HDEL', job_key(id), 'vcharge')
+  local delta = math.max(1, math.floor(used * 1000 / weight_of(g))) - tonumber(vcharge)
+  if delta ~= 0 then
+    local v = int_text(redis.call('HINCRBY', K_gvrun, g, delta))
+    redis.call('ZADD', K_gvt, 'XX', v, g)
+  end
+  if sample then
+    for _, who in ipairs({g, ''}) do
+      local est = tonumber(redis.call('HGET', K_gcost, who))
+      local new = used * 1000
+      if est then new = math.floor((3 * est + used * 1000) / 4) end
+      redis.call('HSET', K_gcost, who, int_text(new))
+    end
+  end
+  if used > 0 then
+    busy_add(busy_key(g), used, now)
+    busy_add(K_busy, used, now)
+  end
+end
+
+-- Claim in time mode from g, the open group with the least virtual time vs: charge it the
+-- estimated cost of this job over its weight, and raise the floor to vs.
+local function time_charge(g, vs, jk)
+  local est = tonumber(redis.call('HGET', K_gcost, g) or redis.call('HGET', K_gcost, '')
+    or DEFAULT_COST)
+  local charge = math.max(1, math.floor(est / weight_of(g)))
+  local v = int_text(vs + charge)
+  redis.call('ZADD', K_gvt, v, g)
+  redis.call('HSET', K_gvrun, g, v)
+  if vs > (tonumber(redis.call('HGET', K_gvrun, '')) or 0) then
+    redis.call('HSET', K_gvrun, '', int_text(vs))
+  end
+  redis.call('HSET', jk, 'vcharge', int_text(charge))
+end
+
+-- Claim one job: turn the ring one step (in time mode: take the group of least virtual time
+-- and charge it, time_charge), pop the head of that lane, lease it.
 -- Returns {id, task, payload, attempts, nonce, group, lease_ms, more, fence} or nil when nothing is
 -- serviceable. Ghosts (ids whose row is gone) and stale ring entries are skipped, at most
 -- 64 of them per call; past that a wake is pushed so a worker comes back for the rest.
 local function claim_one(nonce, now)
+  local tf = time_fair()
   for _ = 1, 64 do
-    local g = redis.call('LINDEX', K_ring, 0)
+    local g, vs
+    if tf then
+      local h = redis.call('ZRANGE', K_gvt, 0, 0, 'WITHSCORES')
+      g, vs = h[1], tonumber(h[2])
+    else
+      g = redis.call('LINDEX', K_ring, 0)
+    end
     if not g then return nil end
     local lane = lane_key(g)
     local popped = redis.call('ZPOPMIN', lane)
@@ -247,7 +373,8 @@ local function claim_one(nonce, now)
       if not row[4] then
         if redis.call('ZCARD', lane) == 0 then ring_leave(g, false) end
       else
-        local rotated = ring_turn(g)
+        local rotated = true
+        if tf then time_charge(g, vs, jk) else rotated = ring_turn(g) end
         local att = tonumber(row[5]) + 1
         local lease = tonumber(row[3])
         -- fence: grows with every claim of the row, never rolled back (attempts is: by a
@@ -274,7 +401,7 @@ local function claim_one(nonce, now)
         if closed or at then
           ring_leave(g, rotated)
           if at then wait_push(g, at) end
-          if redis.call('LLEN', K_ring) == 0 then more = 0 end
+          if ring_size() == 0 then more = 0 end
         end
         return {id, row[1], row[2], att, nonce, g, lease, more, fence}
       end

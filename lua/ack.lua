@@ -11,7 +11,8 @@
 --   books); next_job as in claim.lua, or false when none was asked or none is serviceable.
 -- Side effects: removes the id from `active`, state done with result and finish time; the
 --   row expires after its ttl (deleted at once when ttl is 0); gactive-1, and a group held
---   back by its limit returns to the ring with a wake.
+--   back by its limit returns to the ring with a wake. A job claimed in time mode settles
+--   its group's virtual time, cost estimate and busy time (time_settle in _common.lua).
 
 local id = ARGV[1]
 local verdict = 0
@@ -19,6 +20,7 @@ local now = now_ms()
 local row = fenced(id, ARGV[2], ARGV[3])
 if row then
   local jk = job_key(id)
+  time_settle(row[4], id, row[8], row[9], now, true)
   redis.call('ZREM', K_active, id)
   local ttl = tonumber(row[6] or '0')
   if ttl > 0 then

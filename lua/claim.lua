@@ -7,7 +7,8 @@
 --   fence};
 --   empty when the queue is paused or nothing is serviceable.
 -- Side effects: per job, attempts+1, fence+1, state active, `active` score now+lease, gactive+1;
---   a group at its limit or with an empty lane leaves the ring.
+--   a group at its limit or with an empty lane leaves the ring. In time mode each claim is
+--   served from the group of least virtual time and charged to it (time_charge, _common.lua).
 
 if redis.call('EXISTS', K_paused) == 1 then return {} end
 local now = now_ms()

@@ -8,7 +8,8 @@
 -- Reply: {groups_on_ring, groups_waiting}.
 -- Side effects: `gdefaults`; the ring is rebuilt in one pass (groups that stay keep their
 --   order, groups that opened join at the tail with a wake) and `gwait` follows each group's
---   new rate budget; the turn count of a group that left restarts.
+--   new rate budget; the turn count of a group that left restarts. In time mode the ring
+--   is `gvt`: groups that stay keep their virtual time, groups that opened enter (ring_push).
 
 local n = tonumber(ARGV[1])
 local now = now_ms()
@@ -17,7 +18,10 @@ local function candidate(g)
   if not seen[g] then seen[g] = true; candidates[#candidates + 1] = g end
 end
 for i = 2 * n + 2, #ARGV do candidate(ARGV[i]) end
-local ring = redis.call('LRANGE', K_ring, 0, -1)
+local tf = time_fair()
+local ring
+if tf then ring = redis.call('ZRANGE', K_gvt, 0, -1)
+else ring = redis.call('LRANGE', K_ring, 0, -1) end
 for _, g in ipairs(ring) do candidate(g) end
 for _, g in ipairs(redis.call('ZRANGE', K_gwait, 0, -1)) do candidate(g) end
 for _, g in ipairs(candidates) do was[g] = placed(g) end
@@ -44,9 +48,14 @@ for _, g in ipairs(candidates) do
   if want[g] == 'wait' then redis.call('ZADD', K_gwait, at[g], g)
   elseif was[g] == 'wait' then redis.call('ZREM', K_gwait, g) end
 end
-redis.call('DEL', K_ring)
-for i = 1, #kept, 1000 do
-  redis.call('RPUSH', K_ring, unpack(kept, i, math.min(i + 999, #kept)))
+if tf then           -- time mode: leavers go, entrants start at their virtual time
+  for _, g in ipairs(ring) do if want[g] ~= 'kept' then redis.call('ZREM', K_gvt, g) end end
+  for _, g in ipairs(candidates) do if want[g] == 'ring' then ring_push(g) end end
+else
+  redis.call('DEL', K_ring)
+  for i = 1, #kept, 1000 do
+    redis.call('RPUSH', K_ring, unpack(kept, i, math.min(i + 999, #kept)))
+  end
 end
 if entered then wake() end
 local waiting = redis.call('ZCARD', K_gwait)

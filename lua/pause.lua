@@ -9,6 +9,6 @@ if ARGV[1] == '1' then
   redis.call('SET', K_paused, '1')
 else
   redis.call('DEL', K_paused)
-  if redis.call('LLEN', K_ring) > 0 then wake() end
+  if ring_any() then wake() end
 end
 return 1

@@ -39,5 +39,5 @@ for _, key in ipairs({K_delayed, K_gwait}) do
   end
 end
 local claimable = 0
-if redis.call('LLEN', K_ring) > 0 and redis.call('EXISTS', K_paused) == 0 then claimable = 1 end
+if ring_any() and redis.call('EXISTS', K_paused) == 0 then claimable = 1 end
 return {#ids, next_due, claimable}

@@ -5,15 +5,18 @@
 -- Reply: {returned, dead} counts.
 -- Side effects: per expired id, removed from `active`, gactive-1; state pending and back in
 --   its lane with its original enqueue time as score (ahead of newer work), or state dead
---   with error "lease expired" in `dead`; groups rejoin the ring with a wake.
+--   with error "lease expired" in `dead`; groups rejoin the ring with a wake. A job claimed
+--   in time mode: its group pays its claim-to-deadline time (no estimate fed).
 
 local now = now_ms()
 local ids = redis.call('ZRANGEBYSCORE', K_active, '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 local returned, dead = 0, 0
 for _, id in ipairs(ids) do
-  redis.call('ZREM', K_active, id)
   local jk = job_key(id)
-  local row = redis.call('HMGET', jk, 'group', 'attempts', 'max', 'created', 'waiters', 'prio')
+  local row = redis.call('HMGET', jk, 'group', 'attempts', 'max', 'created', 'waiters', 'prio',
+    'started', 'vcharge')
+  if row[1] then time_settle(row[1], id, row[7], row[8], now, false) end
+  redis.call('ZREM', K_active, id)
   if row[1] then
     active_drop(row[1], now)
     if tonumber(row[2]) >= tonumber(row[3]) then

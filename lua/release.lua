@@ -12,6 +12,7 @@
 -- Side effects: removes the id from `active`; gactive-1; attempts-1, state pending, back in
 --   its lane with its original enqueue time as score (so it keeps its place); with a
 --   back-off, `gbackoff` holds the group until then and it waits in `gwait`, off the ring.
+--   A job claimed in time mode: its group pays the time it held a worker (no estimate fed).
 
 local id = ARGV[1]
 local row = fenced(id, ARGV[2], ARGV[3])
@@ -19,6 +20,7 @@ if not row then return 0 end
 local jk = job_key(id)
 local now = now_ms()
 local g = row[4]
+time_settle(g, id, row[8], row[9], now, false)
 redis.call('ZREM', K_active, id)
 redis.call('HINCRBY', jk, 'attempts', -1)
 redis.call('HSET', jk, 'state', 'pending', 'error', ARGV[4])

@@ -7,7 +7,8 @@
 -- ARGV[2 .. n+1]  every group known to the queue (lanes, books, settings)
 -- ARGV[n+2 ..]  ids of rows in state pending, delayed or active that no structure holds
 -- Reply: {groups_on_ring, jobs_restored}.
--- Side effects: `ring`, `gwait`, `gactive` and `gturn` rewritten (an open group whose rate
+-- Side effects: `ring` (or in time mode `gvt`, each group at its virtual time or the floor),
+--   `gwait`, `gactive` and `gturn` rewritten (an open group whose rate
 --   budget is spent or that backs off waits in `gwait`); restored ids into their lane, or
 --   `delayed` (due now), or `active` (lease expired now, for the reaper); ids in `active`
 --   whose row is gone are dropped; a wake when the ring is not empty.
@@ -21,8 +22,9 @@ local function candidate(g)
 end
 for i = 2, n + 1 do candidate(ARGV[i]) end
 for _, g in ipairs(redis.call('LRANGE', K_ring, 0, -1)) do candidate(g) end
+for _, g in ipairs(redis.call('ZRANGE', K_gvt, 0, -1)) do candidate(g) end
 for _, g in ipairs(redis.call('ZRANGE', K_gwait, 0, -1)) do candidate(g) end
-redis.call('DEL', K_ring, K_gactive, K_gturn, K_gwait)
+redis.call('DEL', K_ring, K_gactive, K_gturn, K_gwait, K_gvt)
 local restored = 0
 local now = now_ms()
 for i = n + 2, #ARGV do
@@ -55,7 +57,7 @@ for _, g in ipairs(candidates) do
     if at then
       redis.call('ZADD', K_gwait, at, g)
     else
-      redis.call('RPUSH', K_ring, g)
+      ring_push(g)
       ringed = ringed + 1
     end
   end

@@ -10,13 +10,15 @@
 -- ARGV[6]  '1' to dead-letter now whatever the attempts left (a job that can never run)
 -- Reply: 1 retry scheduled, 2 dead, 0 stale (nothing was written).
 -- Side effects: removes the id from `active`; gactive-1 (a group held back by its limit
---   returns to the ring with a wake); state delayed or dead, the error on the row.
+--   returns to the ring with a wake); state delayed or dead, the error on the row; a job
+--   claimed in time mode settles its group's time (time_settle in _common.lua).
 
 local id = ARGV[1]
 local row = fenced(id, ARGV[2], ARGV[3])
 if not row then return 0 end
 local jk = job_key(id)
 local now = now_ms()
+time_settle(row[4], id, row[8], row[9], now, true)
 redis.call('ZREM', K_active, id)
 active_drop(row[4], now)
 if ARGV[6] == '1' or tonumber(row[2]) >= tonumber(row[5]) then

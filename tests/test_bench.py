@@ -65,3 +65,22 @@ def test_quick_peer_bench_measures_each_installed_peer_side_by_side() -> None:
         assert report["ratios"][peer]["drain_jobs_s"] > 0
     # And no drain got stuck
     assert not [n for n in report["notes"] if "stuck" in n or "did not" in n], report["notes"]
+
+
+@pytest.mark.timeout(150)
+def test_quick_fairness_bench_prints_the_share_table_and_claim_costs() -> None:
+    # Given the CLI, When the quick turns-vs-time benchmark runs on its own private server
+    proc = subprocess.run(
+        [sys.executable, "-m", "emqtasks.cli", "bench", "--fairness", "--quick", "--json"],
+        check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    figures = report["figures"]
+    # Then turns gives the light group a sliver of the pool and time about half
+    assert figures["light_share_turns"] < 0.2, report
+    assert 0.3 < figures["light_share_time"] < 0.7, report
+    assert len(report["shares"]) == 6
+    # And every claim cost was measured
+    for mode in ("turns", "time"):
+        assert figures[f"claim_cpu_us_{mode}_10"] > 0
+        assert figures[f"claim_cost_ratio_{mode}"] is not None

@@ -262,7 +262,7 @@ class Pair:
         scripts = Scripts(self.r)
         self.sha = {}
         for verb in (*VERBS, "pause", "pause_group", "limit", "weight", "cancel", "requeue",
-                     "wait", "rate", "maxsize", "defaults"):
+                     "wait", "rate", "maxsize", "defaults", "fairness"):
             s = getattr(scripts, verb)
             self.r.script_load(s.script)
             self.sha[verb] = s.sha
@@ -339,6 +339,9 @@ class Pair:
                 assert [m for m, _ in va] == [m for m, _ in vb], where
                 for (m, x), (_, y) in zip(va, vb):
                     assert abs(x - y) <= tol, (where, m, x, y, tol)
+            elif ta == "hash" and key.endswith(b"busy"):
+                # busy ms per 10 s slot: the two sides may fall either side of a slot's edge
+                assert sum(map(int, va.values())) == sum(map(int, vb.values())), (where, va, vb)
             elif ta == "hash":
                 assert set(va) == set(vb), (where, va, vb)
                 for f in va:
@@ -447,6 +450,23 @@ class Run:
             self.old.pop(0)
 
     # -- the operations ------------------------------------------------------------------
+    def _ran_for(self, tok: tuple[str, int, str]) -> None:
+        """A job charged in time mode (its row holds vcharge) is about to leave flight: give it
+        a run time of its own, the same on both queues (its claim and its lease deadline
+        moved into the past, so its cost is their difference, whatever each queue's now)."""
+        p = self.p
+        if not p.r.hexists(p.ka.job(tok[0]), "vcharge"):
+            return
+        self.counter += 1
+        started = self.t0 - 10**9 + self.counter * 10**6
+        ran = self.rnd.choice([0, 1, 3, 20, 100, 999, 5000, 120_000])
+
+        def move(k: QueueKeys) -> None:
+            if p.r.zscore(k.active, tok[0]) is not None:
+                p.r.hset(k.job(tok[0]), "started", started)
+                p.r.zadd(k.active, {tok[0]: started + ran}, xx=True)
+        p.both(move)
+
     def op_enqueue(self) -> None:
         jobs = [self.job_fields(self.pick_id()) for _ in range(self.rnd.choice([1, 1, 1, 2, 5]))]
         self.p.verb("enqueue", [len(jobs), *[f for j in jobs for f in j]])
@@ -460,6 +480,7 @@ class Run:
         if tok is None:
             return
         nxt = self.nonce() if self.rnd.random() < 0.6 else ""
+        self._ran_for(tok)
         verdict, job = self.p.verb("ack", [*tok, f'{{"r":{self.rnd.randrange(99)}}}', nxt])
         self.done_with(tok)
         if job is not None:
@@ -472,6 +493,7 @@ class Run:
         r = self.rnd
         delay = r.choice(["", "", str(r.randrange(10**8, 10**10)),
                           str(-r.randrange(10**8, 10**9))])
+        self._ran_for(tok)
         self.p.verb("retry", [*tok, f"Boom: traceback {r.randrange(99)}", delay,
                               "1" if r.random() < 0.1 else "0"])
         self.done_with(tok)
@@ -493,6 +515,7 @@ class Run:
         r = self.rnd
         # a back-off (RateLimited): none, or one that lasts until the test moves it past
         off = r.choice(["", "", "0", str(r.randrange(10**7, 10**8))])
+        self._ran_for(tok)
         self.p.verb("release", [*tok, "released by a stopping worker", off])
         self.done_with(tok)
 
@@ -556,6 +579,11 @@ class Run:
             groups = [*GROUPS, *(f"ghosts{i}" for i in range(1, self.ghost_groups + 1))]
             self.p.admin("defaults", [1, field, value, *groups])
 
+    def op_mode(self) -> None:
+        """The fairness mode flips (Lua on both); time mode stays on more often than not."""
+        mode = "time" if self.rnd.random() < 0.6 else "turns"
+        self.p.admin("fairness", [mode])
+
     def op_admin(self) -> None:
         r = self.rnd
         g = r.choice(GROUPS)
@@ -609,7 +637,7 @@ class Run:
             for j in jobs:
                 p.both(lambda k, j=j: p.r.delete(k.job(j[0])))
             # claims until one meets the ghosts (64 skipped per call), state checked after each
-            for _ in range(p.r.llen(p.ka.ring) + 2):
+            for _ in range(p.r.llen(p.ka.ring) + p.r.zcard(p.ka.gvt) + 2):
                 for lease in p.verb("claim", [1, self.nonce()]):
                     self.take(lease)
                 p.compare()
@@ -620,7 +648,7 @@ class Run:
         table = [(self.op_enqueue, 22), (self.op_claim, 20), (self.op_ack, 20),
                  (self.op_retry, 7), (self.op_extend, 6), (self.op_release, 3),
                  (self.op_reap, 6), (self.op_promote, 6), (self.op_admin, 7),
-                 (self.op_fault, 3), (self.op_fairness, 4)]
+                 (self.op_fault, 3), (self.op_fairness, 4), (self.op_mode, 2)]
         fns = [f for f, _ in table]
         weights = [w for _, w in table]
         for i in range(ops):

@@ -399,10 +399,13 @@ def _acl_log(admin: redis.Redis) -> set[tuple[str, str, str]]:
     return out
 
 
-def test_a_worker_and_a_producer_run_under_least_privilege_acl_users(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["turns", "time"])
+def test_a_worker_and_a_producer_run_under_least_privilege_acl_users(tmp_path: Path,
+                                                                     mode: str) -> None:
     q = f"acl-{uuid.uuid4().hex[:8]}"
     with LocalRedis(extra=("--maxmemory-policy", "allkeys-lru")) as server:
         admin = server.client()
+        Queue(server.client(), q).set_fairness(mode)
         # The module's commands are granted when the server loads it (test servers do,
         # when it is built), as the README says.
         native = module_path() is not None

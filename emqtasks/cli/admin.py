@@ -284,15 +284,26 @@ def stats(redis_url: str | None, queue: str | None, as_json: bool) -> None:
 def _print_stats(data: dict[str, Any]) -> None:
     click.echo(f"queue {data['queue']}{' (PAUSED)' if data['paused'] else ''}: "
                f"{data['pending']} pending, {data['active']} active, "
-               f"{data['delayed']} delayed, {data['dead']} dead, {data['ring']} on the ring")
+               f"{data['delayed']} delayed, {data['dead']} dead, {data['ring']} on the ring"
+               f"{', fair by time' if data.get('fairness') == 'time' else ''}")
+    timed = data.get("fairness") == "time"
     if data["groups"]:
         click.echo(f"{'group':<24} {'state':<13} {'pending':>8} {'active':>7} {'limit':>6} "
-                   f"{'weight':>6} {'rate':>9}  paused")
+                   f"{'weight':>6} {'rate':>9}  paused"
+                   f"{'    busy/1m target' if timed else ''}")
         for g, row in data["groups"].items():
             limit = "-" if row["limit"] is None else row["limit"]
-            click.echo(f"{g[:24]:<24} {row['state']:<13} {row['pending']:>8} "
-                       f"{row['active']:>7} {limit!s:>6} {row['weight']:>6} "
-                       f"{describe_rate(row['rate']):>9}  {'yes' if row['paused'] else ''}")
+            line = (f"{g[:24]:<24} {row['state']:<13} {row['pending']:>8} "
+                    f"{row['active']:>7} {limit!s:>6} {row['weight']:>6} "
+                    f"{describe_rate(row['rate']):>9}  {'yes' if row['paused'] else ''}")
+            if timed:
+                line = f"{line:<87}{_pct(row.get('busy_share')):>11} " \
+                       f"{_pct(row.get('target_share')):>6}"
+            click.echo(line)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
 
 
 @click.command("check", cls=AdminCommand)

@@ -1,4 +1,4 @@
-"""The fairness controls on the command line: rate, maxsize, defaults, lane."""
+"""The fairness controls on the command line: fairness, rate, maxsize, defaults, lane."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..queue import Queue
+from ..queue import FAIRNESS_MODES, Queue
 from .common import AdminCommand, CliError, positive_int, queue_options, run_admin
 
 _RATE = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]*\.?[0-9]+)\s*")
@@ -115,6 +115,11 @@ def lane(redis_url: str | None, queue: str | None, group: str, as_json: bool) ->
         click.echo(f"  oldest waiting job: {view['oldest_age']:.1f}s")
     click.echo(f"  pending {view['pending']}, active {view['active']}, "
                f"paused {'yes' if view['paused'] else 'no'}")
+    if view["busy_share"] is not None or view["target_share"] is not None:
+        def pct(x: float | None) -> str:
+            return "-" if x is None else f"{100 * x:.0f}%"
+        click.echo(f"  busy time, last minute: {view['busy_s']:.1f}s, "
+                   f"{pct(view['busy_share'])} of the queue's (target {pct(view['target_share'])})")
     for name in ("limit", "rate", "max_size", "weight"):
         value = describe_rate(view[name]) if name == "rate" else view[name]
         source = view[f"{name}_source"]
@@ -122,4 +127,22 @@ def lane(redis_url: str | None, queue: str | None, group: str, as_json: bool) ->
                    f"{f'  ({source})' if source else ''}")
 
 
-COMMANDS = (rate, maxsize, defaults, lane)
+@click.command(cls=AdminCommand)
+@click.argument("mode", required=False, metavar="[time|turns]")
+@queue_options
+def fairness(redis_url: str | None, queue: str | None, mode: str | None) -> None:
+    """Share the workers by turns (one claim per group per turn, the default) or by time
+    (each group its weight's share of the worker time); alone, print the mode."""
+    if mode is not None and mode not in FAIRNESS_MODES:
+        raise CliError(f"a fairness mode is 'time' or 'turns', not {mode!r}")
+
+    def verb(q: Queue) -> str:
+        if mode is not None:
+            q.set_fairness(mode)
+        return q.fairness()
+
+    current = run_admin(redis_url, queue, verb)
+    click.echo(f"fairness: {current}" if mode is None else f"fairness set to {current}")
+
+
+COMMANDS = (fairness, rate, maxsize, defaults, lane)

@@ -6,7 +6,8 @@
  * of the form BASE..name with BASE = KEYS[1] minus "ring" (anything else is refused: the
  * keys a command forms itself, job rows BASE.."job:"..id, lanes BASE.."g:"..group..":pending",
  * a rated group's start times BASE.."g:"..group..":starts", done lists BASE.."done:"..id and
- * the fairness controls' books BASE..{grate gmax gdefaults gbackoff gwait}, then carry the
+ * the fairness controls' books BASE..{grate gmax gdefaults gbackoff gwait}, the time-fair
+ * mode's BASE..{fairness gvt gvrun gcost busy} and a group's BASE.."g:"..group..":busy", then carry the
  * same prefix, so the same slot and the same ACL key pattern, and never alias a fixed key). Replies are what the script returns
  * through RESP2: Lua tables are arrays, false a nil bulk, numbers integers.
  *
@@ -34,7 +35,8 @@
  *          go back to the ring, and next_due covers gwait's head too
  *
  * The state transitions are the scripts' to the field (lua/_common.lua explains the ring,
- * the books, the fence and the wake tokens; this file follows its helpers one for one).
+ * the books, the fence, the wake tokens and the time-fair mode's virtual times; this file
+ * follows its helpers one for one). The mode switch (lua/fairness.lua) stays Lua-only.
  *
  * Where this differs from the scripts, it is on input they take without a check:
  *   - arity is exact (a script ignores extra ARGV, and extend's partial triple is stale);
@@ -104,7 +106,7 @@ static const char WRONGTYPE[] = "WRONGTYPE Operation against a key holding the w
 /* Strings made once at load: field names and constant values. */
 static RMS *F_TASK, *F_PAYLOAD, *F_GROUP, *F_STATE, *F_ATTEMPTS, *F_MAX, *F_LEASE, *F_DELAY,
     *F_TTL, *F_CREATED, *F_NONCE, *F_STARTED, *F_FINISHED, *F_RESULT, *F_ERROR, *F_WAITERS,
-    *F_FENCE, *F_PRIO;
+    *F_FENCE, *F_PRIO, *F_VCHARGE, *F_EMPTY;
 static RMS *S_ACTIVE, *S_PENDING, *S_DELAYED, *S_DONE, *S_DEAD, *S_ZERO, *S_ONE, *S_D,
     *S_LEASE_EXPIRED, *S_XX, *S_MINUS1, *S_LEFT, *S_RIGHT;
 
@@ -120,6 +122,7 @@ typedef struct {
     long long now;
     const char *err;       /* the error reply, set by the first failure */
     int dread;             /* gdefaults read (once per call, as the scripts' DEFAULTS) */
+    int tmode;             /* the fairness mode, read once per call: 0 unread, 1 turns, 2 time */
     RMS *dflt[4];          /* limit rate max_size weight */
 } Q;
 
@@ -667,8 +670,240 @@ static int under_limit(Q *q, RMS *g, int *ok) {
     return 0;
 }
 
+/* ---- the time-fair mode (_common.lua, "Fair share of worker time") ------------------- */
+
+#define DEFAULT_COST 10000.0   /* us: the first guess of a queue that has run nothing */
+
+/* time_fair(): GET BASE.."fairness" == "time", read once per call; -1 error. */
+static int time_fair(Q *q) {
+    if (q->tmode) return q->tmode == 2;
+    RMS *key = book_key(q, "fairness");
+    RMK *h = RedisModule_OpenKey(q->ctx, key, REDISMODULE_READ);
+    int absent = !h || RedisModule_KeyType(h) == REDISMODULE_KEYTYPE_EMPTY;
+    if (h) RedisModule_CloseKey(h);
+    if (absent) {                                /* turns: no call needed */
+        sfree(q, key);
+        q->tmode = 1;
+        return 0;
+    }
+    RedisModuleCallReply *r = RedisModule_Call(q->ctx, "GET", "s", key);
+    sfree(q, key);
+    if (!r) return fail(q, WRONGTYPE);
+    int t = RedisModule_CallReplyType(r);
+    q->tmode = 1;
+    if (t == REDISMODULE_REPLY_STRING) {
+        RMS *v = RedisModule_CreateStringFromCallReply(r);
+        if (eqc(v, "time")) q->tmode = 2;
+        sfree(q, v);
+    } else if (t != REDISMODULE_REPLY_NULL) {
+        RedisModule_FreeCallReply(r);
+        q->tmode = 0;
+        return fail(q, WRONGTYPE);
+    }
+    RedisModule_FreeCallReply(r);
+    return q->tmode == 2;
+}
+
+/* tonumber(HGET BASE..book field): *has 0 when absent or no number. */
+static int book_num(Q *q, const char *book, RMS *field, int *has, double *v) {
+    RMS *s;
+    *has = 0;
+    if (book_get(q, book, field, &s) < 0) return -1;
+    if (s && RedisModule_StringToDouble(s, v) == REDISMODULE_OK && !isnan(*v)) *has = 1;
+    sfree(q, s);
+    return 0;
+}
+
+/* HSET BASE..book field <integer text>. */
+static int book_set_ll(Q *q, const char *book, RMS *field, long long v) {
+    RMS *key = book_key(q, book), *val = RedisModule_CreateStringFromLongLong(q->ctx, v);
+    RMK *h;
+    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_HASH, &h);
+    if (rc == 0) {
+        RedisModule_HashSet(h, REDISMODULE_HASH_NONE, field, val, NULL);
+        RedisModule_Replicate(q->ctx, "HSET", "sss", key, field, val);
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, val);
+    sfree(q, key);
+    return rc;
+}
+
+/* ZADD BASE.."gvt" [XX] v g; ZREM BASE.."gvt" g. */
+static int gvt_add(Q *q, RMS *g, double v, int xx) {
+    RMS *key = book_key(q, "gvt");
+    RMK *h;
+    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &h);
+    if (rc == 0 && !(xx && RedisModule_KeyType(h) == REDISMODULE_KEYTYPE_EMPTY))
+        rc = zadd(q, h, key, v, g, xx);
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    return rc;
+}
+
+static int gvt_rem(Q *q, RMS *g) {
+    RMS *key = book_key(q, "gvt");
+    RMK *h;
+    int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_ZSET, &h);
+    if (rc == 0 && h) {
+        double s;
+        if (RedisModule_ZsetScore(h, g, &s) == REDISMODULE_OK) {
+            RedisModule_CloseKey(h);
+            rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &h);
+            if (rc == 0) rc = zrem(q, h, key, g) < 0 ? -1 : 0;
+        }
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    return rc;
+}
+
+/* vstart: the later of the group's virtual time and the floor gvrun['']. */
+static int vstart(Q *q, RMS *g, double *v) {
+    int hf, ho;
+    double floor_v = 0, own = 0;
+    if (book_num(q, "gvrun", F_EMPTY, &hf, &floor_v) < 0) return -1;
+    if (!hf) floor_v = 0;
+    if (book_num(q, "gvrun", g, &ho, &own) < 0) return -1;
+    *v = ho && own > floor_v ? own : floor_v;
+    return 0;
+}
+
+/* An entering group: on the ring (turns), or in gvt at vstart (time). */
+static int ring_push(Q *q, RMS *g) {
+    int tf = time_fair(q);
+    if (tf < 0) return -1;
+    if (!tf) return rpush(q, fx(q, K_RING, 1), q->k[K_RING], g);
+    double v;
+    if (vstart(q, g, &v) < 0) return -1;
+    long long vi = (long long)v;
+    if (gvt_add(q, g, (double)vi, 0) < 0) return -1;
+    return book_set_ll(q, "gvrun", g, vi);
+}
+
+/* ring_size(): the serviceable groups of the queue's mode. */
+static int ring_size(Q *q, size_t *n) {
+    int tf = time_fair(q);
+    *n = 0;
+    if (tf < 0) return -1;
+    if (!tf) {
+        *n = vlen(fx(q, K_RING, 0));
+        return q->err ? -1 : 0;
+    }
+    RMS *key = book_key(q, "gvt");
+    RMK *h;
+    int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_ZSET, &h);
+    *n = vlen(h);
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    return rc;
+}
+
+/* busy_add: HINCRBY key slot ms; a new slot clears those six to eleven slots back and sets
+ * PEXPIRE key 70000. */
+static int busy_add(Q *q, RMS *key, long long ms) {
+    RMK *h;
+    long long slot = (long long)floor((double)q->now / 10000.0), v;
+    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_HASH, &h);
+    RMS *f = RedisModule_CreateStringFromLongLong(q->ctx, slot);
+    if (rc == 0) rc = hincrby(q, h, key, f, ms, &v);
+    sfree(q, f);
+    if (rc == 0 && v == ms) {
+        for (long long back = 6; back <= 11; back++) {
+            RMS *old = RedisModule_CreateStringFromLongLong(q->ctx, slot - back);
+            hdel(q, h, key, old);
+            sfree(q, old);
+        }
+        rc = expire_at(q, h, key, q->now + 70000);
+    }
+    if (h) RedisModule_CloseKey(h);
+    return rc;
+}
+
+/* time_settle: a job charged in time mode (vcharge on its row) leaves flight; call before
+ * the row changes, with the id still in `active`. */
+static int time_settle(Q *q, RMS *g, RMS *id, RMK *row, RMS *row_key, RMS *started,
+                       RMS *vcharge, int sample) {
+    if (!vcharge) return 0;
+    double deadline = (double)q->now, st = (double)q->now, w = 1, vc;
+    RMK *a = fx(q, K_ACTIVE, 0);
+    if (q->err) return -1;
+    if (a) {
+        double s;
+        if (RedisModule_ZsetScore(a, id, &s) == REDISMODULE_OK) deadline = s;
+    }
+    if (started && (RedisModule_StringToDouble(started, &st) != REDISMODULE_OK || isnan(st)))
+        st = (double)q->now;
+    double end = (double)q->now < deadline ? (double)q->now : deadline;
+    double used = end - st > 0 ? end - st : 0;
+    if (num(q, vcharge, &vc, "ERR emq: a job row's vcharge is not a number") < 0) return -1;
+    if (weight_of(q, g, &w) < 0) return -1;
+    hdel(q, row, row_key, F_VCHARGE);
+    double paid = floor(used * 1000 / w);
+    double delta = (paid > 1 ? paid : 1) - vc;      /* every job costs at least 1 us */
+    if (delta != 0) {
+        RMS *key = book_key(q, "gvrun");
+        RMK *h;
+        long long v;
+        int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_HASH, &h);
+        if (rc == 0) rc = hincrby(q, h, key, g, to_ll(delta), &v);
+        if (h) RedisModule_CloseKey(h);
+        sfree(q, key);
+        if (rc < 0 || gvt_add(q, g, (double)v, 1) < 0) return -1;
+    }
+    if (sample) {
+        RMS *who[2] = {g, F_EMPTY};
+        for (int i = 0; i < 2; i++) {
+            int has;
+            double est, nv = used * 1000;
+            if (book_num(q, "gcost", who[i], &has, &est) < 0) return -1;
+            if (has) nv = floor((3 * est + used * 1000) / 4);
+            if (book_set_ll(q, "gcost", who[i], to_ll(nv)) < 0) return -1;
+        }
+    }
+    if (used > 0) {
+        RMS *bk = mkname(q, "g:", g, ":busy"), *qk = book_key(q, "busy");
+        int rc = busy_add(q, bk, to_ll(used));
+        if (rc == 0) rc = busy_add(q, qk, to_ll(used));
+        sfree(q, bk);
+        sfree(q, qk);
+        if (rc < 0) return -1;
+    }
+    return 0;
+}
+
+/* time_charge: a claim in time mode from g (virtual time vs) is charged its estimated cost
+ * over the group's weight; the floor rises to vs. */
+static int time_charge(Q *q, RMS *g, double vs, double w, double est, RMK *job, RMS *jkey) {
+    double charge = floor(est / w);
+    if (!(charge > 1)) charge = 1;                  /* math.max(1, ...): at least 1 us */
+    long long v = (long long)(vs + charge);
+    int hf;
+    double floor_v = 0;
+    if (gvt_add(q, g, (double)v, 0) < 0 || book_set_ll(q, "gvrun", g, v) < 0) return -1;
+    if (book_num(q, "gvrun", F_EMPTY, &hf, &floor_v) < 0) return -1;
+    if (!hf) floor_v = 0;
+    if (vs > floor_v && book_set_ll(q, "gvrun", F_EMPTY, (long long)vs) < 0) return -1;
+    RMS *c = RedisModule_CreateStringFromLongLong(q->ctx, (long long)charge);
+    RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_VCHARGE, c, NULL);
+    RedisModule_Replicate(q->ctx, "HSET", "sss", jkey, F_VCHARGE, c);
+    sfree(q, c);
+    return 0;
+}
+
+/* The estimate a claim of g is charged: gcost[g], else gcost[''], else DEFAULT_COST. */
+static int cost_estimate(Q *q, RMS *g, double *est) {
+    RMS *s;
+    if (book_get(q, "gcost", g, &s) < 0) return -1;
+    if (!s && book_get(q, "gcost", F_EMPTY, &s) < 0) return -1;
+    *est = DEFAULT_COST;
+    int rc = s ? num(q, s, est, "ERR emq: a cost estimate is not a number") : 0;
+    sfree(q, s);
+    return rc;
+}
+
 static int ring_enter(Q *q, RMS *g) {
-    if (rpush(q, fx(q, K_RING, 1), q->k[K_RING], g) < 0) return -1;
+    if (ring_push(q, g) < 0) return -1;
     hdel_fx(q, K_GTURN, g);
     return wake(q, 0);
 }
@@ -702,6 +937,13 @@ static int admit(Q *q, RMS *g) {
 /* ring_leave for a group known to stand at the head (from_tail false) or the tail: LREM
  * with count 1 / -1 finds it in one step, so here it is a pop from that end. */
 static int ring_leave(Q *q, RMS *g, int from_tail) {
+    int tf = time_fair(q);
+    if (tf < 0) return -1;
+    if (tf) {
+        if (gvt_rem(q, g) < 0) return -1;
+        hdel_fx(q, K_GTURN, g);
+        return 0;
+    }
     RMK *r = fx(q, K_RING, 1);
     int end = from_tail ? REDISMODULE_LIST_TAIL : REDISMODULE_LIST_HEAD;
     if (!r) return -1;
@@ -720,6 +962,9 @@ static int ring_leave(Q *q, RMS *g, int from_tail) {
 
 /* ring_leave(g, nil): LREM ring 0 g, a scan of the whole ring (back-offs only), in order. */
 static int ring_leave_scan(Q *q, RMS *g) {
+    int tf = time_fair(q);
+    if (tf < 0) return -1;
+    if (tf) return ring_leave(q, g, 0);
     RMK *r = fx(q, K_RING, 0);
     if (q->err) return -1;
     size_t n = vlen(r), removed = 0;
@@ -872,7 +1117,7 @@ static int settle(Q *q, RMS *g, int was) {
 /* The fence's view of a row. */
 typedef struct {
     RMK *h;
-    RMS *key, *state, *attempts, *nonce, *group, *max, *ttl, *waiters;
+    RMS *key, *state, *attempts, *nonce, *group, *max, *ttl, *waiters, *started, *vcharge;
 } Row;
 
 static void row_free(Q *q, Row *r) {
@@ -885,6 +1130,8 @@ static void row_free(Q *q, Row *r) {
     sfree(q, r->max);
     sfree(q, r->ttl);
     sfree(q, r->waiters);
+    sfree(q, r->started);
+    sfree(q, r->vcharge);
     memset(r, 0, sizeof *r);
 }
 
@@ -909,7 +1156,8 @@ static int fenced_as(Q *q, RMS *id, RMS *attempts, RMS *nonce, Row *r, int read_
     }
     if (!read_only)
         RedisModule_HashGet(r->h, REDISMODULE_HASH_NONE, F_GROUP, &r->group, F_MAX, &r->max,
-                            F_TTL, &r->ttl, F_WAITERS, &r->waiters, NULL);
+                            F_TTL, &r->ttl, F_WAITERS, &r->waiters, F_STARTED, &r->started,
+                            F_VCHARGE, &r->vcharge, NULL);
     return 1;
 }
 
@@ -960,7 +1208,7 @@ static RMS *ring_head(Q *q) {
 
 /* One turn at the ring's head group g: 1 claimed into *out, 0 look again (the lane was
  * empty, or its head a ghost: an id whose row is gone), -1 error. */
-static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
+static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
     RMS *lkey = lane_key(q, g), *id = NULL, *jkey = NULL;
     RMS *task = NULL, *payload = NULL, *lease_s = NULL, *state = NULL, *att_s = NULL;
     RMS *fence_s = NULL;
@@ -969,7 +1217,9 @@ static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
     RMK *lane = NULL, *job = NULL;
     double score, lease = 0, w = 1, lim = 0;
     long long att = 0, act, act_now, more = 1;
-    int has_lim = 0, rotated = 1, rc;
+    int has_lim = 0, rotated = 1, rc, tf = time_fair(q);
+    double est = 0;
+    if (tf < 0) return -1;
 
     if ((rc = dk(q, lkey, 1, REDISMODULE_KEYTYPE_ZSET, &lane)) < 0) goto out;
     if (!(id = zfirst(lane, &score))) {          /* ZPOPMIN found nothing: leave the ring */
@@ -998,17 +1248,20 @@ static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
     if (rc == 0) rc = rate_of(q, g, &rated, &rm, &rper);
     if (rc == 0) rc = limit_of(q, g, &has_lim, &lim);
     if (rc == 0) rc = hint(q, fx(q, K_GACTIVE, 1), g, &act_now);
+    if (rc == 0 && tf) rc = cost_estimate(q, g, &est);
     if (rc < 0) goto out;
 
     zrem(q, lane, lkey, id);
-    if (w > 1) {                                 /* ring_turn: a weighted group keeps the head */
+    if (tf) {                                    /* time mode: charge the estimate */
+        if ((rc = time_charge(q, g, vs, w, est, job, jkey)) < 0) goto out;
+    } else if (w > 1) {                                 /* ring_turn: a weighted group keeps the head */
         RMK *turn = fx(q, K_GTURN, 1);
         long long t;
         if ((rc = hincrby(q, turn, q->k[K_GTURN], g, 1, &t)) < 0) goto out;
         if (t < w) rotated = 0;
         else hdel(q, turn, q->k[K_GTURN], g);
     }
-    if (rotated) {                               /* LMOVE ring ring LEFT RIGHT */
+    if (rotated && !tf) {                        /* LMOVE ring ring LEFT RIGHT */
         RMK *r = fx(q, K_RING, 1);
         RMS *head = r ? RedisModule_ListPop(r, REDISMODULE_LIST_HEAD) : NULL;
         if (head) {
@@ -1070,7 +1323,9 @@ static int claim_at(Q *q, RMS *g, RMS *nonce, Job *out) {
     if (closed || wait) {
         if ((rc = ring_leave(q, g, rotated)) < 0) goto out;
         if (wait && (rc = wait_push(q, g, at)) < 0) goto out;
-        if (vlen(fx(q, K_RING, 0)) == 0) more = 0;
+        size_t left;
+        if ((rc = ring_size(q, &left)) < 0) goto out;
+        if (left == 0) more = 0;
     }
     out->id = id;
     out->task = task;
@@ -1096,10 +1351,24 @@ out:
  * skipped, at most 64 per call; past that a wake is pushed so a worker comes back. */
 static int claim_one(Q *q, RMS *nonce, Job *out) {
     memset(out, 0, sizeof *out);
+    int tf = time_fair(q);
+    if (tf < 0) return -1;
     for (int iter = 0; iter < CLAIM_SKIP_MAX; iter++) {
-        RMS *g = ring_head(q);
+        double vs = 0;
+        RMS *g = NULL;
+        if (tf) {                                /* ZRANGE gvt 0 0 WITHSCORES */
+            RMS *key = book_key(q, "gvt");
+            RMK *h;
+            int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_ZSET, &h);
+            if (rc == 0) g = zfirst(h, &vs);
+            if (h) RedisModule_CloseKey(h);
+            sfree(q, key);
+            if (rc < 0) return -1;
+        } else {
+            g = ring_head(q);
+        }
         if (!g) return q->err ? -1 : 0;
-        int rc = claim_at(q, g, nonce, out);
+        int rc = claim_at(q, g, vs, nonce, out);
         if (rc == 1) {
             out->group = g;
             return 1;
@@ -1303,6 +1572,10 @@ static int ack_done(Q *q, RMS **a) {
         row_free(q, &r);
         return -1;
     }
+    if (time_settle(q, r.group, a[0], r.h, r.key, r.started, r.vcharge, 1) < 0) {
+        row_free(q, &r);
+        return -1;
+    }
     zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], a[0]);
     if (ttl > 0) {
         RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
@@ -1373,6 +1646,10 @@ static int retry(Q *q, RMS **a) {
             return -1;
         }
         dead = att >= max;
+    }
+    if (time_settle(q, r.group, a[0], r.h, r.key, r.started, r.vcharge, 1) < 0) {
+        row_free(q, &r);
+        return -1;
     }
     zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], a[0]);
     int rc = active_drop(q, r.group);
@@ -1446,6 +1723,7 @@ static int release(Q *q, RMS **a) {
     /* back-off: tonumber(ARGV[5]) or 0 */
     if (RedisModule_StringToDouble(a[4], &off) != REDISMODULE_OK || isnan(off)) off = 0;
     sfree(q, c);
+    if (rc == 0) rc = time_settle(q, r.group, a[0], r.h, r.key, r.started, r.vcharge, 0);
     if (rc == 0) {
         zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], a[0]);
         rc = hincrby(q, r.h, r.key, F_ATTEMPTS, -1, &att);
@@ -1529,13 +1807,14 @@ static void free_ids(Q *q, RMS **ids, long long n) {
 static int reap_one(Q *q, RMS *id) {
     RMS *jk = job_key(q, id);
     RMS *g = NULL, *att_s = NULL, *max_s = NULL, *created_s = NULL, *waiters = NULL;
-    RMS *prio = NULL;
+    RMS *prio = NULL, *started = NULL, *vcharge = NULL;
     RMK *job;
     double att = 0, max = 0, created = 0;
     int rc = dk(q, jk, 1, REDISMODULE_KEYTYPE_HASH, &job);
     if (rc == 0 && RedisModule_KeyType(job) != REDISMODULE_KEYTYPE_EMPTY)
         RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_GROUP, &g, F_ATTEMPTS, &att_s, F_MAX,
-                            &max_s, F_CREATED, &created_s, F_WAITERS, &waiters, F_PRIO, &prio, NULL);
+                            &max_s, F_CREATED, &created_s, F_WAITERS, &waiters, F_PRIO, &prio,
+                            F_STARTED, &started, F_VCHARGE, &vcharge, NULL);
     if (rc == 0 && g) {
         rc = att_s ? num(q, att_s, &att, "ERR emq: a job row's attempts is not a number")
                    : fail(q, "ERR emq: a job row has no attempts");
@@ -1547,6 +1826,7 @@ static int reap_one(Q *q, RMS *id) {
                                  "ERR emq: a job row's created is not a number")
                            : fail(q, "ERR emq: a job row has no created");
     }
+    if (rc == 0 && g) rc = time_settle(q, g, id, job, jk, started, vcharge, 0);
     if (rc == 0) zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], id);
     if (rc == 0 && g) rc = active_drop(q, g);
     if (rc == 0 && g && att >= max) {
@@ -1570,6 +1850,7 @@ static int reap_one(Q *q, RMS *id) {
     if (job) RedisModule_CloseKey(job);
     sfree(q, jk); sfree(q, g); sfree(q, att_s); sfree(q, max_s);
     sfree(q, created_s); sfree(q, waiters); sfree(q, prio);
+    sfree(q, started); sfree(q, vcharge);
     return rc;
 }
 
@@ -1665,7 +1946,15 @@ static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
     }
     if (wh) RedisModule_CloseKey(wh);
     sfree(&q, wkey);
-    long long claimable = vlen(fx(&q, K_RING, 0)) > 0 && !paused(&q);
+    /* ring_any: EXISTS ring gvt, without reading the mode */
+    RMS *gk = book_key(&q, "gvt");
+    RMK *gh;
+    int rc = dk(&q, gk, 0, REDISMODULE_KEYTYPE_ZSET, &gh);
+    long long ringed = (long long)vlen(fx(&q, K_RING, 0)) + (long long)vlen(gh);
+    if (gh) RedisModule_CloseKey(gh);
+    sfree(&q, gk);
+    if (rc < 0 || q.err) return finish(&q);
+    long long claimable = ringed > 0 && !paused(&q);
     RedisModule_ReplyWithArray(ctx, 3);
     RedisModule_ReplyWithLongLong(ctx, n);
     RedisModule_ReplyWithLongLong(ctx, next_due);
@@ -1691,6 +1980,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     F_CREATED = mk(ctx, "created"); F_NONCE = mk(ctx, "nonce"); F_STARTED = mk(ctx, "started");
     F_FINISHED = mk(ctx, "finished"); F_RESULT = mk(ctx, "result"); F_ERROR = mk(ctx, "error");
     F_WAITERS = mk(ctx, "waiters"); F_FENCE = mk(ctx, "fence"); F_PRIO = mk(ctx, "prio");
+    F_VCHARGE = mk(ctx, "vcharge"); F_EMPTY = mk(ctx, "");
     S_ACTIVE = mk(ctx, "active"); S_PENDING = mk(ctx, "pending"); S_DELAYED = mk(ctx, "delayed");
     S_DONE = mk(ctx, "done"); S_DEAD = mk(ctx, "dead"); S_ZERO = mk(ctx, "0");
     S_ONE = mk(ctx, "1"); S_D = mk(ctx, "d"); S_LEASE_EXPIRED = mk(ctx, "lease expired");

@@ -52,7 +52,10 @@ def due_now(queue: Queue, job_id: str) -> None:
 
 
 def ring(queue: Queue) -> list[str]:
-    return list(queue.client.lrange(queue.keys.ring, 0, -1))
+    """The serviceable groups: the ring in turns order, or a time-fair queue's `gvt` by
+    virtual time (the other one is empty)."""
+    return [*queue.client.lrange(queue.keys.ring, 0, -1),
+            *queue.client.zrange(queue.keys.gvt, 0, -1)]
 
 
 def drain_wake(queue: Queue) -> None:

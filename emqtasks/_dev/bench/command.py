@@ -40,6 +40,10 @@ from .scenarios import Row, render, run_all
               help="only the fairness controls: claim cost of 10,000 groups under a default "
                    "limit and rate vs 10 plain groups, idle cost with rate-limited groups "
                    "parked, rate-limit precision")
+@click.option("--fairness", is_flag=True,
+              help="only turns vs time fairness: the share of a 4-child pool two groups "
+                   "(100 ms and 1 ms jobs) get in each mode, and claim cost per job in time "
+                   "vs turns mode at 10 and 10,000 groups")
 @click.option("--peers", is_flag=True,
               help="the same workloads on Huey and Dramatiq too, side by side, where they "
                    "are installed (pip install 'emqtasks[peers]'); ratios emqtasks/peer")
@@ -53,13 +57,19 @@ from .scenarios import Row, render, run_all
                    "killed; checks no job is lost (exit 1 if a promise broke)")
 @click.option("--seed", type=int, default=None, help="with --chaos: the seed of its schedule")
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
-          as_json: bool, quick: bool, cluster: bool, controls: bool, peers: bool,
+          as_json: bool, quick: bool, cluster: bool, controls: bool, fairness: bool,
+          peers: bool,
           async_: bool, chaos_seconds: float | None, seed: int | None) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
     if controls:   # its own scenarios and report: see controls.py
         from . import controls as bench_controls
 
         bench_controls.run(redis_url, concurrency, runs, quick, as_json)
+        return
+    if fairness:   # its own scenarios and report: see fairness.py
+        from . import fairness as bench_fairness
+
+        bench_fairness.run(redis_url, concurrency, runs, quick, as_json)
         return
     if chaos_seconds is not None:
         if redis_url or cluster or peers:

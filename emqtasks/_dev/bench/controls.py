@@ -20,9 +20,13 @@ from .scenarios import Row, render
 MANY = 10_000
 
 
-def claim_cost(b: Bench, groups: int, controlled: bool, jobs: int) -> dict[str, float]:
-    """Claim and ack every job in one process: Redis CPU (us) and wall time per job."""
+def claim_cost(b: Bench, groups: int, controlled: bool, jobs: int,
+               mode: str = "turns") -> dict[str, float]:
+    """Claim and ack every job in one process: Redis CPU (us) and wall time per job, on a
+    queue in the given fairness mode."""
     with b.queue() as (app, tasks):
+        if mode != "turns":
+            app.set_fairness(mode)
         if controlled:
             app.set_group_defaults(limit=5, rate=(1000, 1.0))
         counter = b.key(app, "cost")

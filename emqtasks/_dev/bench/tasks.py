@@ -92,7 +92,19 @@ async def nap(counter: str, group: str = "default", seconds: float = 0.2) -> Non
     _redis().incr(counter)
 
 
-FUNCTIONS = (noop, stamp, seq, nap)
+def work(counter: str, group: str = "default", ms: float = 1.0) -> None:
+    """Hold the child ``ms`` milliseconds, then add the time it took (as the task measures
+    it) to ``<counter>:task`` and count itself in ``<counter>:jobs``, both per group."""
+    began = time.perf_counter()
+    time.sleep(ms / 1000)
+    took = time.perf_counter() - began
+    pipe = _redis().pipeline(transaction=False)
+    pipe.hincrbyfloat(f"{counter}:task", group, took)
+    pipe.hincrby(f"{counter}:jobs", group, 1)
+    pipe.execute()
+
+
+FUNCTIONS = (noop, stamp, seq, nap, work)
 
 
 def bind(app: App) -> dict[str, Any]:

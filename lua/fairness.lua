@@ -1,0 +1,31 @@
+-- fairness: switch the queue between fair turns (the ring) and fair worker time (`gvt`).
+--
+-- KEYS: the queue's fixed keys (see _common.lua).
+-- ARGV[1]  mode: 'turns' or 'time'
+-- Reply: the number of serviceable groups moved from one ring to the other (0 when the queue
+--   already had that mode).
+-- Side effects: `fairness` set to 'time' (or deleted for turns). To time: every group on the
+--   ring enters `gvt` at its virtual time or the floor (ring_push), the ring and the weighted
+--   turn counts (`gturn`) go. To turns: the groups of `gvt` join the ring in the order of
+--   their virtual time (the least served first), `gvt` goes. Jobs in flight keep their
+--   charges: whatever the mode, each settles its group's virtual time when it leaves flight.
+
+local to_time = ARGV[1] == 'time'
+if to_time == time_fair() then return 0 end
+local moved
+if to_time then
+  moved = redis.call('LRANGE', K_ring, 0, -1)
+  redis.call('DEL', K_ring, K_gturn)
+  redis.call('SET', K_fairness, 'time')
+  MODE = true
+  for _, g in ipairs(moved) do ring_push(g) end
+else
+  moved = redis.call('ZRANGE', K_gvt, 0, -1)
+  redis.call('DEL', K_gvt, K_fairness)
+  MODE = false
+  for i = 1, #moved, 1000 do
+    redis.call('RPUSH', K_ring, unpack(moved, i, math.min(i + 999, #moved)))
+  end
+end
+if #moved > 0 then wake() end
+return #moved

@@ -11,7 +11,8 @@
 --   books); next_job as in claim.lua, or false when none was asked or none is serviceable.
 -- Side effects: removes the id from `active`, state done with result and finish time; the
 --   row expires after its ttl (deleted at once when ttl is 0); gactive-1, and a group held
---   back by its limit returns to the ring with a wake.
+--   back by its limit returns to the ring with a wake. A workflow step (a row with `next`)
+--   releases its waiting children in the same call: see wf_handover in _common.lua.
 
 local id = ARGV[1]
 local verdict = 0
@@ -30,6 +31,7 @@ if row then
   end
   active_drop(row[4], now)
   notify(id, row[7])
+  if row[9] then wf_handover(row[9], row[10], ARGV[4], now) end
   verdict = 1
 end
 local next_job = false

@@ -5,7 +5,8 @@
 -- Reply: {returned, dead} counts.
 -- Side effects: per expired id, removed from `active`, gactive-1; state pending and back in
 --   its lane with its original enqueue time as score (ahead of newer work), or state dead
---   with error "lease expired" in `dead`; groups rejoin the ring with a wake.
+--   with error "lease expired" in `dead`; groups rejoin the ring with a wake. A dead
+--   workflow step fails its workflow (wf_fail in _common.lua).
 
 local now = now_ms()
 local ids = redis.call('ZRANGEBYSCORE', K_active, '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
@@ -13,13 +14,15 @@ local returned, dead = 0, 0
 for _, id in ipairs(ids) do
   redis.call('ZREM', K_active, id)
   local jk = job_key(id)
-  local row = redis.call('HMGET', jk, 'group', 'attempts', 'max', 'created', 'waiters', 'prio')
+  local row = redis.call('HMGET', jk, 'group', 'attempts', 'max', 'created', 'waiters', 'prio',
+    'wf')
   if row[1] then
     active_drop(row[1], now)
     if tonumber(row[2]) >= tonumber(row[3]) then
       redis.call('HSET', jk, 'state', 'dead', 'error', 'lease expired', 'finished', now)
       redis.call('ZADD', K_dead, now, id)
       notify(id, row[5])
+      if row[7] then wf_fail(row[7], id, now) end
       dead = dead + 1
     else
       redis.call('HSET', jk, 'state', 'pending', 'error', 'lease expired')

@@ -10,7 +10,8 @@
 -- ARGV[6]  '1' to dead-letter now whatever the attempts left (a job that can never run)
 -- Reply: 1 retry scheduled, 2 dead, 0 stale (nothing was written).
 -- Side effects: removes the id from `active`; gactive-1 (a group held back by its limit
---   returns to the ring with a wake); state delayed or dead, the error on the row.
+--   returns to the ring with a wake); state delayed or dead, the error on the row. A dead
+--   workflow step fails its workflow (wf_fail in _common.lua).
 
 local id = ARGV[1]
 local row = fenced(id, ARGV[2], ARGV[3])
@@ -23,6 +24,7 @@ if ARGV[6] == '1' or tonumber(row[2]) >= tonumber(row[5]) then
   redis.call('HSET', jk, 'state', 'dead', 'error', ARGV[4], 'finished', now)
   redis.call('ZADD', K_dead, now, id)
   notify(id, row[7])
+  if row[8] then wf_fail(row[8], id, now) end
   return 2
 end
 local delay = tonumber(ARGV[5])

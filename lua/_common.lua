@@ -356,6 +356,20 @@ local function wf_handover(nxt, slot, result, now)
   end
 end
 
+-- A step still waiting in a workflow that failed at step `id` is cancelled.
+local function wf_cancel_waiting(c, id, now)
+  local ck = job_key(c)
+  local cr = redis.call('HMGET', ck, 'state', 'waiters', 'ttl')
+  if cr[1] == 'waiting' then
+    redis.call('HSET', ck, 'state', 'cancelled', 'error', 'workflow failed at step ' .. id,
+      'finished', now)
+    redis.call('DEL', chord_key(c))
+    notify(c, cr[2])
+    local ttl = tonumber(cr[3] or '0') or 0
+    if ttl > 0 then redis.call('EXPIRE', ck, ttl) else redis.call('DEL', ck) end
+  end
+end
+
 -- Step `id` of workflow `wf` went dead (or was found lost): the first such call fails the
 -- workflow, cancels every step still waiting and releases the link_error step, once.
 local function wf_fail(wf, id, now)
@@ -363,18 +377,7 @@ local function wf_fail(wf, id, now)
   if redis.call('HSETNX', wk, 'failed', id) == 0 then return end
   redis.call('HSET', wk, 'state', 'failed')
   local w = redis.call('HMGET', wk, 'waiting', 'lerr')
-  for c in string.gmatch(w[1] or '', '%S+') do
-    local ck = job_key(c)
-    local cr = redis.call('HMGET', ck, 'state', 'waiters', 'ttl')
-    if cr[1] == 'waiting' then
-      redis.call('HSET', ck, 'state', 'cancelled', 'error', 'workflow failed at step ' .. id,
-        'finished', now)
-      redis.call('DEL', chord_key(c))
-      notify(c, cr[2])
-      local ttl = tonumber(cr[3] or '0') or 0
-      if ttl > 0 then redis.call('EXPIRE', ck, ttl) else redis.call('DEL', ck) end
-    end
-  end
+  for c in string.gmatch(w[1] or '', '%S+') do wf_cancel_waiting(c, id, now) end
   if w[2] then
     local lr = redis.call('HMGET', job_key(w[2]), 'state', 'imm')
     if lr[1] == 'waiting' then

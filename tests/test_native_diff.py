@@ -679,7 +679,7 @@ class Run:
         if self.rnd.random() < 0.5:
             self.p.admin("wfcancel", [wf])
         else:
-            self.p.admin("wffail", [wf, f"{wf}s0"])
+            self.p.admin("wffail", [wf, f"{wf}s0", f"{wf}s1"])
 
     def run(self, ops: int, compare_every: int) -> None:
         table = [(self.op_enqueue, 22), (self.op_claim, 20), (self.op_ack, 20),

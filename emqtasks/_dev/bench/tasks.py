@@ -37,6 +37,12 @@ def noop(counter: str, group: str = "default") -> None:
     _redis().incr(counter)
 
 
+def relay(value: Any, counter: str, group: str = "default") -> Any:
+    """A workflow step: count itself (one INCR) and hand its first argument on."""
+    _redis().incr(counter)
+    return value
+
+
 def stamp(key: str) -> None:
     """Record when it started (UNIX time, this host's clock) by pushing it onto ``key``."""
     _redis().rpush(key, repr(time.time()))
@@ -92,7 +98,7 @@ async def nap(counter: str, group: str = "default", seconds: float = 0.2) -> Non
     _redis().incr(counter)
 
 
-FUNCTIONS = (noop, stamp, seq, nap)
+FUNCTIONS = (noop, stamp, seq, nap, relay)
 
 
 def bind(app: App) -> dict[str, Any]:

@@ -47,6 +47,10 @@ if TYPE_CHECKING:
 DEFAULT_RESULT_BYTES = 64
 #: How long a workflow's hash lives (its steps' rows keep their own result_ttl).
 WORKFLOW_TTL = 7 * 86_400
+#: The most steps one workflow holds: it is enqueued in one script call, which stays far
+#: under the arguments Redis takes in one command (about 20 a step) and runs well under a
+#: second.
+MAX_STEPS = 20_000
 _OPTIONS = ("group", "countdown", "priority", "job_id", "result_bytes")
 
 
@@ -278,6 +282,8 @@ class _Builder:
         for parents, children in zip(levels, levels[1:]):
             self._link(parents, children)
         steps = [s for lv in levels for s in lv]
+        if len(steps) > MAX_STEPS:
+            raise WorkflowError(f"a workflow of {len(steps)} steps: at most {MAX_STEPS}")
         ids = [s.job.id for s in steps]
         if len(set(ids)) != len(ids) or wf in ids:
             raise InvalidJobId("a workflow's step ids (and its own id) must all differ")

@@ -65,3 +65,20 @@ def test_quick_peer_bench_measures_each_installed_peer_side_by_side() -> None:
         assert report["ratios"][peer]["drain_jobs_s"] > 0
     # And no drain got stuck
     assert not [n for n in report["notes"] if "stuck" in n or "did not" in n], report["notes"]
+
+
+@pytest.mark.timeout(150)
+def test_quick_workflow_bench_a_chain_step_rides_on_the_ack() -> None:
+    # Given the CLI, When the quick workflow benchmark runs on its own private server
+    proc = subprocess.run(
+        [sys.executable, "-m", "emqtasks.cli", "bench", "--workflows", "--quick", "--json"],
+        check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(proc.stdout)["figures"]
+    # Then a chain step costs the round trips of a plain job (one script call: the
+    # hand-over rides on the ack), and the chord's callback ran once
+    assert figures["wf_trips_plain"] == pytest.approx(1.0, abs=0.01)
+    assert figures["wf_trips_chain"] == pytest.approx(figures["wf_trips_plain"], abs=0.01)
+    assert figures["wf_chord_callbacks"] == 1
+    for key in ("wf_chain_steps", "wf_chord_members", "wf_chain_enqueue"):
+        assert figures[key] > 0, key

@@ -16,6 +16,7 @@ from helpers import count_keys
 from workerproc import WorkerProc
 
 from emqtasks import (
+    AckVerdict,
     App,
     EmptyGroup,
     NestingTooDeep,
@@ -255,3 +256,43 @@ def test_checker_reports_a_step_whose_parent_is_gone_and_repair_fails_it(app: Ap
     assert h.status() == "failed"
     with pytest.raises(TaskFailed, match="p1"):
         h.get(timeout=1)
+
+
+def test_chord_members_are_ordinary_jobs_in_their_lanes(app: App) -> None:
+    """A tenant's big chord does not jump the ring: its members wait in its own lane and
+    another tenant's jobs are claimed turn about."""
+    q = app.queue()
+    chord([wt.add.s(i).set(group="big") for i in range(300)], wt.tsum.s().set(group="big")) \
+        .apply_async(app=app)
+    app.send_task(wt.add, (1,), group="small")
+    app.send_task(wt.add, (2,), group="small")
+    claimed = [lease.group for lease in (q.claim(1)[0] for _ in range(4))]
+    assert claimed.count("small") == 2 and claimed.count("big") == 2, claimed
+    assert q.lane("big")["pending"] == 298
+
+
+@pytest.mark.timeout(300)
+def test_chord_of_10000_members_calls_back_once(app: App) -> None:
+    """10,000 no-op members acked in process (their order shuffled): one callback release,
+    with every result in member order. Not timed: bench --workflows reports the times."""
+    import random
+
+    q = app.queue()
+    h = chord([wt.add.s(i) for i in range(10_000)], wt.tsum.s()).apply_async(app=app)
+    leases = []
+    while True:
+        got = q.claim(500)
+        if not got:
+            break
+        leases += got
+    assert len(leases) == 10_000
+    random.Random(16).shuffle(leases)
+    for lease in leases:
+        result = json.dumps(json.loads(lease.payload)["a"][0])
+        assert q.ack(lease, result).verdict == AckVerdict.DONE
+    (callback,) = q.claim(10)
+    assert callback.task == "wf.tsum" and not q.claim(10)
+    assert json.loads(callback.payload)["a"][0] == list(range(10_000))
+    q.ack(callback, json.dumps(sum(range(10_000))))
+    assert h.get(timeout=5) == sum(range(10_000))
+    assert check(q).ok

@@ -19,6 +19,7 @@ from .errors import (
     InvalidSchedule,
     InvalidScheduleName,
     LaneFull,
+    NativeUnavailable,
     NestingTooDeep,
     NoCurrentJob,
     PayloadTooLarge,
@@ -65,7 +66,8 @@ __all__ = [
     "Queue", "Lease", "Acked", "EnqueueVerdict", "AckVerdict", "RetryVerdict",
     "ReleaseVerdict", "ExtendVerdict", "CancelVerdict", "FireVerdict",
     # the error tree
-    "EmqError", "ConfigError", "ClusterUrlError", "InvalidQueueName", "InvalidJobId",
+    "EmqError", "ConfigError", "ClusterUrlError", "InvalidQueueName", "NativeUnavailable",
+    "InvalidJobId",
     "InvalidGroup", "InvalidArgument", "SerializationError", "PayloadTooLarge",
     "UnknownTask", "DuplicateTaskName", "ScriptError", "TaskFailed", "ResultTimeout",
     "LaneFull", "WorkflowError", "EmptyGroup", "NestingTooDeep", "WorkflowTooLarge",

@@ -64,6 +64,14 @@ WORKER_COMMANDS = (
 )
 
 
+#: The module's commands each role runs (emqtasks.native), granted by name: on Redis 6.2
+#: and 7.0 a category rule such as ``+@write`` does not cover a module's commands, and a
+#: server without the module refuses a rule that names them.
+NATIVE_PRODUCER_COMMANDS = ("emq.enqueue",)
+NATIVE_WORKER_COMMANDS = ("emq.enqueue", "emq.claim", "emq.ack", "emq.retry", "emq.extend",
+                          "emq.release", "emq.reap", "emq.promote")
+
+
 def key_pattern(queue: str) -> str:
     """The ACL key pattern of every key of a queue (queue names hold no glob characters)."""
     return f"~emq:{{{check_queue_name(queue)}}}:*"
@@ -76,14 +84,16 @@ def _rules(commands: Iterable[str], queues: tuple[str, ...]) -> list[str]:
             *(f"+{c}" for c in commands)]
 
 
-def producer_rules(*queues: str) -> list[str]:
-    """ACL rules (for ``ACL SETUSER``) of a user that enqueues to and follows these queues."""
-    return _rules(PRODUCER_COMMANDS, queues)
+def producer_rules(*queues: str, native: bool = False) -> list[str]:
+    """ACL rules (for ``ACL SETUSER``) of a user that enqueues to and follows these queues;
+    ``native``: also the module's commands (only for a server that loads it)."""
+    return _rules((*PRODUCER_COMMANDS, *(NATIVE_PRODUCER_COMMANDS if native else ())), queues)
 
 
-def worker_rules(*queues: str) -> list[str]:
-    """ACL rules (for ``ACL SETUSER``) of a user that runs a worker on these queues."""
-    return _rules(WORKER_COMMANDS, queues)
+def worker_rules(*queues: str, native: bool = False) -> list[str]:
+    """ACL rules (for ``ACL SETUSER``) of a user that runs a worker on these queues;
+    ``native``: also the module's commands (only for a server that loads it)."""
+    return _rules((*WORKER_COMMANDS, *(NATIVE_WORKER_COMMANDS if native else ())), queues)
 
 
 def setuser(user: str, rules: Iterable[str], password: str = "<password>") -> str:

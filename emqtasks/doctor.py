@@ -20,6 +20,7 @@ import redis
 from . import acl
 from .check import check
 from .cluster import is_cluster, node_kwargs
+from .native.selection import MODULE_NAME, loaded_version, missing_hint, native_mode
 from .queue import Queue
 from .servers import ServerInfo, identify
 
@@ -31,8 +32,6 @@ OPTIONAL_COMMANDS = frozenset({"info"})
 ROLE_COMMANDS = {"producer": acl.PRODUCER_COMMANDS, "worker": acl.WORKER_COMMANDS}
 LATENCY_PINGS = 5
 SLOW_RTT_MS = 10.0
-#: The name the native module (EMQ.* commands) registers with MODULE LIST.
-MODULE_NAME = "emq"
 AS_OPERATOR = "run `emqtasks doctor` as a user that may run it (an operator's) to check this"
 
 
@@ -258,18 +257,18 @@ def check_invariants(ctx: Context) -> Iterable[Finding]:
 
 
 def check_module(ctx: Context) -> Iterable[Finding]:
+    mode = native_mode()
     try:
-        modules = ctx.client.execute_command("MODULE", "LIST", **ctx.target)
+        version = loaded_version(ctx.client, **ctx.target)
     except redis.exceptions.NoPermissionError:
         yield Finding("native module", "info", "cannot list modules as this user")
         return
-    names = {}
-    for entry in modules or []:
-        row = entry if isinstance(entry, dict) else dict(zip(entry[::2], entry[1::2]))
-        names[str(row.get("name"))] = row.get("ver")
-    if MODULE_NAME in names:
+    if version is not None:
+        path = "the scripts (EMQ_NATIVE=off)" if mode == "off" else "its EMQ.* commands"
         yield Finding("native module", "ok", f"module {MODULE_NAME} loaded (version "
-                      f"{names[MODULE_NAME]})")
+                      f"{version}): {path} serve this queue")
+    elif mode == "require":
+        yield Finding("native module", "error", missing_hint(), "emqtasks native path")
     else:
         yield Finding("native module", "info",
                       "native module not loaded: the Lua scripts serve this queue")

@@ -23,6 +23,7 @@ from typing import Any
 import redis
 
 from .errors import ConfigError
+from .native import load_args
 from .servers import identify
 
 SCHEME = "embedded"
@@ -98,7 +99,7 @@ class EmbeddedServer:
         cmd = [binary, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
                "--dir", str(self.folder), "--appendonly", "yes", "--appendfsync", "everysec",
                "--save", "", "--daemonize", "yes", "--pidfile", str(self.pidfile),
-               "--logfile", str(self.logfile), "--maxmemory-policy", "noeviction"]
+               "--logfile", str(self.logfile), "--maxmemory-policy", "noeviction", *load_args()]
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if result.returncode != 0:
             raise ConfigError(f"the embedded server ({binary}) did not start: "

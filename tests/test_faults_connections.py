@@ -23,6 +23,7 @@ from faults import (
     reaped_then_completed,
     start_more_worker,
     start_worker,
+    verb_marker,
     wait_until,
 )
 from helpers import new_job
@@ -52,7 +53,7 @@ def test_a_lost_claim_reply_leaves_the_job_leased_and_the_reaper_returns_it(
         direct = Queue(admin, queue_name)
         q.enqueue_many([new_job("lost-claim", group="g", lease_ms=300)])
         # The claim is applied, then the connection drops before its reply arrives
-        relay.arm(q.scripts.claim.sha.encode())
+        relay.arm(verb_marker(q, "claim"))
         got = Outage(log, "test").call(q.claim, 1)
         assert relay.dropped.is_set()
         assert got == []   # the retried claim found nothing: the job was leased by the first
@@ -223,7 +224,7 @@ def test_a_retried_ack_after_a_lost_reply_is_stale_and_schedules_nothing(
         (lease,) = q.claim()
         # The ack is applied (and claims the next job), then the reply is lost; the child's
         # way of calling (Outage, over redis-py's own retry) sends it again
-        relay.arm(q.scripts.ack.sha.encode())
+        relay.arm(verb_marker(q, "ack"))
         acked, nxt = Outage(log, "test").call(q.ack, lease, '"ok"', True)
         assert relay.dropped.is_set()
         assert (acked, nxt) == (False, None)    # stale: it was already done

@@ -43,10 +43,12 @@ def test_a_verb_without_its_contract_is_refused():
     scripts._check_header("claim", "-- claim: x\n-- KEYS: fixed\n-- Reply: y\n\nreturn 1")
 
 
-def test_verbs_keep_working_across_script_flush(private_redis):
-    # Given an App of its own on a private server, its scripts loaded by a first call
+def test_verbs_keep_working_across_script_flush(private_redis, monkeypatch):
+    # Given an App of its own on a private server, on the scripts (not the native module),
+    # its scripts loaded by a first call
     app = App(redis_url=private_redis.url, queue="flush")
     try:
+        monkeypatch.setenv("EMQ_NATIVE", "off")
         q = app.queue()
         t = make_task(app, group="A")
         first = t.delay(1)

@@ -21,6 +21,7 @@ import redis
 from redis.crc import key_slot
 
 from ..errors import ConfigError
+from ..native import load_args
 from .localserver import find_binary, free_port, server_version, wait_ready
 
 
@@ -113,7 +114,7 @@ class LocalCluster:
                "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0",
                "--repl-ping-replica-period", "1",
                "--dir", str(self.dir),
-               "--logfile", str(self.dir / f"redis-{port}.log")]
+               "--logfile", str(self.dir / f"redis-{port}.log"), *load_args()]
         self.procs[port] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL)
 

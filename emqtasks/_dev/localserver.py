@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from ..errors import ConfigError
+from ..native import load_args
 
 
 def find_binary(name: str = "redis-server") -> str | None:
@@ -86,7 +87,7 @@ class LocalRedis:
     """Starts ``redis-server`` from PATH; stop(), kill() and restart() for fault tests."""
 
     def __init__(self, *, persist: bool = False, port: int | None = None,
-                 extra: tuple[str, ...] = ()) -> None:
+                 extra: tuple[str, ...] = (), module: bool | None = None) -> None:
         binary = find_binary("redis-server")
         if binary is None:
             raise ConfigError("no redis-server on PATH (apt-get install redis-server)")
@@ -95,6 +96,7 @@ class LocalRedis:
         self.dir = Path(tempfile.mkdtemp(prefix="emq-redis-"))
         self.persist = persist
         self.extra = extra
+        self.module = module    # load the native module: None = when it is built
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -106,7 +108,7 @@ class LocalRedis:
                        else ["--appendonly", "no"])
         cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                "--save", "", "--dir", str(self.dir), "--protected-mode", "no",
-               *persistence, *self.extra]
+               *persistence, *load_args(self.module), *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._wait_ready(timeout)
         return self

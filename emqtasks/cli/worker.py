@@ -72,6 +72,7 @@ def worker(modules: tuple[str, ...], concurrency: int | None, redis_url: str | N
                       queue=None if app.explicit["queue"] else settings.queue)
     probe = open_queue(settings)
     warn_about_eviction(probe)
+    hot_path = which_hot_path(probe)
     wsettings = WorkerSettings(concurrency=concurrency or os.cpu_count() or 1, tick=tick,
                                max_tasks_per_child=max_tasks_per_child,
                                time_limit=time_limit, grace=grace,
@@ -87,11 +88,11 @@ def worker(modules: tuple[str, ...], concurrency: int | None, redis_url: str | N
     except redis.exceptions.RedisError as exc:
         raise CliError(f"cannot store the schedules: {exc}") from None
     logging.getLogger("emqtasks.worker").info(
-        "emqtasks %s: %s %s, concurrency %d%s, %d tasks registered (%s), redis %s",
+        "emqtasks %s: %s %s, concurrency %d%s, %d tasks registered (%s), redis %s, %s",
         __version__, "queue" if len(specs) == 1 else "queues", describe_queues(specs),
         wsettings.concurrency,
         f" (async {async_concurrency} per child)" if async_concurrency > 1 else "",
-        len(registry), ", ".join(registry.names()), redacted(settings.redis_url))
+        len(registry), ", ".join(registry.names()), redacted(settings.redis_url), hot_path)
     probe.client.close()
     sys.exit(run_master(settings.redis_url, specs, wsettings, registry))
 
@@ -155,6 +156,18 @@ def register_schedules(queue: Queue, registry: Registry) -> None:
             ", ".join(sorted(s.name for s in declared)) or "none",
             f"; stored or changed: {', '.join(changed)}" if changed else "",
             f"; no longer declared, removed: {', '.join(dropped)}" if dropped else "")
+
+
+def which_hot_path(queue: Queue) -> str:
+    """Which path will run the hot verbs, learnt by the first promote (which every start
+    runs anyway); EMQ_NATIVE=require without the module stops the worker here (exit 2)."""
+    try:
+        queue.promote_and_look()
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
+    except redis.exceptions.RedisError as exc:
+        raise CliError(f"Redis error: {exc}") from None
+    return "native module (EMQ.* commands)" if queue.hot.native else "Lua scripts"
 
 
 def warn_about_eviction(queue: Queue) -> None:

@@ -28,3 +28,12 @@ def module_path() -> Path | None:
     """The built module next to this file, or None when it was not built."""
     path = HERE / "emq.so"
     return path if path.is_file() else None
+
+
+def load_args(load: bool | None = None) -> list[str]:
+    """A server's ``--loadmodule`` arguments: the built module when there is one (or when
+    ``load`` is True), none when ``load`` is False or nothing was built."""
+    path = module_path()
+    if load is False or path is None:
+        return []
+    return ["--loadmodule", str(path)]

@@ -46,7 +46,8 @@ def compiler() -> list[str] | None:
     return None
 
 
-def _fresh(target: Path) -> bool:
+def is_fresh(target: Path) -> bool:
+    """The file exists and is newer than every source of the module."""
     if not target.exists():
         return False
     built = target.stat().st_mtime
@@ -64,7 +65,7 @@ def build(out_dir: str | os.PathLike[str] | None = None, sanitize: bool = False,
     global last_reason
     out = Path(out_dir) if out_dir is not None else HERE
     target = out / (ASAN_NAME if sanitize else NAME)
-    if not force and _fresh(target):
+    if not force and is_fresh(target):
         return target
     cc = compiler()
     if cc is None:

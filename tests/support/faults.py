@@ -22,6 +22,7 @@ from workerproc import WorkerProc
 
 from emqtasks import App
 from emqtasks.check import check
+from emqtasks.native import COMMANDS
 from emqtasks.queue import Queue
 from emqtasks.scripts import VERBS, source
 from emqtasks.task import Task, build_job
@@ -164,6 +165,14 @@ def rss_mb(pid: int) -> int:
 def preload_scripts(client: Any) -> None:
     for name in VERBS:
         client.script_load(source(name))
+
+
+def verb_marker(q: Queue, verb: str) -> bytes:
+    """What marks a verb's request on the wire: its EMQ.* command on the native path (known
+    once the queue ran a hot verb), else its script's SHA."""
+    if q.hot.native:
+        return COMMANDS[verb].encode()
+    return str(getattr(q.scripts, verb).sha).encode()
 
 
 # -- a relay that loses a reply, a sampler of where ids are ------------------------------

@@ -97,7 +97,9 @@ class ServerMeter:
 
     @staticmethod
     def scripts(delta: dict[str, float]) -> float:
-        return delta.get("evalsha", 0.0) + delta.get("eval", 0.0)
+        """Verb calls: script runs, or the native module's EMQ.* commands."""
+        return (delta.get("evalsha", 0.0) + delta.get("eval", 0.0)
+                + sum(v for k, v in delta.items() if k.startswith("emq.")))
 
 
 def _proc_cpu(pid: int) -> tuple[int, float] | None:

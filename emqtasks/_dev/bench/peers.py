@@ -87,7 +87,7 @@ def rows_for(s: Sizes) -> list[Row]:
             "higher"),
         Row("drain_cmds_per_job", "Redis commands per job (drain, incl. INCR)", "cmds/job",
             1, "lower"),
-        Row("drain_scripts_per_job", "  of which script calls (EVALSHA)", "calls/job", 2,
+        Row("drain_scripts_per_job", "  of which verb calls (EVALSHA or EMQ.*)", "calls/job", 2,
             "lower", ratio=False),
         Row("drain_redis_cpu_us_per_job", "Redis CPU per job (drain)", "us/job", 1, "lower"),
         Row("drain_worker_cpu_us_per_job", "worker CPU per job (all its processes)", "us/job",

@@ -20,6 +20,7 @@ import redis
 
 from ...cluster import is_cluster_url
 from ...config import redacted
+from ...native.selection import loaded_version
 from ..localserver import LocalRedis
 from .command import exit_on_signal, open_server
 from .core import CHUNK, FEW_GROUPS, Bench, BenchError, Sizes, median, percentile, say, tree_pss_mb
@@ -41,6 +42,9 @@ from .scenarios import (
     scenario_enqueue_one_by_one,
     scenario_latency_and_idle,
 )
+
+#: The emqtasks column run on the Lua scripts (EMQ_NATIVE=off), beside the native one.
+LUA = "emq-lua"
 
 
 # -- the scenarios ------------------------------------------------------------------------------
@@ -219,9 +223,9 @@ def run(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | N
     peer_idle = PEER_IDLE_SECONDS[quick]
     # emqtasks' idle window stays 2 of its ticks (20 s at the default 10 s tick)
     sizes = replace(sizes, idle_seconds=max(peer_idle, sizes.idle_seconds))
-    names = ["emqtasks", *versions]
-    pr = PeersRun(sizes, names, {"emqtasks": _version("emqtasks"), **versions}, skipped,
-                  peer_idle, concurrency, {n: [] for n in names})
+    names = ["emqtasks", LUA, *versions]
+    pr = PeersRun(sizes, names, {"emqtasks": _version("emqtasks"), LUA: "scripts", **versions},
+                  skipped, peer_idle, concurrency, {n: [] for n in names})
     began, load_before = time.monotonic(), os.getloadavg()
     old_term = signal.signal(signal.SIGTERM, exit_on_signal)
     try:
@@ -238,6 +242,12 @@ def measure_systems(redis_url: str | None, pr: PeersRun) -> Bench:
     try:
         server, url, pr.redis_version = open_server(redis_url)
         b = Bench(url, pr.sizes, shared=server is None)
+        if _module_version(b.client) is None:   # emqtasks runs the scripts: one column
+            pr.names.remove(LUA)
+            pr.skipped.append("the server has no emq module: the emqtasks column is the Lua "
+                              "scripts (build the module to compare the two paths)")
+        else:
+            pr.versions["emqtasks"] += " native"
         say(f"emqtasks bench --peers: redis {pr.redis_version} at {redacted(url)}"
             f"{'' if b.shared else ' (private)'}, concurrency {pr.concurrency}, "
             f"{pr.sizes.jobs:,} jobs, {pr.sizes.runs} run(s), {os.cpu_count()} CPUs; "
@@ -260,6 +270,9 @@ def measure_systems(redis_url: str | None, pr: PeersRun) -> Bench:
 def measure_system(b: Bench, pr: PeersRun, name: str) -> dict[str, float | None]:
     if name == "emqtasks":
         return measure_emqtasks(b)
+    if name == LUA:
+        with native_mode("off"):    # the bench's queues and its worker read EMQ_NATIVE
+            return measure_emqtasks(b)
     peer = PEER_CLASSES[name](b, uuid.uuid4().hex[:10])
     try:
         found, pr.mixes[name] = measure_peer(b, peer, pr.peer_idle)
@@ -281,8 +294,10 @@ def report(b: Bench, pr: PeersRun, as_json: bool) -> None:
     if not b.notes and not b.worker_problems:
         shutil.rmtree(b.log_dir, ignore_errors=True)
     bulk = {"emqtasks": f"map(): {CHUNK:,} jobs per round trip",
-            **{p: PEER_CLASSES[p].bulk_api for p in peers}}
+            LUA: f"map(): {CHUNK:,} jobs per round trip",
+            **{p: PEER_CLASSES[p].bulk_api for p in peers if p != LUA}}
     workers = {"emqtasks": f"emqtasks worker -c {concurrency} ({FEW_GROUPS} groups)",
+               LUA: f"EMQ_NATIVE=off emqtasks worker -c {concurrency} ({FEW_GROUPS} groups)",
                "huey": f"huey_consumer -w {concurrency} -k process",
                "dramatiq": "dramatiq --processes {} --threads {}".format(
                    *dramatiq_shape(concurrency))}
@@ -337,6 +352,26 @@ def render(rows: list[Row], names: list[str], versions: dict[str, str],
         out.append(f"{r.label:<{width}}  " + "  ".join(f"{c:>{colw}}" for c in cells)
                    + f"  {r.unit:<9} {r.better}")
     return "\n".join(out)
+
+
+@contextmanager
+def native_mode(mode: str) -> Iterator[None]:
+    before = os.environ.get("EMQ_NATIVE")
+    os.environ["EMQ_NATIVE"] = mode
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("EMQ_NATIVE", None)
+        else:
+            os.environ["EMQ_NATIVE"] = before
+
+
+def _module_version(client: redis.Redis) -> int | None:
+    try:
+        return loaded_version(client)
+    except redis.exceptions.NoPermissionError:
+        return None
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

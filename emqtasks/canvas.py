@@ -84,12 +84,16 @@ class Signature:
         return Chain(self, other)
 
     def delay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
-        """Enqueue this call (a workflow of one step); extra args go after the signature's."""
+        """Enqueue this call (a workflow of one step). As in Celery, extra args go in front
+        of the signature's own (what a parent's result does in a chain); an immutable
+        signature ignores them."""
         return self.apply_async(args, kwargs)
 
     def apply_async(self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None,
                     **options: Any) -> WorkflowHandle:
-        sig = Signature(self.task, (*self.args, *args), {**self.kwargs, **(kwargs or {})},
+        """``delay`` with options: workflow_id=, link_error=, app= (see Chain.apply_async)."""
+        front = () if self.immutable else tuple(args)
+        sig = Signature(self.task, (*front, *self.args), {**self.kwargs, **(kwargs or {})},
                         immutable=self.immutable, app=self._app, **self.options)
         return Chain(sig).apply_async(**options)
 

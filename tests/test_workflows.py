@@ -296,3 +296,17 @@ def test_chord_of_10000_members_calls_back_once(app: App) -> None:
     q.ack(callback, json.dumps(sum(range(10_000))))
     assert h.get(timeout=5) == sum(range(10_000))
     assert check(q).ok
+
+
+def test_a_signature_alone_is_a_workflow_of_one_step(app: App) -> None:
+    """sig.delay(x) puts x in front of the signature's own arguments (as a parent's result
+    would be); .si ignores it; the handle follows the one step."""
+    q = app.queue()
+    h = wt.add.s(10).apply_async((5,), app=app)
+    (lease,) = q.claim(1)
+    assert json.loads(lease.payload)["a"] == [5, 10]
+    q.ack(lease, "15")
+    assert h.get(timeout=5) == 15 and h.status() == "done"
+    wt.add.si(1, 2).apply_async((99,), app=app)
+    (lease,) = q.claim(1)
+    assert json.loads(lease.payload)["a"] == [1, 2]

@@ -294,6 +294,7 @@ class _Builder:
         lerr = None
         if self.link_error is not None:
             lerr = self._step(self.link_error, "w")
+            lerr.mode = "e"            # waiting, and expiring with the workflow's hash
             if not self.link_error.immutable and lerr.size + 130 > self.limit:
                 raise WorkflowTooLarge("the link_error step's arguments leave no room for "
                                        "the failed step's id")

@@ -384,6 +384,8 @@ local function wf_fail(wf, id, now)
       local arg = '"' .. id .. '"'
       if lr[2] == '1' then arg = nil end
       wf_release(w[2], arg, now)
+      -- released: it lives as a job now, no longer with its workflow's hash
+      redis.call('PERSIST', job_key(w[2]))
     end
   end
 end

@@ -7,8 +7,9 @@
 --          lerr...: see _common.lua, workflows)
 -- then     m, the number of steps; per step the 10 fields of enqueue.lua (id task payload
 --          group max lease delay ttl countdown priority), then its mode ('r' ready now, 'w'
---          waiting for a parent), then k and k field/value pairs written on its row (wf,
---          next, slot, par, imm, splice, comma, cd, npend, nslots)
+--          waiting for a parent, 'e' the link_error step: waiting, and expiring with the
+--          workflow's hash unless a failure releases it), then k and k field/value pairs
+--          written on its row (wf, next, slot, par, imm, splice, comma, cd, npend, nslots)
 -- Reply: {1, wf} enqueued; {0, id} refused, the workflow or step id exists; {-1, id} refused,
 --   a malformed id; {2, id} refused, a ready step's lane holds its cap (max_size). A refusal
 --   writes nothing.
@@ -74,6 +75,8 @@ for _, s in ipairs(steps) do
     delay_push(id, now + countdown)
   elseif state == 'pending' then
     lane_push(g, id, lane_score(prio, now), now)
+  elseif ARGV[p + 10] == 'e' then
+    redis.call('EXPIRE', jk, tonumber(ARGV[2]))
   end
 end
 return {1, wf}

@@ -664,12 +664,12 @@ class Run:
             extra[lerr] = {"wf": wf, "errof": wf}
             extra[lerr].update({"imm": "1"} if r.random() < 0.3 else {"splice": "12",
                                                                       "comma": "1"})
-            rows.append((lerr, "w"))
+            rows.append((lerr, "e"))
         args: list[Any] = [wf, 604800, len(meta), *[x for kv in meta.items() for x in kv],
                            len(rows)]
         for i, mode in rows:
             fields = self.job_fields(i)
-            if mode == "w":
+            if mode != "r":
                 fields[8] = 0
             args += [*fields, mode, len(extra[i]), *[x for kv in extra[i].items() for x in kv]]
         self.p.admin("workflow", args)
@@ -906,6 +906,10 @@ def test_workflow_handover(server: Server) -> None:
         assert "done" in states and "cancelled" in states, states
         failed = [wf for wf in run.workflows if p.r.hget(p.ka.base + "wf:" + wf, "failed")]
         assert failed, "no workflow failed"
+        # a failure released a link_error step (which then lives as a job: no expiry)
+        released = [wf for wf in failed if p.r.hget(p.ka.job(f"{wf}err"), "state")
+                    not in (None, "waiting")]
+        assert released and all(p.r.ttl(p.ka.job(f"{wf}err")) != 604800 for wf in released)
         # a chord's callback got its members' results, in slot order
         import json
         lists = 0

@@ -1370,6 +1370,15 @@ static int wf_fail(Q *q, RMS *wf, RMS *id) {
             arg[idl + 1] = '"';
             rc = wf_release(q, lerr, imm && eqc(imm, "1") ? NULL : arg, idl + 2);
             RedisModule_Free(arg);
+            /* released: it lives as a job now, no longer with its workflow's hash */
+            if (rc == 0 && dk(q, lk, 1, REDISMODULE_KEYTYPE_HASH, &lh) == 0 && lh &&
+                RedisModule_KeyType(lh) != REDISMODULE_KEYTYPE_EMPTY &&
+                RedisModule_GetExpire(lh) != REDISMODULE_NO_EXPIRE) {
+                RedisModule_SetExpire(lh, REDISMODULE_NO_EXPIRE);
+                RedisModule_Replicate(q->ctx, "PERSIST", "s", lk);
+            }
+            if (lh) RedisModule_CloseKey(lh);
+            if (q->err) rc = -1;
         }
         sfree(q, lk); sfree(q, state); sfree(q, imm);
     }

@@ -120,7 +120,30 @@ def measure(b: Bench, quick: bool) -> list[Row]:
     def m(rows: list[dict[str, float]], key: str) -> float | None:
         return median([r[key] for r in rows])
 
-    return [
+    from . import celery_workflows as cw
+    say("  end to end, worker up: emqtasks" + (" and Celery" if cw.available() else ""))
+    e2e = [cw.emqtasks_e2e(b, chains, steps, members) for _ in range(runs)]
+    peer = [c for c in (cw.celery_e2e(b, chains, steps, members) for _ in range(runs)
+                        if cw.available()) if c is not None]
+    if not cw.available():
+        b.notes.append("Celery is not installed: pip install 'celery[redis]' to compare")
+    compare = [
+        Row("wf_e2e_chains", f"4  end to end: {chains} chains of {steps}, emqtasks",
+            m(e2e, "chains_s"), "s", [r["chains_s"] for r in e2e], 2),
+        Row("wf_e2e_chord", f"4  end to end: a chord of {members}, emqtasks",
+            m(e2e, "chord_s"), "s", [r["chord_s"] for r in e2e], 2),
+    ]
+    if peer:
+        compare += [
+            Row("celery_e2e_chains", f"4  end to end: {chains} chains of {steps}, Celery",
+                m(peer, "chains_s"), "s", [r["chains_s"] for r in peer], 2),
+            Row("celery_e2e_chord", f"4  end to end: a chord of {members}, Celery",
+                m(peer, "chord_s"), "s", [r["chord_s"] for r in peer], 2),
+            Row("celery_chord_callbacks", "4    Celery's callback runs", m(peer,
+                "chord_callbacks"), "runs", [r["chord_callbacks"] for r in peer], 0),
+        ]
+
+    rows = [
         Row("wf_trips_plain", "1  round trips (script calls) per job, plain (claim+ack loop)",
             m(rt, "plain_calls"), "calls/job", [r["plain_calls"] for r in rt], 3),
         Row("wf_trips_chain", "1  round trips (script calls) per job, chain steps",
@@ -148,6 +171,7 @@ def measure(b: Bench, quick: bool) -> list[Row]:
         Row("wf_chord_callbacks", "3  callback runs (must be 1)", m(co, "callback_runs"),
             "runs", [r["callback_runs"] for r in co], 0),
     ]
+    return rows + compare
 
 
 def run(redis_url: str | None, concurrency: int, runs: int | None, quick: bool,

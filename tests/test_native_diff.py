@@ -772,6 +772,30 @@ def fuzz(srv: Server, calls: int, seed: int) -> None:
         elif x < 0.8:
             r.zadd(k.active, {rnd.choice(ids): rnd.choice([0, -1, 1e18, float("inf")])})
             r.zadd(k.delayed, {rnd.choice(ids): rnd.choice([0, -1, 1e18, float("-inf")])})
+        elif x < 0.9:                    # workflow fields: children, slots, chord results
+            child = rnd.choice(ids)
+            r.hset(j, mapping={"wf": rnd.choice(["w1", *WEIRD]),
+                               "next": rnd.choice([child, f"{child} {rnd.choice(ids)}",
+                                                   "", "   ", *WEIRD])})
+            if rnd.random() < 0.5:
+                r.hset(j, "slot", rnd.choice(["0", "1", *WEIRD]))
+            cj = k.job(child)
+            if r.type(cj) in ("hash", "none"):
+                r.hset(cj, mapping={"state": "waiting", "group": rnd.choice(GROUPS),
+                                    "payload": rnd.choice(['{"v":1,"a":[],"k":{}}', *WEIRD])})
+                for f in ("npend", "nslots", "splice", "comma", "cd", "imm", "prio"):
+                    if rnd.random() < 0.4:
+                        r.hset(cj, f, rnd.choice(["0", "1", "2", "12", "-3", "1e300", *WEIRD]))
+            y = rnd.random()
+            if y < 0.2:
+                r.delete(k.base + "chord:" + child)
+                r.set(k.base + "chord:" + child, "not a hash")
+            elif y < 0.4:
+                r.delete(k.base + "wf:w1")
+                r.rpush(k.base + "wf:w1", "not a hash")
+            elif y < 0.6:
+                r.hset(k.base + "wf:w1", mapping={"waiting": f"{child} {rnd.choice(ids)}",
+                                                   "lerr": rnd.choice(ids)})
         else:                                                      # heal: start clean
             for key in r.scan_iter(match=k.base + "*"):
                 r.delete(key)
@@ -805,6 +829,19 @@ def fuzz(srv: Server, calls: int, seed: int) -> None:
                 raw.call("EMQ.ENQUEUE", *k.fixed, n, *[f for j in job for f in j])
             _, value = raw.call(COMMANDS[verb], *keys(), *args)
             assert isinstance(value, RespError) or valid_reply(value), (verb, args, value)
+            if rnd.random() < 0.15:
+                # a lease finished through the fence, so the workflow paths run on whatever
+                # the corruptions left: the hand-over (ack), the failure (retry to dead)
+                _, leases = raw.call("EMQ.CLAIM", *k.fixed, 1, "fz")
+                if isinstance(leases, list) and leases:
+                    lease = leases[0]
+                    if rnd.random() < 0.6:
+                        _, value = raw.call("EMQ.ACK", *k.fixed, lease[0], lease[3], lease[4],
+                                            rnd.choice(["1", '{"r":2}', *WEIRD]), "")
+                    else:
+                        _, value = raw.call("EMQ.RETRY", *k.fixed, lease[0], lease[3],
+                                            lease[4], "e", "", "1")
+                    assert isinstance(value, RespError) or valid_reply(value), value
             if i % 200 == 0:
                 assert raw.call("PING")[1] == "PONG"
         assert raw.call("PING")[1] == "PONG"

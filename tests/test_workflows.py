@@ -310,3 +310,39 @@ def test_a_signature_alone_is_a_workflow_of_one_step(app: App) -> None:
     wt.add.si(1, 2).apply_async((99,), app=app)
     (lease,) = q.claim(1)
     assert json.loads(lease.payload)["a"] == [1, 2]
+
+
+def test_a_step_whose_last_lease_expires_fails_its_workflow(app: App) -> None:
+    """The reap's dead path fails the workflow as the retry's does: the next step is
+    cancelled and the link_error step released, with the dead step's id."""
+    from helpers import expire_now
+
+    q = app.queue()
+    h = chain(wt.boom.s(1).set(job_id="lost"), wt.add.s(1).set(job_id="after")) \
+        .apply_async(app=app, link_error=wt.on_error.s().set(job_id="errback"))
+    assert h.status() == "running"
+    for _ in range(2):                   # boom: max_attempts 2, both leases expire
+        (lease,) = q.claim(1)
+        expire_now(q, lease.id)
+        q.reap()
+        q.promote()
+    assert q.status("lost") == "dead" and q.status("after") == "cancelled"
+    (errback,) = q.claim(1)
+    assert errback.id == "errback" and json.loads(errback.payload)["a"] == ["lost"]
+    assert h.status() == "failed"
+    with pytest.raises(TaskFailed, match="lost"):
+        h.get(timeout=1)
+
+
+def test_workflow_command_json_and_cancel(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    chain(wt.add.s(1).set(job_id="j1"), wt.add.s(2).set(job_id="j2")) \
+        .apply_async(app=app, workflow_id="wf-cli")
+    monkeypatch.setenv("EMQ_REDIS_URL", app.settings.redis_url)
+    out = CliRunner().invoke(main, ["workflow", "wf-cli", "-Q", app.settings.queue, "--json",
+                                    "--cancel"])
+    assert out.exit_code == 0, out.output
+    view = json.loads(out.output)
+    assert view["status"] == "cancelled"
+    assert [(s["id"], s["state"]) for s in view["steps"]] == [("j1", "cancelled"),
+                                                               ("j2", "cancelled")]
+    assert app.queue().claim(5) == []

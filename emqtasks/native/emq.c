@@ -5,7 +5,8 @@
  * (ring active gactive glimit gweight gturn gpaused paused delayed dead wake guard), all
  * of the form BASE..name with BASE = KEYS[1] minus "ring" (anything else is refused: the
  * keys a command forms itself, job rows BASE.."job:"..id, lanes BASE.."g:"..group..":pending",
- * a rated group's start times BASE.."g:"..group..":starts", done lists BASE.."done:"..id and
+ * a rated group's start times BASE.."g:"..group..":starts", done lists BASE.."done:"..id,
+ * workflows' hashes BASE.."wf:"..id and chord results BASE.."chord:"..id, and
  * the fairness controls' books BASE..{grate gmax gdefaults gbackoff gwait}, then carry the
  * same prefix, so the same slot and the same ACL key pattern, and never alias a fixed key). Replies are what the script returns
  * through RESP2: Lua tables are arrays, false a nil bulk, numbers integers.
@@ -19,9 +20,12 @@
  *          gets the nonce prefix..":"..i; empty when the queue is paused or nothing is
  *          serviceable
  *   EMQ.ACK     <keys> id attempts nonce result next_nonce
- *       -> {1 done | 0 stale, next job as in claim or nil}; next_nonce '' claims nothing
+ *       -> {1 done | 0 stale, next job as in claim or nil}; next_nonce '' claims nothing;
+ *          a workflow step's ack releases the steps waiting for it (a chord's callback
+ *          once its last member is in), before the claim of the next job
  *   EMQ.RETRY   <keys> id attempts nonce error delay_ms final
- *       -> 1 retry scheduled, 2 dead, 0 stale; delay '' is the row's own; final '1' kills
+ *       -> 1 retry scheduled, 2 dead, 0 stale; delay '' is the row's own; final '1' kills;
+ *          a dead workflow step fails its workflow (as EMQ.REAP's dead path does)
  *   EMQ.EXTEND  <keys> lease_ms {id attempts nonce}*
  *       -> array, per job 1 extended or 0 stale
  *   EMQ.RELEASE <keys> id attempts nonce reason backoff_ms
@@ -52,6 +56,8 @@
  *     `tonumber(x) or 0`; a non-integral one is stored as %.17g text (what 6.2's scripts
  *     write; 7's and Valkey's write the shortest round-trip text, "0.1" for 0.1), and a
  *     rate whose digits overflow 64 bits is refused (a script reads it as a float);
+ *   - a waiting workflow step's splice offset outside its payload is clamped to it (a
+ *     script's string.sub reads a negative one from the end);
  *   - error texts are its own.
  * Rows the fence reads, and a duplicate's row, are opened for writing (one lookup, not
  * two): a WATCH on such a row is touched even when nothing changed. Writes through the key

@@ -8,8 +8,9 @@
 -- and BASE, the queue's hash-tagged prefix "emq:{q}:" cut from KEYS[1]. The keys a script
 -- forms itself all carry the queue's tag, so one slot: job rows (BASE .. 'job:' .. id),
 -- lanes (BASE .. 'g:' .. group .. ':pending'), a rate-limited group's recent start times
--- (BASE .. 'g:' .. group .. ':starts'), result notifications (BASE .. 'done:' .. id), and
--- the fairness controls' books below (K_grate ... K_gwait).
+-- (BASE .. 'g:' .. group .. ':starts'), result notifications (BASE .. 'done:' .. id),
+-- the fairness controls' books below (K_grate ... K_gwait), and workflows' hashes
+-- (BASE .. 'wf:' .. id) and chord results (BASE .. 'chord:' .. id), see workflows below.
 --
 -- Ring membership is derived, never searched. A group is "open" when its lane is non-empty,
 -- it is not paused and it is under its limit; an open group is on the ring, or, while its

@@ -385,7 +385,7 @@ class WorkflowHandle:
         return self.verdict == "duplicate"
 
     def _meta(self) -> dict[str, str]:
-        meta: dict[str, str] = self._queue.client.hgetall(self._queue.keys.base + "wf:" + self.id)
+        meta: dict[str, str] = self._queue.client.hgetall(self._queue.keys.workflow(self.id))
         if not meta:
             raise TaskFailed(self.id, "the workflow is gone (expired, purged or never existed)")
         return meta
@@ -445,7 +445,7 @@ class WorkflowHandle:
             q.wait_done(job_id, left)
 
     def _raise_failed(self, job_id: str, state: str | None, error: str | None) -> None:
-        meta = self._queue.client.hgetall(self._queue.keys.base + "wf:" + self.id)
+        meta = self._queue.client.hgetall(self._queue.keys.workflow(self.id))
         failed = meta.get("failed")
         if failed:
             row = self._queue.client.hmget(self._queue.keys.job(failed), "task", "error")

@@ -141,7 +141,7 @@ def _check_workflows(queue: Queue, report: Report,
     pipe = queue.client.pipeline(transaction=False)
     for i in waiting:
         pipe.hmget(queue.keys.job(i), "wf", "par", "npend")
-        pipe.hkeys(queue.keys.base + "chord:" + i)
+        pipe.hkeys(queue.keys.chord(i))
     replies = pipe.execute()
     for n, step in enumerate(waiting):
         (wf, par, npend), handed = replies[2 * n], set(replies[2 * n + 1])

@@ -396,7 +396,10 @@ class WorkflowHandle:
         if meta.get("state") in ("failed", "cancelled"):
             return meta["state"]
         finals = meta.get("final", "").split()
-        states = [self._queue.status(i) for i in finals]
+        pipe = self._queue.client.pipeline(transaction=False)
+        for i in finals:
+            pipe.hget(self._queue.keys.job(i), "state")
+        states = pipe.execute()
         return "done" if states and all(s == "done" for s in states) else "running"
 
     def steps(self) -> list[dict[str, Any]]:

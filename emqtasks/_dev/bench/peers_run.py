@@ -301,7 +301,7 @@ def report(b: Bench, pr: PeersRun, as_json: bool) -> None:
                "huey": f"huey_consumer -w {concurrency} -k process",
                "dramatiq": "dramatiq --processes {} --threads {}".format(
                    *dramatiq_shape(concurrency))}
-    idle_windows = {n: (pr.sizes.idle_seconds if n == "emqtasks" else pr.peer_idle)
+    idle_windows = {n: (pr.sizes.idle_seconds if n in ("emqtasks", LUA) else pr.peer_idle)
                     for n in names}
     if as_json:
         click.echo(json.dumps({

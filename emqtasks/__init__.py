@@ -1,12 +1,14 @@
 """emqtasks: a Celery-style background task runner on Redis, fair per group, without polling."""
 
 from .app import App, default_app, on, task
+from .canvas import Chain, Chord, Group, Signature, WorkflowHandle, chain, chord, group
 from .context import JobContext, JobLogFilter, current_job
 from .cron import Cron, Every, cron, every
 from .errors import (
     ClusterUrlError,
     ConfigError,
     DuplicateTaskName,
+    EmptyGroup,
     EmqError,
     InvalidArgument,
     InvalidCron,
@@ -18,6 +20,7 @@ from .errors import (
     InvalidScheduleName,
     LaneFull,
     NativeUnavailable,
+    NestingTooDeep,
     NoCurrentJob,
     PayloadTooLarge,
     RateLimited,
@@ -32,6 +35,8 @@ from .errors import (
     UnknownTask,
     UnknownTimezone,
     WorkerLost,
+    WorkflowError,
+    WorkflowTooLarge,
 )
 from .queue import Acked, Lease, Queue
 from .schedules import Schedule, ScheduleInfo
@@ -51,6 +56,8 @@ __version__ = "0.1.0"
 __all__ = [
     # defining and enqueueing tasks
     "task", "App", "Task", "JobHandle", "Retry", "RateLimited", "default_app",
+    # workflows
+    "chain", "group", "chord", "Signature", "Chain", "Group", "Chord", "WorkflowHandle",
     # periodic schedules
     "cron", "every", "Cron", "Every", "Schedule", "ScheduleInfo",
     # inside a task, and hooks
@@ -63,7 +70,7 @@ __all__ = [
     "InvalidJobId",
     "InvalidGroup", "InvalidArgument", "SerializationError", "PayloadTooLarge",
     "UnknownTask", "DuplicateTaskName", "ScriptError", "TaskFailed", "ResultTimeout",
-    "LaneFull",
+    "LaneFull", "WorkflowError", "EmptyGroup", "NestingTooDeep", "WorkflowTooLarge",
     "TimeLimitExceeded", "WorkerLost", "NoCurrentJob", "ScheduleError", "InvalidCron",
     "UnknownTimezone", "InvalidInterval", "InvalidScheduleName", "InvalidSchedule",
     "UnknownSchedule",

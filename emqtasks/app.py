@@ -12,11 +12,13 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from . import schedules as _sched
 from . import validate
+from .canvas import Signature, WorkflowHandle
 from .config import Settings
 from .connection import connect
 from .cron import Timing
 from .errors import InvalidArgument, InvalidSchedule, LaneFull, UnknownSchedule, UnknownTask
 from .hooks import EVENTS, F, HookEvent, Hooks
+from .keys import check_job_id as validate_job_id
 from .keys import check_queue_name
 from .lanes import DEFAULT_FIELDS
 from .queue import Queue
@@ -352,6 +354,15 @@ class App:
 
     def purge(self) -> int:
         return self.queue().purge()
+
+    def workflow(self, workflow_id: str, queue: str | None = None) -> WorkflowHandle:
+        """Follow a workflow by id: ``get``, ``status``, ``steps`` (state, job id, attempts of
+        each), ``cancel``."""
+        return WorkflowHandle(self.queue(queue), validate_job_id(workflow_id))
+
+    def signature(self, name: str, *args: Any, **kwargs: Any) -> Signature:
+        """A signature by task name (checked against the registry when enqueued)."""
+        return Signature(validate.task_name(name), args, kwargs, app=self)
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         return self.queue().job(job_id)

@@ -26,6 +26,8 @@ class Report:
     jobs: int = 0
     groups: int = 0
     lost: list[str] = field(default_factory=list)   # rows that wait in no structure
+    #: (workflow, step, lost parent): a step waiting for a parent that cannot release it
+    orphans: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -105,6 +107,7 @@ def check(queue: Queue) -> Report:
         if booked != counted:
             report.add(f"gactive of {holder} is {booked} but {counted} of its jobs are active")
     _check_ring(report, groups, lanes, b, in_flight)
+    _check_workflows(queue, report, rows)
     if b["wake"] > WAKE_CAP:
         report.add(f"the wake list holds {b['wake']} tokens (bound {WAKE_CAP})")
     return report
@@ -137,10 +140,39 @@ def _check_ring(report: Report, groups: list[str], lanes: dict[str, list[str]],
             report.add(f"group {g} waits in gwait but is not serviceable")
 
 
+def _check_workflows(queue: Queue, report: Report,
+                     rows: dict[str, tuple[str | None, str | None]]) -> None:
+    """A workflow step waits (state waiting, in no structure) until a parent's ack releases
+    it: each parent that has not handed its result over must still be able to, so its row
+    is there and not finished (done, dead, cancelled)."""
+    waiting = [i for i, (state, _g) in rows.items() if state == "waiting"]
+    pipe = queue.client.pipeline(transaction=False)
+    for i in waiting:
+        pipe.hmget(queue.keys.job(i), "wf", "par", "npend")
+        pipe.hkeys(queue.keys.chord(i))
+    replies = pipe.execute()
+    for n, step in enumerate(waiting):
+        (wf, par, npend), handed = replies[2 * n], set(replies[2 * n + 1])
+        if not wf or not par:      # a link_error step: released by a failure, or never
+            continue
+        for slot, parent in enumerate(par.split()):
+            if npend is not None and str(slot) in handed:
+                continue
+            state = rows.get(parent, (None, None))[0]
+            if state is None or state in ("done", "dead", "cancelled"):
+                why = "is gone" if state is None else f"ended {state} without handing over"
+                report.add(f"workflow {wf}: step {step} waits for parent {parent}, which {why}")
+                report.orphans.append((wf, step, parent))
+
+
 def repair(queue: Queue) -> tuple[int, int]:
-    """Rebuild ring and gactive and restore lost jobs; returns (groups on ring, restored)."""
+    """Rebuild ring and gactive and restore lost jobs; returns (groups on ring, restored).
+    A workflow step waiting for a parent that is gone is resolved as failed (the workflow
+    fails at that parent: its waiting steps are cancelled, its link_error step runs)."""
     report = check(queue)
     groups = sorted(queue.groups())
     ringed, restored = queue.scripts.repair(queue.keys.fixed,
                                             [len(groups), *groups, *report.lost])
+    for wf, step, parent in report.orphans:
+        queue.scripts.wffail(queue.keys.fixed, [wf, parent, step])
     return int(ringed), int(restored)

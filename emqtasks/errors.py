@@ -76,6 +76,22 @@ class TaskFailed(EmqError):
         super().__init__(f"job {job_id} failed: {first}")
 
 
+class WorkflowError(EmqError, ValueError):
+    """A workflow (chain, group, chord) refused at enqueue: nothing of it was written."""
+
+
+class EmptyGroup(WorkflowError):
+    """A group (or a chord's header) without a single signature."""
+
+
+class NestingTooDeep(WorkflowError):
+    """A workflow nested deeper than chains of signatures and groups, and chord callbacks."""
+
+
+class WorkflowTooLarge(WorkflowError, PayloadTooLarge):
+    """A step's arguments plus the results it collects could exceed max_payload_bytes."""
+
+
 class ResultTimeout(EmqError, TimeoutError):
     """``JobHandle.get(timeout=...)``: the job had not finished in time (still a TimeoutError)."""
 

@@ -128,6 +128,14 @@ class QueueKeys:
         """The list a finishing verb pushes to, for clients blocked in ``get()``."""
         return f"{self.base}done:{job_id}"
 
+    def workflow(self, workflow_id: str) -> str:
+        """hash: a workflow's state, steps and failure (lua/_common.lua, workflows)."""
+        return f"{self.base}wf:{workflow_id}"
+
+    def chord(self, callback_id: str) -> str:
+        """hash: a chord callback's collected results, slot -> result JSON."""
+        return f"{self.base}chord:{callback_id}"
+
     def lane(self, group: str) -> str:
         return f"{self.base}g:{group}:pending"
 

@@ -23,7 +23,8 @@ from .keys import FIXED
 VERBS = (
     "enqueue", "claim", "ack", "retry", "release", "extend", "reap", "promote",
     "pause", "pause_group", "limit", "weight", "cancel", "requeue", "wait",
-    "repair", "rate", "maxsize", "defaults", "schedule", "fairness",
+    "repair", "rate", "maxsize", "defaults", "schedule", "fairness", "workflow", "wffail",
+    "wfcancel",
 )
 #: Keys a verb takes after the fixed ones, in KEYS order; its prelude declares them as
 #: ``K_<name>``, so a script still forms no key of its own but job rows, lanes and done lists.
@@ -114,3 +115,6 @@ class Scripts:
     defaults: Any
     schedule: Any
     fairness: Any
+    workflow: Any
+    wffail: Any
+    wfcancel: Any

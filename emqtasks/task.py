@@ -24,6 +24,7 @@ from .validate import integer
 
 if TYPE_CHECKING:
     from .app import App
+    from .canvas import Signature
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -116,6 +117,17 @@ class Task(Generic[P, R]):
         Raises LaneFull (nothing written) when the lane holds its cap of waiting jobs."""
         return self.app.send_task(self, args, kwargs, job_id=job_id, group=group,
                                   countdown=countdown, eta=eta, priority=priority)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature of this call for a workflow: chain, group, chord (emqtasks.canvas).
+        In a chain it gets the result of the step before as its first argument."""
+        from .canvas import Signature
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable signature: in a chain it ignores the result of the step before."""
+        from .canvas import Signature
+        return Signature(self, args, kwargs, immutable=True)
 
     def map(self, calls: Iterable[Any], priority: int = 0) -> list[JobHandle[R]]:
         """Enqueue many calls in one round trip; each item a tuple of args or a dict of kwargs.

@@ -12,7 +12,9 @@
 -- Side effects: removes the id from `active`, state done with result and finish time; the
 --   row expires after its ttl (deleted at once when ttl is 0); gactive-1, and a group held
 --   back by its limit returns to the ring with a wake. A job claimed in time mode settles
---   its group's virtual time, cost estimate and busy time (time_settle in _common.lua).
+--   its group's virtual time, cost estimate and busy time (time_settle in _common.lua). A
+--   workflow step (a row with `next`) releases its waiting children in the same call: see
+--   wf_handover in _common.lua.
 
 local id = ARGV[1]
 local verdict = 0
@@ -32,6 +34,7 @@ if row then
   end
   active_drop(row[4], now)
   notify(id, row[7])
+  if row[11] then wf_handover(row[11], row[12], ARGV[4], now) end
   verdict = 1
 end
 local next_job = false

@@ -6,7 +6,8 @@
 -- Side effects: per expired id, removed from `active`, gactive-1; state pending and back in
 --   its lane with its original enqueue time as score (ahead of newer work), or state dead
 --   with error "lease expired" in `dead`; groups rejoin the ring with a wake. A job claimed
---   in time mode: its group pays its claim-to-deadline time (no estimate fed).
+--   in time mode: its group pays its claim-to-deadline time (no estimate fed). A dead
+--   workflow step fails its workflow (wf_fail in _common.lua).
 
 local now = now_ms()
 local ids = redis.call('ZRANGEBYSCORE', K_active, '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
@@ -14,7 +15,7 @@ local returned, dead = 0, 0
 for _, id in ipairs(ids) do
   local jk = job_key(id)
   local row = redis.call('HMGET', jk, 'group', 'attempts', 'max', 'created', 'waiters', 'prio',
-    'started', 'vcharge')
+    'started', 'vcharge', 'wf')
   if row[1] then time_settle(row[1], id, row[7], row[8], now, false) end
   redis.call('ZREM', K_active, id)
   if row[1] then
@@ -23,6 +24,7 @@ for _, id in ipairs(ids) do
       redis.call('HSET', jk, 'state', 'dead', 'error', 'lease expired', 'finished', now)
       redis.call('ZADD', K_dead, now, id)
       notify(id, row[5])
+      if row[9] then wf_fail(row[9], id, now) end
       dead = dead + 1
     else
       redis.call('HSET', jk, 'state', 'pending', 'error', 'lease expired')

@@ -11,7 +11,8 @@
 -- Reply: 1 retry scheduled, 2 dead, 0 stale (nothing was written).
 -- Side effects: removes the id from `active`; gactive-1 (a group held back by its limit
 --   returns to the ring with a wake); state delayed or dead, the error on the row; a job
---   claimed in time mode settles its group's time (time_settle in _common.lua).
+--   claimed in time mode settles its group's time (time_settle in _common.lua). A dead
+--   workflow step fails its workflow (wf_fail in _common.lua).
 
 local id = ARGV[1]
 local row = fenced(id, ARGV[2], ARGV[3])
@@ -25,6 +26,7 @@ if ARGV[6] == '1' or tonumber(row[2]) >= tonumber(row[5]) then
   redis.call('HSET', jk, 'state', 'dead', 'error', ARGV[4], 'finished', now)
   redis.call('ZADD', K_dead, now, id)
   notify(id, row[7])
+  if row[10] then wf_fail(row[10], id, now) end
   return 2
 end
 local delay = tonumber(ARGV[5])

@@ -84,3 +84,19 @@ def test_quick_fairness_bench_prints_the_share_table_and_claim_costs() -> None:
     for mode in ("turns", "time"):
         assert figures[f"claim_cpu_us_{mode}_10"] > 0
         assert figures[f"claim_cost_ratio_{mode}"] is not None
+
+
+def test_quick_workflow_bench_a_chain_step_rides_on_the_ack() -> None:
+    # Given the CLI, When the quick workflow benchmark runs on its own private server
+    proc = subprocess.run(
+        [sys.executable, "-m", "emqtasks.cli", "bench", "--workflows", "--quick", "--json"],
+        check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(proc.stdout)["figures"]
+    # Then a chain step costs the round trips of a plain job (one script call: the
+    # hand-over rides on the ack), and the chord's callback ran once
+    assert figures["wf_trips_plain"] == pytest.approx(1.0, abs=0.01)
+    assert figures["wf_trips_chain"] == pytest.approx(figures["wf_trips_plain"], abs=0.01)
+    assert figures["wf_chord_callbacks"] == 1
+    for key in ("wf_chain_steps", "wf_chord_members", "wf_chain_enqueue"):
+        assert figures[key] > 0, key

@@ -95,6 +95,32 @@ def test_every_script_declares_the_queue_keys_and_forms_others_from_base() -> No
     assert len(slots) == 1
 
 
+def test_a_workflow_lives_in_its_queue_slot(cluster: ClusterServers, capp: App) -> None:
+    """A chord onto a chain, in process: every key it forms (rows, the workflow's hash, the
+    chord's results) sits on the queue's one master, and the hand-over works there."""
+    from emqtasks import chain, chord
+
+    add = make_task(capp, name="c.add")
+    q = capp.queue()
+    h = chord([add.s(i) for i in range(5)], chain(add.s(), add.s())).apply_async(app=capp)
+    owner = cluster.master_of_queue(q.name)
+    acked = 0
+    for _ in range(20):
+        leases = q.claim(10)
+        if not leases:
+            break
+        for lease in leases:
+            if acked == 2:   # mid-chord: the results wait in the chord's hash
+                names = keys_on(cluster, owner, q.name)
+                assert any(":chord:" in n for n in names) and any(":wf:" in n for n in names)
+            q.ack(lease, json.dumps(json.loads(lease.payload)["a"]))
+            acked += 1
+    assert acked == 7 and h.status() == "done"
+    assert h.get(timeout=5) == [[[[0], [1], [2], [3], [4]]]]
+    everything = sum((keys_on(cluster, port, q.name) for port in cluster.masters()), [])
+    assert sorted(everything) == sorted(keys_on(cluster, owner, q.name))
+
+
 # -- queues on shards ----------------------------------------------------------------------
 def test_queues_spread_over_the_shards_and_each_lives_on_one(cluster: ClusterServers) -> None:
     names = cluster.queues_on_every_shard()

@@ -30,6 +30,9 @@ def run_example(name: str, redis_url: str) -> str:
                  "slow is still active after 0.1 s", "slow -> finally"]),
     ("noisy_tenant", ["served alpha, beta, gamma while spammy waits with 2000 jobs parked",
                       "after resume: spammy has 0 pending"]),
+    ("workflows", ["chain -> 20", "chord of 100 -> 328350",
+                   "chord failed at step flaky-3; status failed", "link_error ran for flaky-3",
+                   "total cancelled"]),
 ])
 def test_example_runs_and_reports(name: str, expected: list[str], redis_url: str) -> None:
     out = run_example(name, redis_url)
@@ -38,5 +41,5 @@ def test_example_runs_and_reports(name: str, expected: list[str], redis_url: str
 
 
 def test_every_example_is_exercised() -> None:
-    tested = {"reports", "retries", "batch", "results", "noisy_tenant"}
+    tested = {"reports", "retries", "batch", "results", "noisy_tenant", "workflows"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested

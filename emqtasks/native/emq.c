@@ -5,7 +5,8 @@
  * (ring active gactive glimit gweight gturn gpaused paused delayed dead wake guard), all
  * of the form BASE..name with BASE = KEYS[1] minus "ring" (anything else is refused: the
  * keys a command forms itself, job rows BASE.."job:"..id, lanes BASE.."g:"..group..":pending",
- * a rated group's start times BASE.."g:"..group..":starts", done lists BASE.."done:"..id and
+ * a rated group's start times BASE.."g:"..group..":starts", done lists BASE.."done:"..id,
+ * workflows' hashes BASE.."wf:"..id and chord results BASE.."chord:"..id, and
  * the fairness controls' books BASE..{grate gmax gdefaults gbackoff gwait}, the time-fair
  * mode's BASE..{fairness gvt gvrun gcost busy} and a group's BASE.."g:"..group..":busy", then carry the
  * same prefix, so the same slot and the same ACL key pattern, and never alias a fixed key). Replies are what the script returns
@@ -20,9 +21,12 @@
  *          gets the nonce prefix..":"..i; empty when the queue is paused or nothing is
  *          serviceable
  *   EMQ.ACK     <keys> id attempts nonce result next_nonce
- *       -> {1 done | 0 stale, next job as in claim or nil}; next_nonce '' claims nothing
+ *       -> {1 done | 0 stale, next job as in claim or nil}; next_nonce '' claims nothing;
+ *          a workflow step's ack releases the steps waiting for it (a chord's callback
+ *          once its last member is in), before the claim of the next job
  *   EMQ.RETRY   <keys> id attempts nonce error delay_ms final
- *       -> 1 retry scheduled, 2 dead, 0 stale; delay '' is the row's own; final '1' kills
+ *       -> 1 retry scheduled, 2 dead, 0 stale; delay '' is the row's own; final '1' kills;
+ *          a dead workflow step fails its workflow (as EMQ.REAP's dead path does)
  *   EMQ.EXTEND  <keys> lease_ms {id attempts nonce}*
  *       -> array, per job 1 extended or 0 stale
  *   EMQ.RELEASE <keys> id attempts nonce reason backoff_ms
@@ -54,6 +58,8 @@
  *     `tonumber(x) or 0`; a non-integral one is stored as %.17g text (what 6.2's scripts
  *     write; 7's and Valkey's write the shortest round-trip text, "0.1" for 0.1), and a
  *     rate whose digits overflow 64 bits is refused (a script reads it as a float);
+ *   - a waiting workflow step's splice offset outside its payload is clamped to it (a
+ *     script's string.sub reads a negative one from the end);
  *   - error texts are its own.
  * Rows the fence reads, and a duplicate's row, are opened for writing (one lookup, not
  * two): a WATCH on such a row is touched even when nothing changed. Writes through the key
@@ -70,6 +76,7 @@
  * Time is the server's clock, as the scripts' now_ms: TIME seconds*1000 + usec/1000,
  * which is what RedisModule_Milliseconds() computes; read once per call.
  */
+#include <ctype.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -106,9 +113,11 @@ static const char WRONGTYPE[] = "WRONGTYPE Operation against a key holding the w
 /* Strings made once at load: field names and constant values. */
 static RMS *F_TASK, *F_PAYLOAD, *F_GROUP, *F_STATE, *F_ATTEMPTS, *F_MAX, *F_LEASE, *F_DELAY,
     *F_TTL, *F_CREATED, *F_NONCE, *F_STARTED, *F_FINISHED, *F_RESULT, *F_ERROR, *F_WAITERS,
-    *F_FENCE, *F_PRIO, *F_VCHARGE, *F_EMPTY;
+    *F_FENCE, *F_PRIO, *F_VCHARGE, *F_WF, *F_NEXT, *F_SLOT, *F_NPEND, *F_IMM, *F_NSLOTS,
+    *F_SPLICE, *F_COMMA, *F_CD, *F_FAILED, *F_WAITING, *F_LERR, *F_EMPTY;
 static RMS *S_ACTIVE, *S_PENDING, *S_DELAYED, *S_DONE, *S_DEAD, *S_ZERO, *S_ONE, *S_D,
-    *S_LEASE_EXPIRED, *S_XX, *S_MINUS1, *S_LEFT, *S_RIGHT;
+    *S_LEASE_EXPIRED, *S_XX, *S_MINUS1, *S_LEFT, *S_RIGHT, *S_WAITING, *S_CANCELLED,
+    *S_FAILED;
 
 /* One command call: its context, the fixed keys and the handles open on them. */
 typedef struct {
@@ -1118,6 +1127,7 @@ static int settle(Q *q, RMS *g, int was) {
 typedef struct {
     RMK *h;
     RMS *key, *state, *attempts, *nonce, *group, *max, *ttl, *waiters, *started, *vcharge;
+    RMS *wf, *next, *slot;  /* a workflow step's (see workflows below); NULL for a plain job */
 } Row;
 
 static void row_free(Q *q, Row *r) {
@@ -1132,6 +1142,9 @@ static void row_free(Q *q, Row *r) {
     sfree(q, r->waiters);
     sfree(q, r->started);
     sfree(q, r->vcharge);
+    sfree(q, r->wf);
+    sfree(q, r->next);
+    sfree(q, r->slot);
     memset(r, 0, sizeof *r);
 }
 
@@ -1157,7 +1170,8 @@ static int fenced_as(Q *q, RMS *id, RMS *attempts, RMS *nonce, Row *r, int read_
     if (!read_only)
         RedisModule_HashGet(r->h, REDISMODULE_HASH_NONE, F_GROUP, &r->group, F_MAX, &r->max,
                             F_TTL, &r->ttl, F_WAITERS, &r->waiters, F_STARTED, &r->started,
-                            F_VCHARGE, &r->vcharge, NULL);
+                            F_VCHARGE, &r->vcharge, F_WF, &r->wf, F_NEXT, &r->next, F_SLOT,
+                            &r->slot, NULL);
     return 1;
 }
 
@@ -1379,6 +1393,275 @@ static int claim_one(Q *q, RMS *nonce, Job *out) {
     return wake(q, 0) < 0 ? -1 : 0;
 }
 
+/* ---- workflows (lua/_common.lua, workflows) ---------------------------------------- */
+/* A step's row names its waiting children in `next` and, for a chord's callback, its
+ * `slot`; the ack releases them (wf_handover), a dead step fails its workflow (wf_fail).
+ * Keys formed here: the child rows, BASE.."chord:"..callback_id and BASE.."wf:"..wf_id. */
+
+static void hset1(Q *q, RMK *h, RMS *key, RMS *field, RMS *val) {
+    RedisModule_HashSet(h, REDISMODULE_HASH_NONE, field, val, NULL);
+    RedisModule_Replicate(q->ctx, "HSET", "sss", key, field, val);
+}
+
+static void del_key(Q *q, RMK *h, RMS *key) {
+    if (!h || RedisModule_KeyType(h) == REDISMODULE_KEYTYPE_EMPTY) return;
+    RedisModule_DeleteKey(h);
+    RedisModule_Replicate(q->ctx, "DEL", "s", key);
+}
+
+/* A waiting step goes to its lane (or `delayed` for a countdown), with arg (JSON text of
+ * alen bytes, or NULL) spliced in as its first argument. */
+static int wf_release(Q *q, RMS *id, const char *arg, size_t alen) {
+    RMS *jk = job_key(q, id), *g = NULL, *prio = NULL, *splice = NULL, *comma = NULL;
+    RMS *cd_s = NULL, *payload = NULL;
+    RMK *h;
+    int rc = dk(q, jk, 1, REDISMODULE_KEYTYPE_HASH, &h);
+    if (rc == 0 && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY)
+        RedisModule_HashGet(h, REDISMODULE_HASH_NONE, F_GROUP, &g, F_PRIO, &prio, F_SPLICE,
+                            &splice, F_COMMA, &comma, F_CD, &cd_s, F_PAYLOAD, &payload, NULL);
+    if (rc == 0 && arg) {
+        double off_d;
+        if (!splice || !payload)
+            rc = fail(q, "ERR emq: a waiting step has no splice or payload");
+        else if (num(q, splice, &off_d, "ERR emq: a waiting step's splice is not a number") < 0)
+            rc = -1;
+        else {
+            size_t pl;
+            const char *pp = RedisModule_StringPtrLen(payload, &pl);
+            size_t off = off_d <= 0 ? 0 : off_d >= (double)pl ? pl : (size_t)off_d;
+            size_t sep = comma && eqc(comma, "1") ? 1 : 0, total = pl + alen + sep;
+            char *buf = RedisModule_Alloc(total ? total : 1);
+            memcpy(buf, pp, off);
+            memcpy(buf + off, arg, alen);
+            if (sep) buf[off + alen] = ',';
+            memcpy(buf + off + alen + sep, pp + off, pl - off);
+            RMS *np = RedisModule_CreateString(q->ctx, buf, total);
+            RedisModule_Free(buf);
+            hset1(q, h, jk, F_PAYLOAD, np);
+            sfree(q, np);
+        }
+    }
+    double cd = 0;
+    if (cd_s && (RedisModule_StringToDouble(cd_s, &cd) != REDISMODULE_OK || !isfinite(cd))) cd = 0;
+    if (rc == 0 && cd > 0) {
+        hset1(q, h, jk, F_STATE, S_DELAYED);
+        rc = delay_push(q, id, (double)q->now + cd);
+    } else if (rc == 0 && !g) {
+        rc = fail(q, "ERR emq: a waiting step has no group");
+    } else if (rc == 0) {
+        hset1(q, h, jk, F_STATE, S_PENDING);
+        rc = lane_push(q, g, id, lane_score(prio, (double)q->now));
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, jk); sfree(q, g); sfree(q, prio); sfree(q, splice); sfree(q, comma);
+    sfree(q, cd_s); sfree(q, payload);
+    return rc;
+}
+
+/* The collected results of a chord, in slot order, as one JSON array. */
+static RMS *wf_gather(Q *q, RMK *rh, long long n) {
+    size_t cap = 256, len = 0;
+    char *buf = RedisModule_Alloc(cap);
+    buf[len++] = '[';
+    for (long long i = 0; i < n; i++) {
+        RMS *f = RedisModule_CreateStringFromLongLong(q->ctx, i), *v = hget(rh, f);
+        size_t vl = 4;
+        const char *vp = v ? RedisModule_StringPtrLen(v, &vl) : "null";
+        if (len + vl + 2 > cap) {
+            while (len + vl + 2 > cap) cap *= 2;
+            buf = RedisModule_Realloc(buf, cap);
+        }
+        if (i) buf[len++] = ',';
+        memcpy(buf + len, vp, vl);
+        len += vl;
+        sfree(q, f);
+        sfree(q, v);
+    }
+    buf[len++] = ']';
+    RMS *out = RedisModule_CreateString(q->ctx, buf, len);
+    RedisModule_Free(buf);
+    return out;
+}
+
+/* One child c of a finished step: released if it waits for this step alone, else (a
+ * chord's callback) the result goes in its slot, once, and the last one releases it. */
+static int wf_child(Q *q, RMS *c, RMS *slot, RMS *result) {
+    RMS *ck = job_key(q, c), *state = NULL, *npend = NULL, *imm = NULL, *nslots = NULL;
+    RMK *h;
+    int rc = dk(q, ck, 1, REDISMODULE_KEYTYPE_HASH, &h);
+    if (rc == 0 && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY)
+        RedisModule_HashGet(h, REDISMODULE_HASH_NONE, F_STATE, &state, F_NPEND, &npend, F_IMM,
+                            &imm, F_NSLOTS, &nslots, NULL);
+    if (rc == 0 && state && eq(state, S_WAITING)) {
+        size_t rl;
+        const char *rp = RedisModule_StringPtrLen(result, &rl);
+        int mutable = !(imm && eqc(imm, "1"));
+        if (!npend) {
+            RedisModule_CloseKey(h);
+            h = NULL;
+            rc = wf_release(q, c, mutable ? rp : NULL, rl);
+        } else if (slot) {
+            RMS *rk = mkname(q, "chord:", c, "");
+            RMK *rh;
+            int exists = 0;
+            rc = dk(q, rk, 1, REDISMODULE_KEYTYPE_HASH, &rh);
+            if (rc == 0 && RedisModule_KeyType(rh) != REDISMODULE_KEYTYPE_EMPTY)
+                RedisModule_HashGet(rh, REDISMODULE_HASH_EXISTS, slot, &exists, NULL);
+            long long left = 1;
+            if (rc == 0 && !exists) {
+                hset1(q, rh, rk, slot, result);
+                rc = hincrby(q, h, ck, F_NPEND, -1, &left);
+            }
+            if (rc == 0 && !exists && left <= 0) {
+                RMS *list = NULL;
+                double n = 0;
+                if (mutable) {
+                    if (!nslots) rc = fail(q, "ERR emq: a chord's callback has no nslots");
+                    else if (num(q, nslots, &n, "ERR emq: nslots is not a number") == 0)
+                        list = wf_gather(q, rh, to_ll(ceil(n)));
+                    else rc = -1;
+                }
+                if (rc == 0) del_key(q, rh, rk);
+                if (rh) RedisModule_CloseKey(rh);
+                rh = NULL;
+                RedisModule_CloseKey(h);
+                h = NULL;
+                if (rc == 0) {
+                    size_t ll = 0;
+                    const char *lp = list ? RedisModule_StringPtrLen(list, &ll) : NULL;
+                    rc = wf_release(q, c, lp, ll);
+                }
+                sfree(q, list);
+            }
+            if (rh) RedisModule_CloseKey(rh);
+            sfree(q, rk);
+        }
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, ck); sfree(q, state); sfree(q, npend); sfree(q, imm); sfree(q, nslots);
+    return rc;
+}
+
+/* The next id of a space-separated list (Lua's %S+) from *i, or NULL at its end. */
+static RMS *next_word(Q *q, const char *p, size_t len, size_t *i) {
+    while (*i < len && isspace((unsigned char)p[*i])) (*i)++;
+    size_t st = *i;
+    while (*i < len && !isspace((unsigned char)p[*i])) (*i)++;
+    return *i > st ? RedisModule_CreateString(q->ctx, p + st, *i - st) : NULL;
+}
+
+/* A step finished with `result`: each waiting child it names is released (a chord's
+ * callback once its last member is in), in the same call as the ack. */
+static int wf_handover(Q *q, RMS *next, RMS *slot, RMS *result) {
+    size_t len, i = 0;
+    const char *p = RedisModule_StringPtrLen(next, &len);
+    RMS *c;
+    int rc = 0;
+    while (rc == 0 && (c = next_word(q, p, len, &i)) != NULL) {
+        rc = wf_child(q, c, slot, result);
+        sfree(q, c);
+    }
+    return rc;
+}
+
+/* A waiting step of a failed workflow is cancelled (its chord results dropped). */
+static int wf_cancel_waiting(Q *q, RMS *c, RMS *msg) {
+    RMS *ck = job_key(q, c), *state = NULL, *waiters = NULL, *ttl_s = NULL;
+    RMK *h;
+    int rc = dk(q, ck, 1, REDISMODULE_KEYTYPE_HASH, &h);
+    if (rc == 0 && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY)
+        RedisModule_HashGet(h, REDISMODULE_HASH_NONE, F_STATE, &state, F_WAITERS, &waiters,
+                            F_TTL, &ttl_s, NULL);
+    if (rc == 0 && state && eq(state, S_WAITING)) {
+        RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
+        RedisModule_HashSet(h, REDISMODULE_HASH_NONE, F_STATE, S_CANCELLED, F_ERROR, msg,
+                            F_FINISHED, now_s, NULL);
+        RedisModule_Replicate(q->ctx, "HSET", "sssssss", ck, F_STATE, S_CANCELLED, F_ERROR, msg,
+                              F_FINISHED, now_s);
+        sfree(q, now_s);
+        RMS *rk = mkname(q, "chord:", c, "");
+        RMK *rh;
+        rc = dk(q, rk, 1, REDISMODULE_KEYTYPE_HASH, &rh);
+        if (rc == 0) del_key(q, rh, rk);
+        if (rh) RedisModule_CloseKey(rh);
+        sfree(q, rk);
+        if (rc == 0) rc = notify(q, c, waiters);
+        double ttl = 0;
+        if (ttl_s && (RedisModule_StringToDouble(ttl_s, &ttl) != REDISMODULE_OK || !isfinite(ttl)))
+            ttl = 0;
+        if (rc == 0 && ttl > 0) rc = expire_at(q, h, ck, q->now + to_ll(ttl) * 1000);
+        else if (rc == 0) del_key(q, h, ck);
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, ck); sfree(q, state); sfree(q, waiters); sfree(q, ttl_s);
+    return rc;
+}
+
+/* Step id of workflow wf went dead: the first such call fails the workflow, cancels every
+ * step still waiting and releases the link_error step, once. */
+static int wf_fail(Q *q, RMS *wf, RMS *id) {
+    RMS *wk = mkname(q, "wf:", wf, ""), *waiting = NULL, *lerr = NULL;
+    RMK *h;
+    int exists = 0, rc = dk(q, wk, 1, REDISMODULE_KEYTYPE_HASH, &h);
+    if (rc == 0 && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY)
+        RedisModule_HashGet(h, REDISMODULE_HASH_EXISTS, F_FAILED, &exists, NULL);
+    if (rc == 0 && !exists) {
+        hset1(q, h, wk, F_FAILED, id);
+        hset1(q, h, wk, F_STATE, S_FAILED);
+        RedisModule_HashGet(h, REDISMODULE_HASH_NONE, F_WAITING, &waiting, F_LERR, &lerr, NULL);
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, wk);
+    if (rc == 0 && !exists && waiting) {
+        size_t idl, len, i = 0;
+        const char *ip = RedisModule_StringPtrLen(id, &idl);
+        const char *p = RedisModule_StringPtrLen(waiting, &len);
+        const char *pre = "workflow failed at step ";
+        size_t prl = strlen(pre);
+        char *m = RedisModule_Alloc(prl + idl);
+        memcpy(m, pre, prl);
+        memcpy(m + prl, ip, idl);
+        RMS *msg = RedisModule_CreateString(q->ctx, m, prl + idl), *c;
+        RedisModule_Free(m);
+        while (rc == 0 && (c = next_word(q, p, len, &i)) != NULL) {
+            rc = wf_cancel_waiting(q, c, msg);
+            sfree(q, c);
+        }
+        sfree(q, msg);
+    }
+    if (rc == 0 && lerr) {
+        RMS *lk = job_key(q, lerr), *state = NULL, *imm = NULL;
+        RMK *lh;
+        rc = dk(q, lk, 0, REDISMODULE_KEYTYPE_HASH, &lh);
+        if (rc == 0 && lh)
+            RedisModule_HashGet(lh, REDISMODULE_HASH_NONE, F_STATE, &state, F_IMM, &imm, NULL);
+        if (lh) RedisModule_CloseKey(lh);
+        if (rc == 0 && state && eq(state, S_WAITING)) {
+            size_t idl;
+            const char *ip = RedisModule_StringPtrLen(id, &idl);
+            char *arg = RedisModule_Alloc(idl + 2);
+            arg[0] = '"';
+            memcpy(arg + 1, ip, idl);
+            arg[idl + 1] = '"';
+            rc = wf_release(q, lerr, imm && eqc(imm, "1") ? NULL : arg, idl + 2);
+            RedisModule_Free(arg);
+            /* released: it lives as a job now, no longer with its workflow's hash */
+            if (rc == 0 && dk(q, lk, 1, REDISMODULE_KEYTYPE_HASH, &lh) == 0 && lh &&
+                RedisModule_KeyType(lh) != REDISMODULE_KEYTYPE_EMPTY &&
+                RedisModule_GetExpire(lh) != REDISMODULE_NO_EXPIRE) {
+                RedisModule_SetExpire(lh, REDISMODULE_NO_EXPIRE);
+                RedisModule_Replicate(q->ctx, "PERSIST", "s", lk);
+            }
+            if (lh) RedisModule_CloseKey(lh);
+            if (q->err) rc = -1;
+        }
+        sfree(q, lk); sfree(q, state); sfree(q, imm);
+    }
+    sfree(q, waiting);
+    sfree(q, lerr);
+    return rc;
+}
+
 /* ---- commands ---------------------------------------------------------------------- */
 
 #define ARGV0 (1 + NFIXED)     /* argv index of ARGV[1] */
@@ -1592,6 +1875,7 @@ static int ack_done(Q *q, RMS **a) {
     }
     int rc = active_drop(q, r.group);
     if (rc == 0) rc = notify(q, a[0], r.waiters);
+    if (rc == 0 && r.next) rc = wf_handover(q, r.next, r.slot, a[3]);
     row_free(q, &r);
     return rc < 0 ? -1 : 1;
 }
@@ -1662,6 +1946,7 @@ static int retry(Q *q, RMS **a) {
         sfree(q, now_s);
         rc = zadd(q, fx(q, K_DEAD, 1), q->k[K_DEAD], (double)q->now, a[0], 0);
         if (rc == 0) rc = notify(q, a[0], r.waiters);
+        if (rc == 0 && r.wf) rc = wf_fail(q, r.wf, a[0]);
     } else if (rc == 0) {
         RedisModule_HashSet(r.h, REDISMODULE_HASH_NONE, F_STATE, S_DELAYED, F_ERROR, a[3], NULL);
         RedisModule_Replicate(q->ctx, "HSET", "sssss", r.key, F_STATE, S_DELAYED, F_ERROR, a[3]);
@@ -1807,14 +2092,14 @@ static void free_ids(Q *q, RMS **ids, long long n) {
 static int reap_one(Q *q, RMS *id) {
     RMS *jk = job_key(q, id);
     RMS *g = NULL, *att_s = NULL, *max_s = NULL, *created_s = NULL, *waiters = NULL;
-    RMS *prio = NULL, *started = NULL, *vcharge = NULL;
+    RMS *prio = NULL, *started = NULL, *vcharge = NULL, *wf = NULL;
     RMK *job;
     double att = 0, max = 0, created = 0;
     int rc = dk(q, jk, 1, REDISMODULE_KEYTYPE_HASH, &job);
     if (rc == 0 && RedisModule_KeyType(job) != REDISMODULE_KEYTYPE_EMPTY)
         RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_GROUP, &g, F_ATTEMPTS, &att_s, F_MAX,
                             &max_s, F_CREATED, &created_s, F_WAITERS, &waiters, F_PRIO, &prio,
-                            F_STARTED, &started, F_VCHARGE, &vcharge, NULL);
+                            F_STARTED, &started, F_VCHARGE, &vcharge, F_WF, &wf, NULL);
     if (rc == 0 && g) {
         rc = att_s ? num(q, att_s, &att, "ERR emq: a job row's attempts is not a number")
                    : fail(q, "ERR emq: a job row has no attempts");
@@ -1838,6 +2123,7 @@ static int reap_one(Q *q, RMS *id) {
         sfree(q, now_s);
         rc = zadd(q, fx(q, K_DEAD, 1), q->k[K_DEAD], (double)q->now, id, 0);
         if (rc == 0) rc = notify(q, id, waiters);
+        if (rc == 0 && wf) rc = wf_fail(q, wf, id);
         if (rc == 0) rc = 2;
     } else if (rc == 0 && g) {
         RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_STATE, S_PENDING, F_ERROR,
@@ -1849,7 +2135,7 @@ static int reap_one(Q *q, RMS *id) {
     }
     if (job) RedisModule_CloseKey(job);
     sfree(q, jk); sfree(q, g); sfree(q, att_s); sfree(q, max_s);
-    sfree(q, created_s); sfree(q, waiters); sfree(q, prio);
+    sfree(q, created_s); sfree(q, waiters); sfree(q, prio); sfree(q, wf);
     sfree(q, started); sfree(q, vcharge);
     return rc;
 }
@@ -1985,7 +2271,12 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     S_DONE = mk(ctx, "done"); S_DEAD = mk(ctx, "dead"); S_ZERO = mk(ctx, "0");
     S_ONE = mk(ctx, "1"); S_D = mk(ctx, "d"); S_LEASE_EXPIRED = mk(ctx, "lease expired");
     S_XX = mk(ctx, "XX"); S_MINUS1 = mk(ctx, "-1"); S_LEFT = mk(ctx, "LEFT");
-    S_RIGHT = mk(ctx, "RIGHT");
+    S_RIGHT = mk(ctx, "RIGHT"); S_WAITING = mk(ctx, "waiting");
+    S_CANCELLED = mk(ctx, "cancelled"); S_FAILED = mk(ctx, "failed");
+    F_WF = mk(ctx, "wf"); F_NEXT = mk(ctx, "next"); F_SLOT = mk(ctx, "slot");
+    F_NPEND = mk(ctx, "npend"); F_IMM = mk(ctx, "imm"); F_NSLOTS = mk(ctx, "nslots");
+    F_SPLICE = mk(ctx, "splice"); F_COMMA = mk(ctx, "comma"); F_CD = mk(ctx, "cd");
+    F_FAILED = mk(ctx, "failed"); F_WAITING = mk(ctx, "waiting"); F_LERR = mk(ctx, "lerr");
     static const struct { const char *name; RedisModuleCmdFunc fn; } cmds[] = {
         {"emq.enqueue", cmd_enqueue}, {"emq.claim", cmd_claim}, {"emq.ack", cmd_ack},
         {"emq.retry", cmd_retry}, {"emq.extend", cmd_extend}, {"emq.release", cmd_release},

@@ -45,6 +45,7 @@
 #define REDISMODULE_HASH_EXISTS (1 << 3)
 /* A HashSet value meaning "delete this field". */
 #define REDISMODULE_HASH_DELETE ((RedisModuleString *)(long)1)
+#define REDISMODULE_NO_EXPIRE -1
 
 typedef long long mstime_t;
 typedef struct RedisModuleCtx RedisModuleCtx;
@@ -78,6 +79,7 @@ typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
     X(size_t, ValueLength, (RedisModuleKey *key)) \
     X(int, DeleteKey, (RedisModuleKey *key)) \
     X(int, SetExpire, (RedisModuleKey *key, mstime_t expire)) \
+    X(mstime_t, GetExpire, (RedisModuleKey *key)) \
     X(int, ZsetAdd, (RedisModuleKey *key, double score, RedisModuleString *ele, int *flagsptr)) \
     X(int, ZsetRem, (RedisModuleKey *key, RedisModuleString *ele, int *deleted)) \
     X(int, ZsetScore, (RedisModuleKey *key, RedisModuleString *ele, double *score)) \

@@ -44,6 +44,9 @@ from .scenarios import Row, render, run_all
               help="only turns vs time fairness: the share of a 4-child pool two groups "
                    "(100 ms and 1 ms jobs) get in each mode, and claim cost per job in time "
                    "vs turns mode at 10 and 10,000 groups")
+@click.option("--workflows", is_flag=True,
+              help="chains and chords: round trips per step, 1,000 chains of 5, a chord of "
+                   "10,000")
 @click.option("--peers", is_flag=True,
               help="the same workloads on Huey and Dramatiq too, side by side, where they "
                    "are installed (pip install 'emqtasks[peers]'); ratios emqtasks/peer")
@@ -58,9 +61,14 @@ from .scenarios import Row, render, run_all
 @click.option("--seed", type=int, default=None, help="with --chaos: the seed of its schedule")
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
           as_json: bool, quick: bool, cluster: bool, controls: bool, fairness: bool,
-          peers: bool,
-          async_: bool, chaos_seconds: float | None, seed: int | None) -> None:
+          peers: bool, async_: bool, chaos_seconds: float | None, seed: int | None,
+          workflows: bool = False) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
+    if workflows:   # its own scenarios and report: see workflows.py
+        from . import workflows as bench_workflows
+
+        bench_workflows.run(redis_url, concurrency, runs, quick, as_json)
+        return
     if controls:   # its own scenarios and report: see controls.py
         from . import controls as bench_controls
 

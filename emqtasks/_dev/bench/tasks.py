@@ -37,6 +37,12 @@ def noop(counter: str, group: str = "default") -> None:
     _redis().incr(counter)
 
 
+def relay(value: Any, counter: str, group: str = "default") -> Any:
+    """A workflow step: count itself (one INCR) and hand its first argument on."""
+    _redis().incr(counter)
+    return value
+
+
 def stamp(key: str) -> None:
     """Record when it started (UNIX time, this host's clock) by pushing it onto ``key``."""
     _redis().rpush(key, repr(time.time()))
@@ -104,7 +110,7 @@ def work(counter: str, group: str = "default", ms: float = 1.0) -> None:
     pipe.execute()
 
 
-FUNCTIONS = (noop, stamp, seq, nap, work)
+FUNCTIONS = (noop, stamp, seq, nap, work, relay)
 
 
 def bind(app: App) -> dict[str, Any]:

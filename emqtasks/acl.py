@@ -51,11 +51,12 @@ PRODUCER_COMMANDS = (
 #: claim, ack, retry, release, extend, reap, promote and schedule .lua, plus the direct
 #: calls of a worker: BLPOP / RPUSH / LTRIM / EXPIRE on the wake key, PING, INFO (the
 #: eviction check), and for periodic schedules GET of their version, HGETALL of them and
-#: their state, TIME. Tasks that enqueue more work use the worker's user: enqueue's
+#: their state, TIME; the heartbeat of heartbeat.py (SET with PX, HSET of the index, DEL and
+#: HDEL at a stop). Tasks that enqueue more work use the worker's user: enqueue's
 #: commands are all here.
 WORKER_COMMANDS = (
     *_SCRIPTING,
-    "time", "exists", "del", "expire", "get", "incr",
+    "time", "exists", "del", "expire", "get", "set", "incr",
     "hget", "hmget", "hset", "hdel", "hincrby", "hexists", "hgetall",
     "lindex", "llen", "lmove", "lrem", "rpush", "lpush", "ltrim", "blpop", "pexpire",
     "sismember",

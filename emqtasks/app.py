@@ -346,6 +346,11 @@ class App:
     def job(self, job_id: str) -> dict[str, Any] | None:
         return self.queue().job(job_id)
 
+    def workers(self, queue: str | None = None) -> list[dict[str, Any]]:
+        """The live workers (masters) of the queue, from their heartbeats: each a dict of
+        id, host, pid, queues, concurrency, busy, version and started (unix seconds)."""
+        return self.queue(queue).workers()
+
 
 def _module_name(fn: Callable[..., Any]) -> str:
     """The importable name of fn's module, also when it runs as a script (``__main__``), so

@@ -6,9 +6,12 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from . import lanes
+from redis.exceptions import NoScriptError
+
+from . import heartbeat, lanes
 from .cluster import node_kwargs, scan_keys
 from .errors import InvalidArgument, InvalidJobId, ScriptError
+from .heartbeat import Beat
 from .keys import QueueKeys, check_group, check_job_id
 from .lanes import parse_rate
 from .scripts import Scripts
@@ -167,9 +170,26 @@ class Queue:
                 verdicts[lease.id] = ExtendVerdict(v)
         return [verdicts[lease.id] for lease in leases]
 
-    def reap(self, limit: int = 1000) -> tuple[int, int]:
-        """Expired leases back to their lanes (or dead): returns (returned, dead)."""
-        returned, dead = self.scripts.reap(self._k, [limit])
+    def reap(self, limit: int = 1000, beat: Beat | None = None,
+             beat_ttl_ms: int = 0) -> tuple[int, int]:
+        """Expired leases back to their lanes (or dead): returns (returned, dead). With a
+        ``beat``, the master's heartbeat (heartbeat.py) rides in the same round trip."""
+        if beat is None:
+            returned, dead = self.scripts.reap(self._k, [limit])
+            return int(returned), int(dead)
+        verb = self.scripts.reap
+        pipe = self.client.pipeline(transaction=False)
+        pipe.evalsha(verb.sha, len(self._k), *self._k, limit)
+        heartbeat.write(pipe, self.keys.base, beat, beat_ttl_ms)
+        reply = pipe.execute(raise_on_error=False)
+        for r in reply[1:]:
+            if isinstance(r, Exception):
+                raise r
+        if isinstance(reply[0], NoScriptError):
+            reply[0] = self.scripts.reap(self._k, [limit])
+        elif isinstance(reply[0], Exception):
+            raise reply[0]
+        returned, dead = reply[0]
         return int(returned), int(dead)
 
     def promote(self, limit: int = 1000) -> tuple[int, float | None]:
@@ -364,6 +384,10 @@ class Queue:
             "active": active, "delayed": delayed, "dead": dead, "ring": ring,
             "groups": per_group,
         }
+
+    def workers(self) -> list[dict[str, Any]]:
+        """The live workers of this queue (their heartbeats, workers.py)."""
+        return heartbeat.read(self.client, self.keys.base)
 
     def lane(self, group: str) -> dict[str, Any]:
         """One group's stats() row, read without scanning the queue."""

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from .. import __version__
-from . import admin, fairness, schedules
+from . import admin, fairness, observe, schedules
 from .doctor import doctor
 from .embedded import embedded
 from .worker import worker
@@ -58,5 +58,6 @@ def main() -> None:
 main.add_command(worker)
 main.add_command(embedded)
 main.add_command(doctor)
-for _command in (*admin.COMMANDS, *fairness.COMMANDS, *schedules.COMMANDS):
+for _command in (*admin.COMMANDS, *fairness.COMMANDS, *schedules.COMMANDS,
+                 *observe.COMMANDS):
     main.add_command(_command)

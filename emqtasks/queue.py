@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError
 
-from . import heartbeat, lanes
+from . import heartbeat, history, lanes
 from .cluster import node_kwargs, scan_keys
 from .errors import InvalidArgument, InvalidJobId, ScriptError
 from .heartbeat import Beat
@@ -281,7 +281,31 @@ class Queue:
         """The defaults for every group that are set (rate as (max_jobs, per seconds))."""
         raw = self.client.hgetall(self.keys.gdefaults)
         return {name: parse_rate(value) if name == "rate" else int(value)
-                for name, value in raw.items()}
+                for name, value in raw.items() if name in lanes.DEFAULT_FIELDS}
+
+    # -- history (history.py; the verbs count, lua/_common.lua) -------------------------
+    def set_history(self, hours: int = history.DEFAULT_HOURS,
+                    max_groups: int = history.DEFAULT_MAX_GROUPS) -> None:
+        """Keep ``hours`` of per-minute history (0: count nothing), tracking at most
+        ``max_groups`` groups a minute (the rest are counted together)."""
+        hours = integer(hours, "history hours", 0, history.MAX_HOURS)
+        max_groups = integer(max_groups, "max_groups", 0, MAX_COUNT)
+        self.client.hset(self.keys.gdefaults, mapping={"history": hours,
+                                                       "hgroups": max_groups})
+
+    def history_settings(self) -> tuple[int, int]:
+        """(retention hours, groups tracked a minute) as the verbs read them."""
+        hours, cap = self.client.hmget(self.keys.gdefaults, "history", "hgroups")
+        return (_int_or(hours, history.DEFAULT_HOURS),
+                _int_or(cap, history.DEFAULT_MAX_GROUPS))
+
+    def history(self, minutes: int = 60, end: int | None = None) -> dict[str, Any]:
+        """The last ``minutes`` minutes of counters (history.summary), up to the unix minute
+        ``end`` (default: the server's current minute)."""
+        rows = history.read(self.client, self.keys.base, minutes, end)
+        hours, cap = self.history_settings()
+        return {"queue": self.name, "retention_hours": hours, "max_groups": cap,
+                **history.summary(rows)}
 
     def cancel(self, job_id: str) -> CancelVerdict:
         """CANCELLED, MISSING, ACTIVE (running jobs are not interrupted) or FINISHED."""
@@ -407,6 +431,13 @@ class Queue:
         if batch:
             removed += self.client.unlink(*batch)
         return removed
+
+
+def _int_or(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
 
 
 def rate_args(max_jobs: int | None, per: float) -> list[Any]:

@@ -6,7 +6,7 @@
 -- Reply: an array of up to n jobs, each {id, task, payload, attempts, nonce, group, lease_ms, more,
 --   fence};
 --   empty when the queue is paused or nothing is serviceable.
--- Side effects: per job, attempts+1, fence+1, state active, `active` score now+lease, gactive+1;
+-- Side effects: counts it in the minute's history (_common.lua); per job, attempts+1, fence+1, state active, `active` score now+lease, gactive+1;
 --   a group at its limit or with an empty lane leaves the ring.
 
 if redis.call('EXISTS', K_paused) == 1 then return {} end

@@ -325,6 +325,13 @@ class Queue:
         return sum(int(self.scripts.requeue(self._k, snapshot[i:i + 500]))
                    for i in range(0, len(snapshot), 500))
 
+    def requeue_dead_ids(self, ids: Sequence[str]) -> int:
+        """Bring these dead jobs back (ids not dead are passed over); returns the count."""
+        for job_id in ids:
+            check_job_id(job_id)
+        return sum(int(self.scripts.requeue(self._k, list(ids[i:i + 500])))
+                   for i in range(0, len(ids), 500))
+
     def dead_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The most recent dead jobs, newest first, each a job() view."""
         limit = integer(limit, "limit", 0)

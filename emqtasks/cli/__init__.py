@@ -22,6 +22,10 @@ from .worker import worker
 LAZY_COMMANDS = {
     "bench": ("emqtasks._dev.bench.command:bench",
               "Measure emqtasks on a private server (--peers, --cluster)."),
+    "dashboard": ("emqtasks.cli.dashboard:dashboard",
+                  "A web dashboard: lanes and fairness, jobs, dead letters, workers, /metrics."),
+    "metrics": ("emqtasks.cli.dashboard:metrics",
+                "Serve only Prometheus /metrics (from the server's history)."),
     "demo": ("emqtasks._dev.demo:demo",
              "Watch a flood from one tenant not starve the others (embedded server by default)."),
 }

@@ -149,7 +149,8 @@ class Handler(BaseHTTPRequestHandler):
         return self.dash.queues[name], self.dash.views[name]
 
     def _unauthorized(self) -> None:
-        body = self.dash.render("login.html", error=None, next="/")
+        nxt = self.path if self.command == "GET" and self.path.startswith("/") else "/"
+        body = self.dash.render("login.html", error=None, next=nxt)
         self._send(HTTPStatus.UNAUTHORIZED, body,
                    headers={"WWW-Authenticate": 'Bearer realm="emqtasks"'})
 

@@ -98,8 +98,8 @@ def setuser(user: str, rules: Iterable[str], password: str = "<password>") -> st
 #: WORKER_COMMANDS must have one: the doctor tries them on Redis 6.2), on ``emq:{q}:doctor``
 #: (a key of the queue that no verb uses): reads of a key that does not exist, and writes
 #: whose arguments make the command fail after its ACL check (an odd field list, a number
-#: that is not one, an expiry of 0) or do nothing (XX). Only RPUSH writes: it is tried just before LTRIM,
-#: BLPOP, EXPIRE and DEL, which empty the key or let it expire.
+#: that is not one, an expiry of 0) or do nothing (XX). Only RPUSH writes: it is tried just
+#: before LTRIM, BLPOP, EXPIRE and DEL, which empty the key or let it expire.
 PROBES: dict[str, tuple[str, ...]] = {
     "evalsha": ("0" * 40, "1", "{k}"), "eval": ("return 1", "1", "{k}"),
     "time": (), "ping": (), "info": ("server",),

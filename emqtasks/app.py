@@ -367,6 +367,25 @@ class App:
     def job(self, job_id: str) -> dict[str, Any] | None:
         return self.queue().job(job_id)
 
+    def set_history(self, hours: int = 24, max_groups: int = 1000,
+                    queue: str | None = None) -> None:
+        """Keep ``hours`` (default 24; 0: off) of per-minute history in the server: per
+        task and per group, jobs enqueued, started, succeeded, retried, dead, and wait and
+        run times. At most ``max_groups`` groups are tracked per minute; the rest of a
+        tenant flood is counted together as the other groups."""
+        self.queue(queue).set_history(hours, max_groups)
+
+    def history(self, minutes: int = 60, queue: str | None = None) -> dict[str, Any]:
+        """The last ``minutes`` minutes of history: ``minutes`` (per minute totals, oldest
+        first), ``total``, ``tasks`` and ``groups`` (each summed over the span), and
+        ``other_groups`` (those past the cap)."""
+        return self.queue(queue).history(minutes)
+
+    def workers(self, queue: str | None = None) -> list[dict[str, Any]]:
+        """The live workers (masters) of the queue, from their heartbeats: each a dict of
+        id, host, pid, queues, concurrency, busy, version and started (unix seconds)."""
+        return self.queue(queue).workers()
+
 
 def _module_name(fn: Callable[..., Any]) -> str:
     """The importable name of fn's module, also when it runs as a script (``__main__``), so

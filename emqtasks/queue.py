@@ -6,9 +6,10 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from . import lanes
+from . import heartbeat, history, lanes
 from .cluster import node_kwargs, scan_keys
 from .errors import InvalidArgument, InvalidJobId, ScriptError
+from .heartbeat import Beat
 from .keys import QueueKeys, check_group, check_job_id
 from .lanes import parse_rate
 from .native.selection import HotVerbs
@@ -173,9 +174,16 @@ class Queue:
                 verdicts[lease.id] = ExtendVerdict(v)
         return [verdicts[lease.id] for lease in leases]
 
-    def reap(self, limit: int = 1000) -> tuple[int, int]:
-        """Expired leases back to their lanes (or dead): returns (returned, dead)."""
-        returned, dead = self.hot.call("reap", self._k, [limit])
+    def reap(self, limit: int = 1000, beat: Beat | None = None,
+             beat_ttl_ms: int = 0) -> tuple[int, int]:
+        """Expired leases back to their lanes (or dead): returns (returned, dead). With a
+        ``beat``, the master's heartbeat (heartbeat.py) rides in the same round trip."""
+        if beat is None:
+            returned, dead = self.hot.call("reap", self._k, [limit])
+        else:
+            returned, dead = self.hot.call_piped(
+                "reap", self._k, [limit],
+                lambda pipe: heartbeat.write(pipe, self.keys.base, beat, beat_ttl_ms))
         return int(returned), int(dead)
 
     def promote(self, limit: int = 1000) -> tuple[int, float | None]:
@@ -267,7 +275,31 @@ class Queue:
         """The defaults for every group that are set (rate as (max_jobs, per seconds))."""
         raw = self.client.hgetall(self.keys.gdefaults)
         return {name: parse_rate(value) if name == "rate" else int(value)
-                for name, value in raw.items()}
+                for name, value in raw.items() if name in lanes.DEFAULT_FIELDS}
+
+    # -- history (history.py; the verbs count, lua/_common.lua) -------------------------
+    def set_history(self, hours: int = history.DEFAULT_HOURS,
+                    max_groups: int = history.DEFAULT_MAX_GROUPS) -> None:
+        """Keep ``hours`` of per-minute history (0: count nothing), tracking at most
+        ``max_groups`` groups a minute (the rest are counted together)."""
+        hours = integer(hours, "history hours", 0, history.MAX_HOURS)
+        max_groups = integer(max_groups, "max_groups", 0, MAX_COUNT)
+        self.client.hset(self.keys.gdefaults, mapping={"history": hours,
+                                                       "hgroups": max_groups})
+
+    def history_settings(self) -> tuple[int, int]:
+        """(retention hours, groups tracked a minute) as the verbs read them."""
+        hours, cap = self.client.hmget(self.keys.gdefaults, "history", "hgroups")
+        return (_int_or(hours, history.DEFAULT_HOURS),
+                _int_or(cap, history.DEFAULT_MAX_GROUPS))
+
+    def history(self, minutes: int = 60, end: int | None = None) -> dict[str, Any]:
+        """The last ``minutes`` minutes of counters (history.summary), up to the unix minute
+        ``end`` (default: the server's current minute)."""
+        rows = history.read(self.client, self.keys.base, minutes, end)
+        hours, cap = self.history_settings()
+        return {"queue": self.name, "retention_hours": hours, "max_groups": cap,
+                **history.summary(rows)}
 
     def set_fairness(self, mode: str) -> int:
         """"turns" (one claim per turn of the ring, the default) or "time" (each backlogged
@@ -298,6 +330,13 @@ class Queue:
         snapshot = self.client.zrange(self.keys.dead, 0, -1)
         return sum(int(self.scripts.requeue(self._k, snapshot[i:i + 500]))
                    for i in range(0, len(snapshot), 500))
+
+    def requeue_dead_ids(self, ids: Sequence[str]) -> int:
+        """Bring these dead jobs back (ids not dead are passed over); returns the count."""
+        for job_id in ids:
+            check_job_id(job_id)
+        return sum(int(self.scripts.requeue(self._k, list(ids[i:i + 500])))
+                   for i in range(0, len(ids), 500))
 
     def dead_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The most recent dead jobs, newest first, each a job() view."""
@@ -384,6 +423,10 @@ class Queue:
             "groups": per_group,
         }
 
+    def workers(self) -> list[dict[str, Any]]:
+        """The live workers of this queue (their heartbeats, workers.py)."""
+        return heartbeat.read(self.client, self.keys.base)
+
     def lane(self, group: str) -> dict[str, Any]:
         """One group's stats() row, read without scanning the queue."""
         g = check_group(group)
@@ -402,6 +445,13 @@ class Queue:
         if batch:
             removed += self.client.unlink(*batch)
         return removed
+
+
+def _int_or(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
 
 
 def rate_args(max_jobs: int | None, per: float) -> list[Any]:

@@ -9,7 +9,7 @@
 -- ARGV[5]  next: '' for none, else the nonce for the next claim
 -- Reply: {verdict, next_job}: verdict 1 done, 0 stale (nothing was written: no result, no
 --   books); next_job as in claim.lua, or false when none was asked or none is serviceable.
--- Side effects: removes the id from `active`, state done with result and finish time; the
+-- Side effects: counts the success in the minute's history; removes the id from `active`, state done with result and finish time; the
 --   row expires after its ttl (deleted at once when ttl is 0); gactive-1, and a group held
 --   back by its limit returns to the ring with a wake. A job claimed in time mode settles
 --   its group's virtual time, cost estimate and busy time (time_settle in _common.lua). A
@@ -33,6 +33,7 @@ if row then
     redis.call('DEL', jk)
   end
   active_drop(row[4], now)
+  hist_succeeded(now, row[13] or '', row[4], tonumber(row[8]))
   notify(id, row[7])
   if row[11] then wf_handover(row[11], row[12], ARGV[4], now) end
   verdict = 1

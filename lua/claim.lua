@@ -6,9 +6,10 @@
 -- Reply: an array of up to n jobs, each {id, task, payload, attempts, nonce, group, lease_ms, more,
 --   fence};
 --   empty when the queue is paused or nothing is serviceable.
--- Side effects: per job, attempts+1, fence+1, state active, `active` score now+lease, gactive+1;
---   a group at its limit or with an empty lane leaves the ring. In time mode each claim is
---   served from the group of least virtual time and charged to it (time_charge, _common.lua).
+-- Side effects: counts it in the minute's history (_common.lua); per job, attempts+1,
+--   fence+1, state active, `active` score now+lease, gactive+1; a group at its limit or with
+--   an empty lane leaves the ring. In time mode each claim is served from the group of least
+--   virtual time and charged to it (time_charge, _common.lua).
 
 if redis.call('EXISTS', K_paused) == 1 then return {} end
 local now = now_ms()

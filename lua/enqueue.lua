@@ -15,7 +15,7 @@
 -- Reply: an array of n integers, one per job: 1 enqueued, 0 duplicate (the row exists, so
 --   nothing was written), -1 refused because the id is malformed, 2 refused because the
 --   lane holds its cap of waiting jobs (max_size: nothing was written).
--- Side effects: writes emq:{q}:job:<id> (field prio when not 0); adds the id to its lane
+-- Side effects: counts the job in the minute's history (_common.lua); writes emq:{q}:job:<id> (field prio when not 0); adds the id to its lane
 --   (a lane that opens joins the ring, or gwait while its rate budget is spent, and pushes
 --   a wake) or to `delayed`. A countdown is not held to the cap: it joins its lane when due.
 
@@ -49,6 +49,7 @@ for i = 0, n - 1 do
       else
         lane_push(g, id, lane_score(prio, now), now)
       end
+      hist_enqueued(now, g)
       out[#out + 1] = 1
     end
   end

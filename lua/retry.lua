@@ -9,10 +9,11 @@
 -- ARGV[5]  delay ms before the retry; '' means the row's own fixed delay
 -- ARGV[6]  '1' to dead-letter now whatever the attempts left (a job that can never run)
 -- Reply: 1 retry scheduled, 2 dead, 0 stale (nothing was written).
--- Side effects: removes the id from `active`; gactive-1 (a group held back by its limit
---   returns to the ring with a wake); state delayed or dead, the error on the row; a job
---   claimed in time mode settles its group's time (time_settle in _common.lua). A dead
---   workflow step fails its workflow (wf_fail in _common.lua).
+-- Side effects: counts it in the minute's history (_common.lua); removes the id from
+--   `active`; gactive-1 (a group held back by its limit returns to the ring with a wake);
+--   state delayed or dead, the error on the row; a job claimed in time mode settles its
+--   group's time (time_settle in _common.lua). A dead workflow step fails its workflow
+--   (wf_fail in _common.lua).
 
 local id = ARGV[1]
 local row = fenced(id, ARGV[2], ARGV[3])
@@ -25,10 +26,12 @@ active_drop(row[4], now)
 if ARGV[6] == '1' or tonumber(row[2]) >= tonumber(row[5]) then
   redis.call('HSET', jk, 'state', 'dead', 'error', ARGV[4], 'finished', now)
   redis.call('ZADD', K_dead, now, id)
+  hist_failed(now, row[13] or '', row[4], true)
   notify(id, row[7])
   if row[10] then wf_fail(row[10], id, now) end
   return 2
 end
+hist_failed(now, row[13] or '', row[4], false)
 local delay = tonumber(ARGV[5])
 if not delay then delay = tonumber(redis.call('HGET', jk, 'delay') or '0') end
 redis.call('HSET', jk, 'state', 'delayed', 'error', ARGV[4])

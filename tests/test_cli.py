@@ -13,6 +13,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from helpers import make_task
 
 from emqtasks import App
 from emqtasks.cli import main
@@ -286,3 +287,11 @@ def test_env_vars_select_the_queue(app: App, redis_url: str, queue_name: str) ->
                                 env={"EMQ_REDIS_URL": redis_url, "EMQ_QUEUE": queue_name})
     assert result.exit_code == 0, result.output
     assert app.stats()["groups"]["acme"]["paused"] is True
+
+
+def test_stats_watch_redraws_the_lane_table(cli, app) -> None:  # type: ignore[no-untyped-def]
+    make_task(app, group=lambda g, *_: g).map([("busy", i) for i in range(5)] + [("calm", 1)])
+    out = ok(cli("stats", "--watch", "--watch-count", "2"))
+    assert out.count("(Ctrl-C to stop)") == 2    # drawn twice (in place on a terminal)
+    assert out.count("busy") == 2 and "this minute:" in out
+    assert "6 pending" in out

@@ -325,6 +325,7 @@ class Pair:
     def compare(self) -> None:
         sa, sb = self.snapshot(self.ka), self.snapshot(self.kb)
         tol = self.span + 2
+        compare_history(sa, sb, tol)
         # keys about to expire on either side are left out: they go a moment apart (-2: it
         # went between the SCAN and the PTTL)
         soon = {k for k, (_, _, ttl) in (*sa.items(), *sb.items())
@@ -385,6 +386,55 @@ class Pair:
         lb = [v.replace(self.kb.name, "Q") for v in rb.violations]
         assert sorted(la) == sorted(lb)
         assert all("(a ghost)" in v or "waits for" in v for v in la), la
+
+
+def history_of(state: dict[str, Any]) -> dict[bytes, int]:
+    """The history hashes (h:<minute>) of a snapshot, taken out of it and summed over their
+    minutes (the two queues may see a minute turn a moment apart)."""
+    out: dict[bytes, int] = {}
+    for key in [k for k in state if k.startswith(b"h:")]:
+        t, value, ttl = state.pop(key)
+        assert t == "hash" and ttl > 0, (key, t, ttl)      # every minute's hash expires
+        for f, v in value.items():
+            out[f] = out.get(f, 0) + int(v)
+    return out
+
+
+def _time_field(f: bytes) -> tuple[bytes, bytes] | None:
+    """(w|r|ws|rs, scope:name) for a histogram bucket or a time sum, else None."""
+    counter, _, rest = f.partition(b":")
+    if counter in (b"ws", b"rs") or (counter[:1] in (b"w", b"r") and counter[1:].isdigit()):
+        return counter, rest
+    return None
+
+
+def compare_history(sa: dict[str, Any], sb: dict[str, Any], tol: int) -> None:
+    """Counts equal; times (sums, and so the bucket a time falls in) within the span of
+    the pair: per scope the histogram's total equal, its sum within tol per entry."""
+    ha, hb = history_of(sa), history_of(sb)
+    plain_a = {f: v for f, v in ha.items() if _time_field(f) is None}
+    plain_b = {f: v for f, v in hb.items() if _time_field(f) is None}
+    assert plain_a == plain_b, (plain_a, plain_b)
+
+    def times(h: dict[bytes, int]) -> dict[tuple[bytes, bytes], int]:
+        out: dict[tuple[bytes, bytes], int] = {}
+        for f, v in h.items():
+            tf = _time_field(f)
+            if tf is not None:
+                kind = tf[0] if tf[0] in (b"ws", b"rs") else tf[0][:1]
+                out[kind, tf[1]] = out.get((kind, tf[1]), 0) + v
+        return out
+
+    ta, tb = times(ha), times(hb)
+    assert set(ta) == set(tb), (ta, tb)
+    for (kind, scope), v in ta.items():
+        if kind in (b"w", b"r"):
+            assert v == tb[kind, scope], (kind, scope, v, tb[kind, scope])
+    for (kind, scope), v in ta.items():
+        if kind in (b"ws", b"rs"):
+            n = ta.get((kind[:1], scope), 0) or plain_a.get(b"s:" + scope, 0) or 1
+            assert abs(v - tb[kind, scope]) <= tol * max(n, 1) + tol, (kind, scope, v,
+                                                                        tb[kind, scope])
 
 
 # -- the random sequence -----------------------------------------------------------------
@@ -568,6 +618,11 @@ class Run:
             else:
                 self.p.admin("rate", [g, str(r.randrange(1, 4)),
                                       str(r.choice([10**7, 10**8]))])
+        elif x < 0.5:
+            # history: on or off, its retention, and a small cap on the groups it tracks
+            hours, cap = r.choice(["24", "1", "0"]), r.choice(["1000", "3", "1", "0"])
+            self.p.both(lambda k: self.p.r.hset(k.gdefaults, mapping={"history": hours,
+                                                                       "hgroups": cap}))
         elif x < 0.7:
             self.p.admin("maxsize", [g, r.choice(["0", "1", "2", "4", "", ""])])
         else:

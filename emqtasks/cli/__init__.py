@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from .. import __version__
-from . import admin, fairness, native, schedules, workflows
+from . import admin, fairness, native, observe, schedules, workflows
 from .doctor import doctor
 from .embedded import embedded
 from .worker import worker
@@ -22,6 +22,10 @@ from .worker import worker
 LAZY_COMMANDS = {
     "bench": ("emqtasks._dev.bench.command:bench",
               "Measure emqtasks on a private server (--peers, --cluster)."),
+    "dashboard": ("emqtasks.cli.dashboard:dashboard",
+                  "A web dashboard: lanes and fairness, jobs, dead letters, workers, /metrics."),
+    "metrics": ("emqtasks.cli.dashboard:metrics",
+                "Serve only Prometheus /metrics (from the server's history)."),
     "demo": ("emqtasks._dev.demo:demo",
              "Watch a flood from one tenant not starve the others (embedded server by default)."),
 }
@@ -59,5 +63,5 @@ main.add_command(worker)
 main.add_command(embedded)
 main.add_command(doctor)
 for _command in (*admin.COMMANDS, *fairness.COMMANDS, *native.COMMANDS, *schedules.COMMANDS,
-                 *workflows.COMMANDS):
+                 *workflows.COMMANDS, *observe.COMMANDS):
     main.add_command(_command)

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import sys
+import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -28,6 +31,7 @@ from .common import (
     Refused,
     Seconds,
     last_line,
+    open_queue,
     positive_int,
     queue_options,
     run_admin,
@@ -266,13 +270,20 @@ def job(redis_url: str | None, queue: str | None, job_id: str, as_json: bool) ->
 @click.command(cls=AdminCommand)
 @functools.partial(queue_options, queue_help="queue name, or several: a,b (a:3,b:1)")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def stats(redis_url: str | None, queue: str | None, as_json: bool) -> None:
+@click.option("--watch", is_flag=True,
+              help="redraw the lane table every second (the busiest lanes; Ctrl-C stops)")
+@click.option("--watch-count", type=click.IntRange(1), default=None, hidden=True)
+def stats(redis_url: str | None, queue: str | None, as_json: bool, watch: bool,
+          watch_count: int | None) -> None:
     """Lanes, in-flight jobs, limits, weights, pauses, delayed and dead counts (of each
     queue of a worker's -Q list)."""
     try:
         names = [s.name for s in parse_queues(queue)] if queue and "," in queue else [queue]
     except EmqError as exc:
         raise CliError(str(exc)) from None
+    if watch:
+        _watch(redis_url, names, watch_count)
+        return
     every = [run_admin(redis_url, name, lambda q: q.stats()) for name in names]
     if as_json:
         click.echo(json.dumps(every[0] if len(every) == 1 else {"queues": every}, indent=2))
@@ -281,14 +292,50 @@ def stats(redis_url: str | None, queue: str | None, as_json: bool) -> None:
         _print_stats(data)
 
 
+def _watch(redis_url: str | None, names: Sequence[str | None], count: int | None) -> None:
+    """The live lane table: the busiest lanes of each queue, and the last minute's work,
+    redrawn in place once a second."""
+    queues = [open_queue(settings_for(redis_url, name)) for name in names]
+    rows = shutil.get_terminal_size((100, 30)).lines - 4
+    n = 0
+    try:
+        while count is None or n < count:
+            n += 1
+            out = [time.strftime("%H:%M:%S") + "  (Ctrl-C to stop)"]
+            for q in queues:
+                data = q.stats()
+                last = q.history(2)["minutes"]
+                minute = last[-1] if last else {}
+                data["groups"] = dict(sorted(data["groups"].items(),
+                                             key=lambda kv: -kv[1]["pending"])
+                                      [: max(3, rows // len(queues) - 4)])
+                out += _stats_lines(data)
+                out.append(f"this minute: {minute.get('started', 0)} started, "
+                           f"{minute.get('succeeded', 0)} succeeded, "
+                           f"{minute.get('retried', 0)} retried, {minute.get('dead', 0)} dead")
+            click.echo("\x1b[H\x1b[J" + "\n".join(out), nl=True)
+            if count is None or n < count:
+                time.sleep(1.0)   # a redraw cadence, not a wait for a condition
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for q in queues:
+            q.client.close()
+
+
 def _print_stats(data: dict[str, Any]) -> None:
-    click.echo(f"queue {data['queue']}{' (PAUSED)' if data['paused'] else ''}: "
-               f"{data['pending']} pending, {data['active']} active, "
-               f"{data['delayed']} delayed, {data['dead']} dead, {data['ring']} on the ring"
-               f"{', fair by time' if data.get('fairness') == 'time' else ''}")
+    for line in _stats_lines(data):
+        click.echo(line)
+
+
+def _stats_lines(data: dict[str, Any]) -> list[str]:
     timed = data.get("fairness") == "time"
+    out = [f"queue {data['queue']}{' (PAUSED)' if data['paused'] else ''}: "
+           f"{data['pending']} pending, {data['active']} active, "
+           f"{data['delayed']} delayed, {data['dead']} dead, {data['ring']} on the ring"
+           f"{', fair by time' if timed else ''}"]
     if data["groups"]:
-        click.echo(f"{'group':<24} {'state':<13} {'pending':>8} {'active':>7} {'limit':>6} "
+        out.append(f"{'group':<24} {'state':<13} {'pending':>8} {'active':>7} {'limit':>6} "
                    f"{'weight':>6} {'rate':>9}  paused"
                    f"{'    busy/1m target' if timed else ''}")
         for g, row in data["groups"].items():
@@ -299,7 +346,8 @@ def _print_stats(data: dict[str, Any]) -> None:
             if timed:
                 line = f"{line:<87}{_pct(row.get('busy_share')):>11} " \
                        f"{_pct(row.get('target_share')):>6}"
-            click.echo(line)
+            out.append(line)
+    return out
 
 
 def _pct(x: float | None) -> str:

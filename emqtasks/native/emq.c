@@ -6,9 +6,10 @@
  * of the form BASE..name with BASE = KEYS[1] minus "ring" (anything else is refused: the
  * keys a command forms itself, job rows BASE.."job:"..id, lanes BASE.."g:"..group..":pending",
  * a rated group's start times BASE.."g:"..group..":starts", done lists BASE.."done:"..id,
- * workflows' hashes BASE.."wf:"..id and chord results BASE.."chord:"..id, and
- * the fairness controls' books BASE..{grate gmax gdefaults gbackoff gwait}, the time-fair
- * mode's BASE..{fairness gvt gvrun gcost busy} and a group's BASE.."g:"..group..":busy", then carry the
+ * workflows' hashes BASE.."wf:"..id and chord results BASE.."chord:"..id, the fairness
+ * controls' books BASE..{grate gmax gdefaults gbackoff gwait}, the time-fair mode's
+ * BASE..{fairness gvt gvrun gcost busy} and a group's BASE.."g:"..group..":busy", and the
+ * minute's history hash BASE.."h:"..minute (_common.lua hist_*: the same counters), then carry the
  * same prefix, so the same slot and the same ACL key pattern, and never alias a fixed key). Replies are what the script returns
  * through RESP2: Lua tables are arrays, false a nil bulk, numbers integers.
  *
@@ -132,7 +133,15 @@ typedef struct {
     const char *err;       /* the error reply, set by the first failure */
     int dread;             /* gdefaults read (once per call, as the scripts' DEFAULTS) */
     int tmode;             /* the fairness mode, read once per call: 0 unread, 1 turns, 2 time */
-    RMS *dflt[4];          /* limit rate max_size weight */
+    RMS *dflt[6];          /* limit rate max_size weight history hgroups */
+    int hstate;            /* history: 0 not read yet, 1 on (hkey, hh open), -1 off */
+    RMS *hkey;             /* this minute's history hash, BASE.."h:"..minute */
+    RMK *hh;
+    long long httl;        /* its expiry, seconds */
+    double hcap;           /* groups tracked a minute */
+    RMS *hpend[2 * 32];    /* its writes not yet replicated: field, new value */
+    int hn;
+    long long hexp;        /* its expiry set in this call, not yet replicated (0: none) */
 } Q;
 
 static int fail(Q *q, const char *msg) {
@@ -227,11 +236,16 @@ static RMK *fx(Q *q, int i, int write) {
     return q->h[i];
 }
 
+static void hist_flush(Q *q);
+
 static void close_all(Q *q) {
+    if (q->hstate == 1) hist_flush(q);
     for (int i = 0; i < NFIXED; i++)
         if (q->h[i]) RedisModule_CloseKey(q->h[i]);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 6; i++)
         if (q->dflt[i]) RedisModule_FreeString(q->ctx, q->dflt[i]);
+    if (q->hh) RedisModule_CloseKey(q->hh);
+    if (q->hkey) RedisModule_FreeString(q->ctx, q->hkey);
 }
 
 #define B(i) (1u << (i))
@@ -506,7 +520,29 @@ static int book_get(Q *q, const char *book, RMS *field, RMS **out) {
     return rc;
 }
 
-enum { D_LIMIT, D_RATE, D_MAX_SIZE, D_WEIGHT };
+enum { D_LIMIT, D_RATE, D_MAX_SIZE, D_WEIGHT, D_HISTORY, D_HGROUPS };
+
+/* gdefaults, read once per call (the scripts' DEFAULTS). */
+static int read_defaults(Q *q) {
+    if (q->dread) return 0;
+    RMS *key = book_key(q, "gdefaults");
+    RMK *h;
+    int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_HASH, &h);
+    sfree(q, key);
+    if (rc < 0) return -1;
+    if (h && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY) {
+        RMS *l = mk_tmp(q, "limit"), *r = mk_tmp(q, "rate"), *m = mk_tmp(q, "max_size"),
+            *w = mk_tmp(q, "weight"), *hi = mk_tmp(q, "history"), *hg = mk_tmp(q, "hgroups");
+        RedisModule_HashGet(h, REDISMODULE_HASH_NONE, l, &q->dflt[D_LIMIT], r,
+                            &q->dflt[D_RATE], m, &q->dflt[D_MAX_SIZE], w,
+                            &q->dflt[D_WEIGHT], hi, &q->dflt[D_HISTORY], hg,
+                            &q->dflt[D_HGROUPS], NULL);
+        sfree(q, l); sfree(q, r); sfree(q, m); sfree(q, w); sfree(q, hi); sfree(q, hg);
+    }
+    if (h) RedisModule_CloseKey(h);
+    q->dread = 1;
+    return 0;
+}
 
 /* A group's own setting (fixed key i or a book), else the default for every group (gdefaults,
  * read once per call), else NULL: limit_of, rate_of, max_size_of, weight_of. */
@@ -520,23 +556,7 @@ static int setting(Q *q, int fixed, const char *book, RMS *g, int d, RMS **out) 
         return -1;
     }
     if (*out) return 0;
-    if (!q->dread) {
-        RMS *key = book_key(q, "gdefaults");
-        RMK *h;
-        int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_HASH, &h);
-        sfree(q, key);
-        if (rc < 0) return -1;
-        if (h && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY) {
-            RMS *l = mk_tmp(q, "limit"), *r = mk_tmp(q, "rate"), *m = mk_tmp(q, "max_size"),
-                *w = mk_tmp(q, "weight");
-            RedisModule_HashGet(h, REDISMODULE_HASH_NONE, l, &q->dflt[D_LIMIT], r,
-                                &q->dflt[D_RATE], m, &q->dflt[D_MAX_SIZE], w,
-                                &q->dflt[D_WEIGHT], NULL);
-            sfree(q, l); sfree(q, r); sfree(q, m); sfree(q, w);
-        }
-        if (h) RedisModule_CloseKey(h);
-        q->dread = 1;
-    }
+    if (read_defaults(q) < 0) return -1;
     if (q->dflt[d]) *out = RedisModule_CreateStringFromString(q->ctx, q->dflt[d]);
     return 0;
 }
@@ -1123,10 +1143,204 @@ static int settle(Q *q, RMS *g, int was) {
     return rc;
 }
 
+/* ---- history (_common.lua hist_*) --------------------------------------------------- */
+
+static const double HB[15] = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
+                              60000, 300000, 1800000};
+
+static int hbucket(double ms) {
+    for (int i = 0; i < 15; i++)
+        if (ms <= HB[i]) return i + 1;
+    return 16;
+}
+
+/* A setting as the scripts' tonumber(x or default) or default. */
+static double dflt_num(RMS *s, double d) {
+    double v;
+    if (s && RedisModule_StringToDouble(s, &v) == REDISMODULE_OK) return v;
+    return d;
+}
+
+/* 1 history on (this minute's hash open), 0 off, -1 error. */
+static int hist_open(Q *q) {
+    if (q->hstate == 0) {
+        if (read_defaults(q) < 0) return -1;
+        double hours = dflt_num(q->dflt[D_HISTORY], 24);
+        if (hours <= 0) {
+            q->hstate = -1;
+        } else {
+            char name[48];
+            snprintf(name, sizeof name, "h:%lld", (long long)floor((double)q->now / 60000.0));
+            q->httl = (long long)floor(hours * 3600) + 60;
+            q->hcap = dflt_num(q->dflt[D_HGROUPS], 1000);
+            q->hkey = book_key(q, name);
+            if (dk(q, q->hkey, 1, REDISMODULE_KEYTYPE_HASH, &q->hh) < 0) return -1;
+            q->hstate = 1;
+        }
+    }
+    return q->hstate == 1;
+}
+
+/* The field prefix..name. */
+static RMS *hfield(Q *q, const char *prefix, RMS *name) {
+    size_t pl = strlen(prefix), nl = 0;
+    const char *np = name ? RedisModule_StringPtrLen(name, &nl) : "";
+    char stackbuf[512];
+    char *buf = pl + nl <= sizeof stackbuf ? stackbuf : RedisModule_Alloc(pl + nl);
+    memcpy(buf, prefix, pl);
+    memcpy(buf + pl, np, nl);
+    RMS *f = RedisModule_CreateString(q->ctx, buf, pl + nl);
+    if (buf != stackbuf) RedisModule_Free(buf);
+    return f;
+}
+
+/* Replicate the history writes of this call so far: one HSET of the new values (what the
+ * scripts' HINCRBYs left), then the PEXPIREAT of the deadline set. The history hash is a
+ * key of its own, so its writes may go after the others of the call (all in one
+ * MULTI/EXEC); a field's HDEL goes after the HSET that holds it. */
+static void hist_flush(Q *q) {
+    if (q->hn) {
+        RMS *argv[1 + 2 * 32];
+        argv[0] = q->hkey;
+        for (int i = 0; i < 2 * q->hn; i++) argv[1 + i] = q->hpend[i];
+        RedisModule_Replicate(q->ctx, "HSET", "v", argv, (size_t)(1 + 2 * q->hn));
+        for (int i = 0; i < 2 * q->hn; i++) sfree(q, q->hpend[i]);
+        q->hn = 0;
+    }
+    if (q->hexp) {
+        RedisModule_Replicate(q->ctx, "PEXPIREAT", "sl", q->hkey, q->hexp);
+        q->hexp = 0;
+    }
+}
+
+/* HINCRBY of the history hash (f is taken), replicated at the end of the call. */
+static int hadd(Q *q, RMS *f, long long by, long long *out) {
+    long long v;
+    if (hint(q, q->hh, f, &v) < 0) {
+        sfree(q, f);
+        return -1;
+    }
+    if ((by > 0 && v > LLONG_MAX - by) || (by < 0 && v < LLONG_MIN - by)) {
+        sfree(q, f);
+        return fail(q, "ERR increment or decrement would overflow");
+    }
+    v += by;
+    RMS *nv = RedisModule_CreateStringFromLongLong(q->ctx, v);
+    RedisModule_HashSet(q->hh, REDISMODULE_HASH_NONE, f, nv, NULL);
+    if (out) *out = v;
+    for (int i = 0; i < q->hn; i++)
+        if (eq(q->hpend[2 * i], f)) {
+            sfree(q, q->hpend[2 * i + 1]);
+            q->hpend[2 * i + 1] = nv;
+            sfree(q, f);
+            return 0;
+        }
+    if (q->hn == 32) hist_flush(q);
+    q->hpend[2 * q->hn] = f;
+    q->hpend[2 * q->hn + 1] = nv;
+    q->hn++;
+    return 0;
+}
+
+static int hexpire(Q *q) {
+    long long at = q->now + q->httl * 1000;
+    int rc = RedisModule_SetAbsExpire ? RedisModule_SetAbsExpire(q->hh, at)
+                                      : RedisModule_SetExpire(q->hh, at - q->now);
+    if (rc != REDISMODULE_OK) return fail(q, "ERR emq: EXPIRE failed");
+    q->hexp = at;
+    return 0;
+}
+
+/* A task's counter + 1; one that was created sets the hash's expiry. */
+static int hcount(Q *q, RMS *f) {
+    long long v;
+    if (hadd(q, f, 1, &v) < 0) return -1;
+    return v == 1 ? hexpire(q) : 0;
+}
+
+#define H_STARTED 4294967296LL
+#define H_RETRIED 4294967296LL
+#define H_DEAD 281474976710656LL
+
+/* A group's packed field (kind "a" or "b") + by; a field that was created sets the expiry
+ * and counts against the cap: past it, the overflow's field takes the count instead. */
+static int hgroup(Q *q, const char *kind, RMS *g, long long by) {
+    long long v, n;
+    char p[4];
+    snprintf(p, sizeof p, "%s:", kind);
+    RMS *f = hfield(q, p, g);
+    if (hadd(q, RedisModule_CreateStringFromString(q->ctx, f), by, &v) < 0) {
+        sfree(q, f);
+        return -1;
+    }
+    int rc = 0;
+    if (v == by) {
+        char nk[4], ok[4];
+        snprintf(nk, sizeof nk, "n%s", kind);
+        snprintf(ok, sizeof ok, "o%s", kind);
+        rc = hexpire(q);
+        if (rc == 0) rc = hadd(q, mk_tmp(q, nk), 1, &n);
+        if (rc == 0 && (double)n > q->hcap) {
+            hist_flush(q);                        /* the HSET of f before its HDEL */
+            hdel(q, q->hh, q->hkey, f);
+            rc = hadd(q, mk_tmp(q, ok), by, NULL);
+        }
+    }
+    sfree(q, f);
+    return rc;
+}
+
+static double hclamp(double ms) {
+    ms = floor(ms);
+    return ms >= 0 && ms < 1e15 ? ms : 0;
+}
+
+static int hist_enqueued(Q *q, RMS *g) {
+    int on = hist_open(q);
+    return on <= 0 ? on : hgroup(q, "a", g, 1);
+}
+
+/* A claim: the wait is the start time less the time the job became due (its lane score's). */
+static int hist_started(Q *q, RMS *task, RMS *g, double score) {
+    int on = hist_open(q);
+    if (on <= 0) return on;
+    double wait = hclamp((double)q->now - (score - floor(score / PRIO_SPAN) * PRIO_SPAN));
+    char c[8];
+    snprintf(c, sizeof c, "w%d:", hbucket(wait));
+    if (hcount(q, hfield(q, c, task)) < 0 ||
+        hadd(q, hfield(q, "ws:", task), (long long)wait, NULL) < 0)
+        return -1;
+    return hgroup(q, "a", g, H_STARTED);
+}
+
+/* A success, with its run time when the row knows its start (as the script's tonumber). */
+static int hist_succeeded(Q *q, RMS *task, RMS *g, RMS *started) {
+    int on = hist_open(q);
+    if (on <= 0) return on;
+    double st, run = 0;
+    if (started && RedisModule_StringToDouble(started, &st) == REDISMODULE_OK)
+        run = hclamp((double)q->now - st);
+    char b[8];
+    snprintf(b, sizeof b, "r%d:", hbucket(run));
+    if (hcount(q, hfield(q, b, task)) < 0 ||
+        hadd(q, hfield(q, "rs:", task), (long long)run, NULL) < 0)
+        return -1;
+    return hgroup(q, "b", g, 1);
+}
+
+/* A failure: dead, or retried (a lease the reaper took back too). */
+static int hist_failed(Q *q, RMS *task, RMS *g, int dead) {
+    int on = hist_open(q);
+    if (on <= 0) return on;
+    if (hcount(q, hfield(q, dead ? "dd:" : "rt:", task)) < 0) return -1;
+    return hgroup(q, "b", g, dead ? H_DEAD : H_RETRIED);
+}
+
 /* The fence's view of a row. */
 typedef struct {
     RMK *h;
     RMS *key, *state, *attempts, *nonce, *group, *max, *ttl, *waiters, *started, *vcharge;
+    RMS *task;
     RMS *wf, *next, *slot;  /* a workflow step's (see workflows below); NULL for a plain job */
 } Row;
 
@@ -1142,6 +1356,7 @@ static void row_free(Q *q, Row *r) {
     sfree(q, r->waiters);
     sfree(q, r->started);
     sfree(q, r->vcharge);
+    sfree(q, r->task);
     sfree(q, r->wf);
     sfree(q, r->next);
     sfree(q, r->slot);
@@ -1171,7 +1386,7 @@ static int fenced_as(Q *q, RMS *id, RMS *attempts, RMS *nonce, Row *r, int read_
         RedisModule_HashGet(r->h, REDISMODULE_HASH_NONE, F_GROUP, &r->group, F_MAX, &r->max,
                             F_TTL, &r->ttl, F_WAITERS, &r->waiters, F_STARTED, &r->started,
                             F_VCHARGE, &r->vcharge, F_WF, &r->wf, F_NEXT, &r->next, F_SLOT,
-                            &r->slot, NULL);
+                            &r->slot, F_TASK, &r->task, NULL);
     return 1;
 }
 
@@ -1303,6 +1518,7 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
     sfree(q, now_s);
     if ((rc = zadd(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], (double)q->now + lease, id, 0)) < 0)
         goto out;
+    if ((rc = hist_started(q, task, g, score)) < 0) goto out;
     if ((rc = hincr_from(q, fx(q, K_GACTIVE, 1), q->k[K_GACTIVE], g, act_now, 1, &act)) < 0)
         goto out;
     /* more: 1 when other work is serviceable right now, so the claimant's master wakes
@@ -1751,6 +1967,7 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, long long *verdict) {
             rc = countdown > 0 ? delay_push(q, id, (double)q->now + countdown)
                                : lane_push_into(q, lane, lk, g, id,
                                                 prio * PRIO_SPAN + (double)q->now);
+            if (rc == 0) rc = hist_enqueued(q, g);
             *verdict = 1;
         }
     }
@@ -1874,6 +2091,7 @@ static int ack_done(Q *q, RMS **a) {
         RedisModule_Replicate(q->ctx, "DEL", "s", r.key);
     }
     int rc = active_drop(q, r.group);
+    if (rc == 0) rc = hist_succeeded(q, r.task, r.group, r.started);
     if (rc == 0) rc = notify(q, a[0], r.waiters);
     if (rc == 0 && r.next) rc = wf_handover(q, r.next, r.slot, a[3]);
     row_free(q, &r);
@@ -1945,9 +2163,10 @@ static int retry(Q *q, RMS **a) {
                               F_FINISHED, now_s);
         sfree(q, now_s);
         rc = zadd(q, fx(q, K_DEAD, 1), q->k[K_DEAD], (double)q->now, a[0], 0);
+        if (rc == 0) rc = hist_failed(q, r.task, r.group, 1);
         if (rc == 0) rc = notify(q, a[0], r.waiters);
         if (rc == 0 && r.wf) rc = wf_fail(q, r.wf, a[0]);
-    } else if (rc == 0) {
+    } else if (rc == 0 && (rc = hist_failed(q, r.task, r.group, 0)) == 0) {
         RedisModule_HashSet(r.h, REDISMODULE_HASH_NONE, F_STATE, S_DELAYED, F_ERROR, a[3], NULL);
         RedisModule_Replicate(q->ctx, "HSET", "sssss", r.key, F_STATE, S_DELAYED, F_ERROR, a[3]);
         rc = delay_push(q, a[0], (double)q->now + delay);
@@ -2092,14 +2311,15 @@ static void free_ids(Q *q, RMS **ids, long long n) {
 static int reap_one(Q *q, RMS *id) {
     RMS *jk = job_key(q, id);
     RMS *g = NULL, *att_s = NULL, *max_s = NULL, *created_s = NULL, *waiters = NULL;
-    RMS *prio = NULL, *started = NULL, *vcharge = NULL, *wf = NULL;
+    RMS *prio = NULL, *started = NULL, *vcharge = NULL, *wf = NULL, *task = NULL;
     RMK *job;
     double att = 0, max = 0, created = 0;
     int rc = dk(q, jk, 1, REDISMODULE_KEYTYPE_HASH, &job);
     if (rc == 0 && RedisModule_KeyType(job) != REDISMODULE_KEYTYPE_EMPTY)
         RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_GROUP, &g, F_ATTEMPTS, &att_s, F_MAX,
                             &max_s, F_CREATED, &created_s, F_WAITERS, &waiters, F_PRIO, &prio,
-                            F_STARTED, &started, F_VCHARGE, &vcharge, F_WF, &wf, NULL);
+                            F_STARTED, &started, F_VCHARGE, &vcharge, F_WF, &wf, F_TASK, &task,
+                            NULL);
     if (rc == 0 && g) {
         rc = att_s ? num(q, att_s, &att, "ERR emq: a job row's attempts is not a number")
                    : fail(q, "ERR emq: a job row has no attempts");
@@ -2122,6 +2342,7 @@ static int reap_one(Q *q, RMS *id) {
                               S_LEASE_EXPIRED, F_FINISHED, now_s);
         sfree(q, now_s);
         rc = zadd(q, fx(q, K_DEAD, 1), q->k[K_DEAD], (double)q->now, id, 0);
+        if (rc == 0) rc = hist_failed(q, task, g, 1);
         if (rc == 0) rc = notify(q, id, waiters);
         if (rc == 0 && wf) rc = wf_fail(q, wf, id);
         if (rc == 0) rc = 2;
@@ -2131,11 +2352,12 @@ static int reap_one(Q *q, RMS *id) {
         RedisModule_Replicate(q->ctx, "HSET", "sssss", jk, F_STATE, S_PENDING, F_ERROR,
                               S_LEASE_EXPIRED);
         rc = lane_push(q, g, id, lane_score(prio, created));
+        if (rc == 0) rc = hist_failed(q, task, g, 0);
         if (rc == 0) rc = 1;
     }
     if (job) RedisModule_CloseKey(job);
     sfree(q, jk); sfree(q, g); sfree(q, att_s); sfree(q, max_s);
-    sfree(q, created_s); sfree(q, waiters); sfree(q, prio); sfree(q, wf);
+    sfree(q, created_s); sfree(q, waiters); sfree(q, prio); sfree(q, wf); sfree(q, task);
     sfree(q, started); sfree(q, vcharge);
     return rc;
 }

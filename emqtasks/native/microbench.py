@@ -111,6 +111,8 @@ class Bench:
         claim = self._call(k, native, "claim")
         ack = self._call(k, native, "ack")
         pipe = self.r.pipeline(transaction=False)
+        names = [COMMANDS[v] for v in ("enqueue", "claim", "ack")] if native else ["evalsha"]
+        usec0 = sum(_cmdstat(self.r, name)[1] for name in names)
         cpu0 = _cpu(self.r)
         t0 = time.perf_counter()
         for i in range(n):
@@ -128,9 +130,23 @@ class Bench:
             done += verdict
         elapsed = time.perf_counter() - t0
         cpu = _cpu(self.r) - cpu0
+        usec = sum(_cmdstat(self.r, name)[1] for name in names) - usec0
         if done != n:
             raise RuntimeError(f"drained {done} of {n}")
-        return {"jobs_s": n / elapsed, "cpu_us": cpu * 1e6 / n}
+        return {"jobs_s": n / elapsed, "cpu_us": cpu * 1e6 / n, "cmd_us": usec / n}
+
+    def history_round(self, i: int, drain_n: int) -> dict[str, dict[str, float]]:
+        """Drains with the history off and on (App.set_history), Lua and native."""
+        out: dict[str, dict[str, float]] = {}
+        for native in (False, True):
+            tag = "native" if native else "lua"
+            for on in (False, True):
+                k = QueueKeys(f"mh{i}{tag}{int(on)}")
+                self.r.hset(k.gdefaults, "history", 24 if on else 0)
+                out[f"drain {tag} history {'on' if on else 'off'}"] = self.drain(
+                    k, native, drain_n)
+            self.r.flushall()
+        return out
 
     def round(self, i: int, n: int, drain_n: int) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
@@ -155,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-c", "--clients", type=int, default=50)
     ap.add_argument("-P", "--pipeline", type=int, default=1)
+    ap.add_argument("--history", action="store_true",
+                    help="only the drains, with the history counters off and on")
     opts = ap.parse_args(argv)
     server = opts.server or find_binary("redis-server")
     if not server:
@@ -166,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"server: {version.strip()}\nclients {opts.clients}, pipeline {opts.pipeline}, "
           f"{opts.n} calls per run, drain {opts.drain} jobs, {opts.rounds} rounds")
     b = Bench(server, module, opts.clients, opts.pipeline)
+    if opts.history:
+        return _history(b, opts)
     rounds: list[dict[str, dict[str, float]]] = []
     try:
         for i in range(opts.rounds):
@@ -193,6 +213,25 @@ def main(argv: list[str] | None = None) -> int:
                   r["claim native"]["calls_s"] / r["claim lua"]["calls_s"]) for r in rounds]
     print("per round native/lua calls/s (enqueue, claim): "
           + ", ".join(f"({a:.2f}, {c:.2f})" for a, c in per_round))
+    return 0
+
+
+def _history(b: Bench, opts: argparse.Namespace) -> int:
+    try:
+        rounds = [b.history_round(i, opts.drain) for i in range(opts.rounds)]
+    finally:
+        b.close()
+    for fig, what in (("cpu_us", "server CPU"), ("cmd_us", "in-command time")):
+        med = {name: statistics.median(r[name][fig] for r in rounds) for name in rounds[0]}
+        for tag in ("lua", "native"):
+            off, on = med[f"drain {tag} history off"], med[f"drain {tag} history on"]
+            print(f"drain {tag}: {what} per job {off:.1f} us history off, {on:.1f} us on: "
+                  f"{(on / off - 1) * 100:+.1f}%")
+    print("per round (lua off/on, native off/on us/job): " + ", ".join(
+        "({:.1f}/{:.1f}, {:.1f}/{:.1f})".format(*(r[f"drain {t} history {o}"]["cpu_us"]
+                                                 for t in ("lua", "native")
+                                                 for o in ("off", "on")))
+        for r in rounds))
     return 0
 
 

@@ -14,11 +14,12 @@ served by both at once is one queue.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from redis.exceptions import NoPermissionError, RedisError, ResponseError
+from redis.exceptions import NoPermissionError, NoScriptError, RedisError, ResponseError
 
+from ..cluster import is_cluster
 from ..errors import ConfigError, NativeUnavailable
 from . import COMMANDS, module_path
 from .wire import Wire, WireBroken
@@ -106,6 +107,36 @@ class HotVerbs:
             return getattr(self.scripts, verb)(keys, args)
         self.serves[verb] = True
         return reply
+
+    def call_piped(self, verb: str, keys: Sequence[str], args: Sequence[Any],
+                   also: Callable[[Any], None]) -> Any:
+        """The verb and the commands ``also`` adds to a pipeline, in one round trip (the
+        master's tick: reap and its heartbeat). A verb whose path is not known yet, or a
+        cluster client (its pipelines refuse EVALSHA), pays a round trip for each."""
+        served = self.serves[verb]
+        if served is None or is_cluster(self.client):
+            reply = self.call(verb, keys, args)
+            pipe = self.client.pipeline(transaction=False)
+            also(pipe)
+            pipe.execute()
+            return reply
+        pipe = self.client.pipeline(transaction=False)
+        if served:
+            pipe.execute_command(COMMANDS[verb], *keys, *args)
+        else:
+            pipe.evalsha(getattr(self.scripts, verb).sha, len(keys), *keys, *args)
+        also(pipe)
+        first, *rest = pipe.execute(raise_on_error=False)
+        for r in rest:
+            if isinstance(r, Exception):
+                raise r
+        if isinstance(first, NoScriptError) or (served and isinstance(first, RedisError)):
+            # a flushed script cache, or a server restarted without the module: the one
+            # call again, through the path that copes (a real error is raised again there)
+            return self.call(verb, keys, args)
+        if isinstance(first, Exception):
+            raise first
+        return first
 
     def _send(self, command: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         if self.wire.usable:

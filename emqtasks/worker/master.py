@@ -22,9 +22,11 @@ from typing import Any
 
 import multiprocess
 
+from .. import heartbeat
 from ..cluster import is_cluster
 from ..config import WorkerSettings
 from ..errors import TimeLimitExceeded, WorkerLost
+from ..heartbeat import Beat
 from ..hooks import Hooks
 from ..queue import WAKE_DUE, Lease, Queue
 from ..registry import Registry
@@ -88,6 +90,7 @@ class Master:
         self.park_stop = threading.Event()
         self.stats = {"started": 0, "died": 0, "replaced": 0, "time_limited": 0}
         self.scheduler = Scheduler(registry)   # periodic schedules, run by the park thread
+        self.my_beat = heartbeat.new_beat([q.name for q in self.queues], settings.concurrency)
         self._stopping = False
         self._respawn_at: dict[int, tuple[float, float]] = {}   # index -> (when, backoff)
         self.parkers: list[park.Parker] = []
@@ -105,7 +108,7 @@ class Master:
         # scheduled earlier may have been taken by a master that has since stopped.
         first_due: dict[int, float | None] = {}
         for i, q in enumerate(self.queues):
-            self._call(park.reap, q)
+            self._call(park.reap, q, self._beat(), park.beat_ttl(self.settings.tick))
             first_due[i] = self._call(park.promote, q)[0]
         for index in range(self.settings.concurrency):
             self._spawn(index)
@@ -126,9 +129,23 @@ class Master:
             self.has_idle.set()
             for thread in parkers:
                 thread.join(timeout=1.0)
+            self._say_goodbye()
         log.info("stopped: %(started)d children started, %(died)d died, "
                  "%(time_limited)d stopped at their time limit", self.stats)
         return 0
+
+    def _beat(self) -> Beat:
+        """This master's heartbeat as of now (read by the park threads on their tick)."""
+        self.my_beat.busy = sum(1 for h in list(self.children)
+                                  if h is not None and not h.idle)
+        return self.my_beat
+
+    def _say_goodbye(self) -> None:
+        for q in self.queues:
+            try:
+                heartbeat.remove(q.client, q.keys.base, self.my_beat.id)
+            except Exception:   # best effort: the key expires in a few ticks anyway
+                log.debug("could not remove the heartbeat of queue %s", q.name)
 
     def _parkers(self, first_due: dict[int, float | None]) -> list[park.Parker]:
         """One Parker for the queues of one server; on a Cluster one per queue (each queue
@@ -139,7 +156,7 @@ class Master:
         # The periodic schedules live on the first queue of the list: its Parker keeps them.
         return [park.Parker(self.make_queues, g, self.settings.tick, self.has_idle,
                             self.park_stop, wake, first_due,
-                            self.scheduler if n == 0 else None)
+                            self.scheduler if n == 0 else None, self._beat)
                 for n, g in enumerate(groups)]
 
     def _install_signals(self) -> None:

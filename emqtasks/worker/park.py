@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..heartbeat import BEAT_TICKS, Beat
 from ..queue import WAKE_DUE, Queue
 from .resilience import TRANSIENT, Outage
 from .scheduler import Scheduler
@@ -28,7 +29,8 @@ class Parker:
     def __init__(self, make_queues: Callable[[], list[Queue]], indexes: list[int],
                  tick: float, has_idle: threading.Event, stop: threading.Event,
                  wake: Callable[[int], None], first_due: dict[int, float | None],
-                 scheduler: Scheduler | None = None) -> None:
+                 scheduler: Scheduler | None = None,
+                 beat: Callable[[], Beat] | None = None) -> None:
         self.make_queues = make_queues
         self.indexes = indexes
         self.tick = tick
@@ -48,6 +50,8 @@ class Parker:
         #: its first call loads them.
         self.scheduler = scheduler
         self.next_sched = 0.0 if scheduler is not None else float("inf")
+        #: The master's heartbeat (heartbeat.py), written with each tick's reap.
+        self.beat = beat
 
     def due_to_hand_on(self) -> list[int]:
         """The master's queue indexes whose 'd' token this Parker may be holding."""
@@ -75,8 +79,9 @@ class Parker:
         now = time.monotonic()
         ticked = now >= self.next_reap
         if ticked:
+            beat = self.beat() if self.beat is not None else None
             for q in queues:
-                outage.call(reap, q)
+                outage.call(reap, q, beat, beat_ttl(self.tick))
             self.next_reap = now + self.tick
         if self.scheduler is not None and (ticked or now >= self.next_sched):
             # Due slots of periodic schedules; on the tick, a look for changed ones.
@@ -119,8 +124,13 @@ class Parker:
         return False
 
 
-def reap(queue: Queue) -> None:
-    returned, dead = queue.reap()
+def beat_ttl(tick: float) -> int:
+    """A heartbeat's expiry, ms: BEAT_TICKS ticks (at least 3 s)."""
+    return max(3000, int(BEAT_TICKS * tick * 1000))
+
+
+def reap(queue: Queue, beat: Beat | None = None, ttl_ms: int = 0) -> None:
+    returned, dead = queue.reap(beat=beat, beat_ttl_ms=ttl_ms)
     if returned or dead:
         log.info("reaped expired leases of queue %s: %d back to their lanes, %d dead",
                  queue.name, returned, dead)

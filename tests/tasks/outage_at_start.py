@@ -27,11 +27,11 @@ def _connect(url: str, single_thread: bool = False) -> Any:
     return _real_connect(url, single_thread)
 
 
-def _reap(self: Queue, limit: int = 1000) -> tuple[int, int]:
+def _reap(self: Queue, limit: int = 1000, *args: Any, **kwargs: Any) -> tuple[int, int]:
     _calls["reap"] += 1
     if _calls["reap"] == 1:
         raise redis.exceptions.ConnectionError("injected: the server is restarting")
-    return _real_reap(self, limit)
+    return _real_reap(self, limit, *args, **kwargs)
 
 
 worker_cli.connect = _connect   # type: ignore[assignment]

@@ -27,11 +27,14 @@ def scenario_enqueue_one_by_one(b: Bench) -> float:
         return n / (time.perf_counter() - began)
 
 
-def scenario_drain(b: Bench, groups: int) -> dict[str, float | None]:
-    """Enqueue into a paused queue, start the worker, resume, time the drain."""
+def scenario_drain(b: Bench, groups: int, history: bool = True) -> dict[str, float | None]:
+    """Enqueue into a paused queue, start the worker, resume, time the drain (with the
+    verbs' history counters off when ``history`` is False)."""
     n = b.sizes.jobs
     with b.queue() as (app, tasks):
         counter = b.key(app, "done")
+        if not history:
+            app.set_history(0)
         app.pause()
         enqueue_rate = b.enqueue_batch(tasks["noop"], counter, groups, n)
         with b.worker(app) as w:
@@ -198,6 +201,8 @@ def measure_all(b: Bench) -> dict[str, list[Any]]:
     scenarios: dict[str, tuple[str, Callable[[], Any]]] = {
         "one": ("enqueue 1-by-1", lambda: scenario_enqueue_one_by_one(b)),
         "few": (f"drain, {FEW_GROUPS} groups", lambda: scenario_drain(b, FEW_GROUPS)),
+        "nohist": (f"drain, {FEW_GROUPS} groups, history off",
+                   lambda: scenario_drain(b, FEW_GROUPS, history=False)),
         "single": ("drain, 1 group", lambda: scenario_drain(b, 1)),
         "many": (f"drain, {s.many_groups} groups", lambda: scenario_drain(b, s.many_groups)),
         "idle": ("wake latency + idle", lambda: scenario_latency_and_idle(b)),
@@ -231,6 +236,8 @@ def row_specs(b: Bench) -> list[tuple[str, str, str, str | None, str, int]]:
          "few", "scripts", "calls/job", 2),
         ("drain_cpu_us_per_job", f"4  Redis CPU per job (drain, {few} groups)",
          "few", "cpu_us", "us/job", 1),
+        ("drain_no_history_cpu_us_per_job", f"4  Redis CPU per job (drain, {few} groups, "
+         "history off)", "nohist", "cpu_us", "us/job", 1),
         ("drain_1_group_cpu_us_per_job", "4  Redis CPU per job (drain, 1 group)",
          "single", "cpu_us", "us/job", 1),
         ("drain_worker_cpu_us_per_job", f"4  worker CPU per job (master + {c} children)",

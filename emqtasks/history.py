@@ -1,0 +1,205 @@
+"""History kept in the server: the per-minute counters the hot verbs write, read back.
+
+The verbs (lua/_common.lua ``hist_*``, and their native twins) count into one hash a minute
+per queue, ``emq:{q}:h:<unix minute>``, expiring after the retention (App.set_history).
+Per task: ``w<i>:<task>`` the wait time (start - due) histogram (its sum: the starts),
+``ws:<task>`` its sum (ms), ``r<i>:<task>`` the run time histogram of the successes (its sum:
+the successes), ``rs:<task>`` its sum, ``rt:<task>`` retried, ``dd:<task>`` dead. Per group
+two packed fields, ``a:<g>`` = enqueued + started * 2^32 and ``b:<g>`` = succeeded +
+retried * 2^32 + dead * 2^48; ``oa`` / ``ob`` the same for the groups past the minute's cap,
+``na`` / ``nb`` how many groups have a field of that kind. Buckets' upper bounds are
+BUCKETS_MS, bucket 16 the rest. Queue totals are the sums over tasks (enqueued: over groups).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cluster import node_kwargs
+from .validate import integer
+
+#: Upper bounds (ms) of the wait and run time histograms' buckets; one more holds the rest.
+BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000,
+              1800000)
+NBUCKETS = len(BUCKETS_MS) + 1
+DEFAULT_HOURS = 24
+DEFAULT_MAX_GROUPS = 1000
+MAX_HOURS = 24 * 31
+OUTCOMES = ("succeeded", "retried", "dead")
+
+
+@dataclass
+class Counts:
+    """Counters of one scope (a task, a group, a minute, the queue) over some minutes."""
+
+    enqueued: int = 0
+    started: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead: int = 0
+    wait_ms: int = 0                   # sum of the wait times of the starts
+    run_ms: int = 0                    # sum of the run times of the successes
+    wait_buckets: list[int] = field(default_factory=lambda: [0] * NBUCKETS)
+    run_buckets: list[int] = field(default_factory=lambda: [0] * NBUCKETS)
+
+    def add(self, other: Counts) -> None:
+        for name in ("enqueued", "started", "succeeded", "retried", "dead", "wait_ms",
+                     "run_ms"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.wait_buckets = [a + b for a, b in zip(self.wait_buckets, other.wait_buckets)]
+        self.run_buckets = [a + b for a, b in zip(self.run_buckets, other.run_buckets)]
+
+    def wait_quantile(self, q: float) -> float | None:
+        return quantile(self.wait_buckets, q)
+
+    def run_quantile(self, q: float) -> float | None:
+        return quantile(self.run_buckets, q)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"enqueued": self.enqueued, "started": self.started,
+                "succeeded": self.succeeded, "retried": self.retried, "dead": self.dead,
+                "wait_ms_sum": self.wait_ms, "run_ms_sum": self.run_ms,
+                "wait_buckets": list(self.wait_buckets), "run_buckets": list(self.run_buckets),
+                "wait_p50_ms": self.wait_quantile(0.5), "wait_p95_ms": self.wait_quantile(0.95)}
+
+
+def quantile(buckets: list[int], q: float) -> float | None:
+    """The q-quantile (ms) of a histogram, interpolated within its bucket; None if empty."""
+    total = sum(buckets)
+    if total == 0:
+        return None
+    rank = q * total
+    seen = 0
+    for i, n in enumerate(buckets):
+        if n and seen + n >= rank:
+            low = 0 if i == 0 else BUCKETS_MS[i - 1]
+            high = BUCKETS_MS[i] if i < len(BUCKETS_MS) else BUCKETS_MS[-1] * 2
+            return float(low + (high - low) * max(0.0, rank - seen) / n)
+        seen += n
+    return float(BUCKETS_MS[-1])
+
+
+@dataclass
+class Minute:
+    """One minute's counters: per task, per group, and the groups past the cap."""
+
+    minute: int                        # unix minute (the bucket's start is minute * 60 s)
+    tasks: dict[str, Counts] = field(default_factory=dict)
+    groups: dict[str, Counts] = field(default_factory=dict)
+    other: Counts = field(default_factory=Counts)
+    groups_tracked: int = 0
+
+    def total(self) -> Counts:
+        """The queue's: the tasks' counters, with enqueued from the groups (tasks have none)."""
+        out = Counts()
+        for c in self.tasks.values():
+            out.add(c)
+        out.enqueued = sum(g.enqueued for g in self.groups.values()) + self.other.enqueued
+        return out
+
+
+def parse(minute: int, raw: dict[str, str]) -> Minute:
+    """A minute's hash (decoded) as counters."""
+    m = Minute(minute)
+    for f, v in raw.items():
+        counter, sep, name = f.partition(":")
+        try:
+            n = int(v)
+        except ValueError:
+            continue
+        if not sep:
+            if counter in ("oa", "ob"):
+                _unpack(m.other, counter[1], n)
+            elif counter == "na":
+                m.groups_tracked = n
+            continue
+        if counter in ("a", "b"):
+            _unpack(m.groups.setdefault(name, Counts()), counter, n)
+            continue
+        c = m.tasks.setdefault(name, Counts())
+        if counter == "ws":
+            c.wait_ms += n
+        elif counter == "rs":
+            c.run_ms += n
+        elif counter == "rt":
+            c.retried += n
+        elif counter == "dd":
+            c.dead += n
+        elif counter[:1] in ("w", "r") and counter[1:].isdigit():
+            i = int(counter[1:]) - 1
+            if 0 <= i < NBUCKETS:
+                (c.wait_buckets if counter[0] == "w" else c.run_buckets)[i] += n
+    # A task's starts are its wait histogram's sum, its successes its run histogram's.
+    for c in m.tasks.values():
+        c.started = sum(c.wait_buckets)
+        c.succeeded = sum(c.run_buckets)
+    return m
+
+
+def _unpack(c: Counts, kind: str, n: int) -> None:
+    if kind == "a":
+        c.enqueued += n & 0xFFFFFFFF
+        c.started += n >> 32
+    else:
+        c.succeeded += n & 0xFFFFFFFF
+        c.retried += (n >> 32) & 0xFFFF
+        c.dead += n >> 48
+
+
+def minute_key(base: str, minute: int) -> str:
+    return f"{base}h:{minute}"
+
+
+def server_minute(client: Any, base: str) -> int:
+    """The server's current unix minute (on a cluster, the clock of the queue's node)."""
+    secs, _ = client.time(**node_kwargs(client, base + "ring"))
+    return int(secs) // 60
+
+
+def read(client: Any, base: str, minutes: int, end: int | None = None) -> list[Minute]:
+    """The last ``minutes`` minutes up to ``end`` (unix minute; default: the server's now),
+    oldest first, missing minutes as zeros."""
+    minutes = integer(minutes, "minutes", 1, MAX_HOURS * 60)
+    end = server_minute(client, base) if end is None else end
+    span = list(range(end - minutes + 1, end + 1))
+    pipe = client.pipeline(transaction=False)
+    for m in span:
+        pipe.hgetall(minute_key(base, m))
+    return [parse(m, _decoded(raw)) for m, raw in zip(span, pipe.execute())]
+
+
+def _decoded(raw: dict[Any, Any]) -> dict[str, str]:
+    if raw and isinstance(next(iter(raw)), bytes):
+        return {k.decode("utf-8", "replace"): v.decode() for k, v in raw.items()}
+    return dict(raw)
+
+
+def summary(rows: Iterable[Minute]) -> dict[str, Any]:
+    """Per minute totals, and per task and per group over all of them."""
+    per_minute: list[dict[str, Any]] = []
+    tasks: dict[str, Counts] = {}
+    groups: dict[str, Counts] = {}
+    other = Counts()
+    for m in rows:
+        t = m.total()
+        per_minute.append({"minute": m.minute * 60, **t.as_dict()})
+        for name, c in m.tasks.items():
+            tasks.setdefault(name, Counts()).add(c)
+        for name, c in m.groups.items():
+            groups.setdefault(name, Counts()).add(c)
+        other.add(m.other)
+    total = Counts()
+    for c in tasks.values():
+        total.add(c)
+    total.enqueued = sum(g.enqueued for g in groups.values()) + other.enqueued
+    return {"minutes": per_minute, "total": total.as_dict(),
+            "tasks": {k: v.as_dict() for k, v in sorted(tasks.items())},
+            "groups": {k: _group_dict(v) for k, v in sorted(groups.items())},
+            "other_groups": _group_dict(other)}
+
+
+def _group_dict(c: Counts) -> dict[str, Any]:
+    return {"enqueued": c.enqueued, "started": c.started, "succeeded": c.succeeded,
+            "retried": c.retried, "dead": c.dead}

@@ -1,0 +1,155 @@
+"""Prometheus metrics (text exposition 0.0.4), read from the server's history and books.
+
+Counters and histograms come from the per-minute history the verbs keep (history.py), so
+they count the work of every worker process. A counter must never go down while the
+exporter runs, yet the oldest minute of history expires each minute: the exporter adds
+each minute to its running totals once the server's clock has passed it (no verb writes a
+minute after that), and shows the current minute on top. Its first scrape starts from the
+whole retention. A restarted exporter starts again from the history, which Prometheus reads
+as a counter reset.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from . import history
+from .history import BUCKETS_MS, Counts
+from .queue import Queue
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+DEFAULT_TOP_GROUPS = 50
+STATES = ("pending", "active", "delayed", "dead")
+#: Only this many minutes are read on the first scrape (the retention may be longer).
+FIRST_SPAN = 24 * 60
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**labels: str) -> str:
+    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + "}"
+
+
+class _Running:
+    """One queue's running totals: closed minutes added once, the current one on top."""
+
+    def __init__(self) -> None:
+        self.frontier: int | None = None           # first minute not yet added
+        self.tasks: dict[str, Counts] = {}
+        self.lock = threading.Lock()
+
+    def read(self, queue: Queue) -> dict[str, Counts]:
+        with self.lock:
+            now = history.server_minute(queue.client, queue.keys.base)
+            start = self.frontier if self.frontier is not None else now - FIRST_SPAN + 1
+            start = max(start, now - FIRST_SPAN + 1)
+            rows = history.read(queue.client, queue.keys.base, now - start + 1, now)
+            for m in rows[:-1]:
+                for task, c in m.tasks.items():
+                    self.tasks.setdefault(task, Counts()).add(c)
+            self.frontier = now
+            out = {t: _copy(c) for t, c in self.tasks.items()}
+            for task, c in rows[-1].tasks.items():
+                out.setdefault(task, Counts()).add(c)
+            return out
+
+
+def _copy(c: Counts) -> Counts:
+    out = Counts()
+    out.add(c)
+    return out
+
+
+class Exporter:
+    """Renders the metrics of some queues; keeps the running totals between scrapes."""
+
+    def __init__(self, queues: Sequence[Queue], top_groups: int = DEFAULT_TOP_GROUPS) -> None:
+        self.queues = list(queues)
+        self.top_groups = top_groups
+        self._running = {q.name: _Running() for q in self.queues}
+
+    def render(self) -> str:
+        out: list[str] = []
+        per_queue = [(q, self._running[q.name].read(q), q.stats(), q.workers())
+                     for q in self.queues]
+        out += ["# HELP emqtasks_jobs_total Jobs that ended, by outcome (from the history).",
+                "# TYPE emqtasks_jobs_total counter"]
+        for q, tasks, _, _ in per_queue:
+            for task, c in sorted(tasks.items()):
+                for outcome in history.OUTCOMES:
+                    out.append(f"emqtasks_jobs_total"
+                               f"{_labels(queue=q.name, task=task, outcome=outcome)} "
+                               f"{getattr(c, outcome)}")
+        out += ["# HELP emqtasks_jobs_started_total Jobs claimed by a worker (from the history).",
+                "# TYPE emqtasks_jobs_started_total counter"]
+        for q, tasks, _, _ in per_queue:
+            for task, c in sorted(tasks.items()):
+                out.append(f"emqtasks_jobs_started_total{_labels(queue=q.name, task=task)} "
+                           f"{c.started}")
+        out += ["# HELP emqtasks_queue_jobs Jobs of the queue now, by state.",
+                "# TYPE emqtasks_queue_jobs gauge"]
+        for q, _, stats, _ in per_queue:
+            for state in STATES:
+                out.append(f"emqtasks_queue_jobs{_labels(queue=q.name, state=state)} "
+                           f"{stats[state]}")
+        out += ["# HELP emqtasks_groups Groups of the queue now, by lane state.",
+                "# TYPE emqtasks_groups gauge"]
+        for q, _, stats, _ in per_queue:
+            by_state: dict[str, int] = {}
+            for row in stats["groups"].values():
+                by_state[row["state"]] = by_state.get(row["state"], 0) + 1
+            for state, n in sorted(by_state.items()):
+                out.append(f"emqtasks_groups{_labels(queue=q.name, state=state)} {n}")
+        out += [f"# HELP emqtasks_group_pending Waiting jobs of the {self.top_groups} groups "
+                f"with the most.", "# TYPE emqtasks_group_pending gauge"]
+        for q, _, stats, _ in per_queue:
+            top = sorted(stats["groups"].items(), key=lambda kv: (-kv[1]["pending"], kv[0]))
+            for g, row in top[: self.top_groups]:
+                if row["pending"]:
+                    out.append(f"emqtasks_group_pending{_labels(queue=q.name, group=g)} "
+                               f"{row['pending']}")
+        out += ["# HELP emqtasks_workers Live worker processes (masters) of the queue.",
+                "# TYPE emqtasks_workers gauge"]
+        for q, _, _, workers in per_queue:
+            out.append(f"emqtasks_workers{_labels(queue=q.name)} {len(workers)}")
+        out += _histogram("emqtasks_job_wait_seconds",
+                          "Time from due to start (from the history).",
+                          [({"queue": q.name}, _sum_counts(tasks.values()), "wait")
+                           for q, tasks, _, _ in per_queue])
+        out += _histogram("emqtasks_job_run_seconds",
+                          "Run time of the jobs that succeeded (from the history).",
+                          [({"queue": q.name, "task": t}, c, "run")
+                           for q, tasks, _, _ in per_queue for t, c in sorted(tasks.items())])
+        return "\n".join(out) + "\n"
+
+
+def _sum_counts(counts: Any) -> Counts:
+    total = Counts()
+    for c in counts:
+        total.add(c)
+    return total
+
+
+def _histogram(name: str, help_text: str,
+               series: list[tuple[dict[str, str], Counts, str]]) -> list[str]:
+    out = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+    for labels, c, kind in series:
+        buckets = c.wait_buckets if kind == "wait" else c.run_buckets
+        total_ms = c.wait_ms if kind == "wait" else c.run_ms
+        seen = 0
+        for bound, n in zip(BUCKETS_MS, buckets):
+            seen += n
+            out.append(f"{name}_bucket{_labels(**labels, le=_le(bound))} {seen}")
+        count = sum(buckets)
+        out.append(f"{name}_bucket{_labels(**labels, le='+Inf')} {count}")
+        out.append(f"{name}_sum{_labels(**labels)} {total_ms / 1000:g}")
+        out.append(f"{name}_count{_labels(**labels)} {count}")
+    return out
+
+
+def _le(bound_ms: int) -> str:
+    return f"{bound_ms / 1000:g}"

@@ -1,0 +1,222 @@
+"""The dashboard over HTTP: a real server on real data (auth, CSRF, escaping, paging,
+dead-letter actions, read-only, /metrics), and `emqtasks dashboard` / `metrics`."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from dashsrv import DashServer
+from helpers import make_task
+
+from emqtasks import App
+from emqtasks.queue import Queue
+
+pytestmark = pytest.mark.timeout(120)
+HOSTILE = '<img src=x onerror="alert(1)">'
+
+
+def _dead(app: App, queue: Queue, errors: list[str], group: str = "g") -> list[str]:
+    t = make_task(app, name="t.dead", group=group)
+    ids = [t.delay(i).id for i in range(len(errors))]
+    for error in errors:
+        (lease,) = queue.claim()
+        queue.retry(lease, error, 0, True)
+    return ids
+
+
+def test_a_token_is_required_on_every_request(queue: Queue) -> None:
+    with DashServer([queue], token="s3cret") as d:
+        for path in ("/", "/lanes", "/metrics", "/events", "/static/app.js", "/dead"):
+            status, body, headers = d.request(path)
+            assert status == 401, path
+            assert 'name="token"' in body and headers.get("WWW-Authenticate")
+        assert d.request("/lanes", headers={"Authorization": "Bearer wrong"})[0] == 401
+        assert d.request("/lanes", headers={"Authorization": "Bearer s3cret"})[0] == 200
+        assert d.request("/metrics", headers={"Authorization": "Bearer s3cret"})[0] == 200
+        # People: the login form (with its CSRF token) sets a cookie
+        status, body, _ = d.request("/login", {"token": "wrong", "csrf": d.dash.csrf})
+        assert status == 401 and "wrong token" in body
+        assert d.request("/login", {"token": "s3cret"})[0] == 403        # no CSRF token
+        status, _, headers = d.request("/login", {"token": "s3cret", "csrf": d.dash.csrf,
+                                                  "next": "/lanes"})
+        assert status == 303 and headers["Location"] == "/lanes"
+        cookie = headers["Set-Cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert d.request("/lanes", headers={"Cookie": cookie.split(";")[0]})[0] == 200
+
+
+def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(app: App,
+                                                                      queue: Queue) -> None:
+    make_task(app, group="acme").delay(1)
+    with DashServer([queue]) as d:
+        status, body, _ = d.request("/action/pause", {"group": "acme"})
+        assert status == 403 and "CSRF" in body
+        assert d.request("/action/pause", {"group": "acme", "csrf": "guess"})[0] == 403
+        assert not queue.lane("acme")["paused"]
+        status, _, headers = d.request("/action/pause", {"group": "acme", "csrf": d.dash.csrf})
+        assert status == 303 and queue.lane("acme")["paused"]
+        d.request("/action/limit", {"group": "acme", "value": "3", "csrf": d.dash.csrf})
+        d.request("/action/weight", {"group": "acme", "value": "2", "csrf": d.dash.csrf})
+        assert (queue.lane("acme")["limit"], queue.lane("acme")["weight"]) == (3, 2)
+        assert d.request("/action/limit", {"group": "acme", "value": "x",
+                                           "csrf": d.dash.csrf})[0] == 400
+
+
+def test_a_hostile_group_name_and_error_text_are_escaped(app: App, queue: Queue) -> None:
+    _dead(app, queue, [f"Traceback\n{HOSTILE}</pre><script>alert(2)</script>"], group=HOSTILE)
+    make_task(app, name="t.h", group=HOSTILE).delay(1)
+    job_id = queue.client.zrange(queue.keys.dead, 0, 0)[0]
+    with DashServer([queue]) as d:
+        for path in ("/", "/lanes", "/dead", "/jobs?state=pending", f"/job?id={job_id}",
+                     "/lanes?fragment=1"):
+            status, body, _ = d.request(path)
+            assert status == 200, path
+            assert "<img src=x" not in body and "<script>alert" not in body, path
+        assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in d.request("/lanes")[1]
+        assert "&lt;script&gt;alert(2)" in d.request(f"/job?id={job_id}")[1]
+
+
+def test_lanes_are_paged_sorted_and_filtered_on_the_server(app: App, queue: Queue) -> None:
+    t = make_task(app, group=lambda g, *_: g)
+    t.map([(f"tenant{i:03d}", j) for i in range(120) for j in range(i % 3 + 1)])
+    with DashServer([queue]) as d:
+        body = d.request("/lanes")[1]
+        assert body.count('class="lane ') == 50 and "120</span> of 120 groups" in body
+        assert "page 1 of 3" in body
+        last = d.request("/lanes?page=3")[1]
+        assert last.count('class="lane ') == 20
+        top = re.findall(r'data-group="([^"]+)"', d.request("/lanes?sort=-pending")[1])
+        assert all(int(g[-3:]) % 3 == 2 for g in top[:40])          # the 3-job lanes first
+        found = d.request("/lanes?q=tenant11")[1]
+        assert found.count('class="lane ') == 10                     # tenant110..119
+        assert d.request("/lanes?state=paused")[1].count('class="lane ') == 0
+
+
+def test_dead_letters_requeue_and_cancel_by_filter_with_a_count(app: App,
+                                                                queue: Queue) -> None:
+    _dead(app, queue, ["TimeoutError: slow"] * 6 + ["ValueError: bad"] * 4)
+    with DashServer([queue]) as d:
+        body = d.request("/dead?text=timeout")[1]
+        assert "6 match" in body and "requeue all 6 that match" in body
+        status, _, headers = d.request("/dead/requeue", {
+            "scope": "filter", "text": "timeout", "csrf": d.dash.csrf,
+            "back": "/dead?text=timeout"})
+        assert status == 303 and headers["Location"].endswith("done=6")
+        assert queue.client.zcard(queue.keys.dead) == 4 and queue.stats()["pending"] == 6
+        ids = queue.client.zrange(queue.keys.dead, 0, 1)
+        status, _, headers = d.request("/dead/cancel", [("id", ids[0]), ("id", ids[1]),
+                                                        ("csrf", d.dash.csrf)])
+        assert status == 303 and headers["Location"].endswith("done=2")
+        assert queue.client.zcard(queue.keys.dead) == 2
+        assert "2 match" in d.request("/dead")[1]
+        assert d.request("/dead?text=timeout")[1].count('class="job"') == 0
+
+
+def test_read_only_hides_and_refuses_the_actions(app: App, queue: Queue) -> None:
+    _dead(app, queue, ["boom"])
+    make_task(app, group="acme").delay(1)
+    with DashServer([queue], read_only=True) as d:
+        for path in ("/", "/lanes", "/dead"):
+            body = d.request(path)[1]
+            assert 'method="post"' not in body and "read-only" in body, path
+        status, body, _ = d.request("/action/pause", {"group": "acme", "csrf": d.dash.csrf})
+        assert status == 403 and "read-only" in body
+        assert d.request("/dead/requeue", {"scope": "filter", "csrf": d.dash.csrf})[0] == 403
+        assert not queue.lane("acme")["paused"] and queue.client.zcard(queue.keys.dead) == 1
+
+
+def test_metrics_parse_and_count_the_work_done(app: App, queue: Queue) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    t = make_task(app, name="t.ok", group=lambda g, *_: g)
+    t.map([("a", i) for i in range(7)] + [("b", i) for i in range(3)])
+    for _ in range(10):
+        (lease,) = queue.claim()
+        queue.ack(lease)
+    _dead(app, queue, ["x", "y"])
+    make_task(app, name="t.ok", group="waiting").map([(i,) for i in range(4)])
+    with DashServer([queue]) as d:
+        text = d.request("/metrics")[1]
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        value = {}
+        for f in families.values():
+            for s in f.samples:
+                value[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        q = queue.name
+        assert value[("emqtasks_jobs_total", (("outcome", "succeeded"), ("queue", q),
+                                              ("task", "t.ok")))] == 10
+        assert value[("emqtasks_jobs_total", (("outcome", "dead"), ("queue", q),
+                                              ("task", "t.dead")))] == 2
+        assert value[("emqtasks_queue_jobs", (("queue", q), ("state", "pending")))] == 4
+        assert value[("emqtasks_queue_jobs", (("queue", q), ("state", "dead")))] == 2
+        assert value[("emqtasks_group_pending", (("group", "waiting"), ("queue", q)))] == 4
+        assert value[("emqtasks_job_wait_seconds_count", (("queue", q),))] == 12
+        assert value[("emqtasks_job_run_seconds_count", (("queue", q), ("task", "t.ok")))] == 10
+        assert value[("emqtasks_workers", (("queue", q),))] == 0
+        # A second scrape never counts less (the closed minutes are added once)
+        again = d.request("/metrics")[1]
+        assert f'emqtasks_jobs_total{{queue="{q}",task="t.ok",outcome="succeeded"}} 10' in again
+
+
+def test_the_lanes_page_stays_fast_with_10000_groups(app: App, queue: Queue) -> None:
+    t = make_task(app, group=lambda g, *_: g)
+    t.map([(f"tenant{i:05d}", 0) for i in range(10_000)])
+    with DashServer([queue]) as d:
+        t0 = time.perf_counter()
+        status, body, _ = d.request("/lanes")
+        first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        d.request("/lanes?page=100&sort=group")
+        cached = time.perf_counter() - t0
+        print(f"lanes page, 10,000 groups: {first * 1000:.0f} ms (a fresh read), "
+              f"{cached * 1000:.0f} ms (within the 1 s cache)")
+        assert status == 200 and "10000</span> of 10000 groups" in body
+        assert body.count('class="lane ') == 50
+        assert first < 20 and cached < 10
+
+
+def _cli(url: str, *args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, EMQ_REDIS_URL=url)
+    env.pop("EMQ_DASHBOARD_TOKEN", None)
+    return subprocess.run([sys.executable, "-m", "emqtasks", *args], env=env, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def test_binding_beyond_loopback_needs_a_token(redis_url: str) -> None:
+    out = _cli(redis_url, "dashboard", "--host", "0.0.0.0", "--port", "0")
+    assert out.returncode == 2 and "needs a token" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_the_metrics_command_serves_metrics_only(redis_url: str, queue_name: str) -> None:
+    env = dict(os.environ, EMQ_REDIS_URL=redis_url)
+    proc = subprocess.Popen([sys.executable, "-m", "emqtasks", "metrics", "-Q", queue_name,
+                             "--port", "0", "--token", "t0k"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        port = int(re.search(r":(\d+)/metrics", line).group(1))   # type: ignore[union-attr]
+        import urllib.error
+        import urllib.request
+
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                     headers={"Authorization": "Bearer t0k"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert "emqtasks_queue_jobs" in r.read().decode()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10)
+        assert refused.value.code == 401
+        with pytest.raises(urllib.error.HTTPError) as other:
+            urllib.request.urlopen(urllib.request.Request(
+                f"http://127.0.0.1:{port}/lanes", headers={"Authorization": "Bearer t0k"}),
+                timeout=10)
+        assert other.value.code == 404
+    finally:
+        proc.terminate()
+        proc.wait(10)

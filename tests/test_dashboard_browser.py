@@ -1,0 +1,172 @@
+"""The dashboard in a real browser: the system's chromium, driven by Selenium 4 through the
+system's chromedriver (no browser or driver download). Skipped only where chromium is not
+installed (Debian: apt-get install chromium chromium-driver). Screenshots of the main pages
+are kept in the test's temporary directory."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import worker_tasks as wt
+from dashsrv import DashServer
+from helpers import make_task
+from workerproc import WorkerProc
+
+from emqtasks import App
+from emqtasks.queue import Queue
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(CHROMIUM is None or DRIVER is None,
+                       reason="chromium and chromium-driver are not installed"),
+]
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM   # type: ignore[assignment]
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                "--disable-gpu", "--window-size=1400,1000",
+                f"--user-data-dir={tmp_path / 'profile'}"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait(driver: Any, predicate: Any, timeout: float = 15.0) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: predicate(d))
+
+
+def _row(driver: Any, group: str) -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        for row in driver.find_elements(By.CSS_SELECTOR, "tr.lane"):
+            if row.get_attribute("data-group") == group:
+                return row
+    except StaleElementReferenceException:   # the live refresh replaced the table
+        pass
+    return None
+
+
+def _cell(driver: Any, group: str, css: str) -> str | None:
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        row = _row(driver, group)
+        return None if row is None else row.find_element(By.CSS_SELECTOR, css).text
+    except StaleElementReferenceException:
+        return None
+
+
+def _click(driver: Any, group: str, css: str) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    def attempt(d: Any) -> bool:
+        try:
+            _row(d, group).find_element(By.CSS_SELECTOR, css).click()
+            return True
+        except (StaleElementReferenceException, AttributeError):
+            return False
+    _wait(driver, attempt)
+
+
+def _state(driver: Any, group: str) -> str | None:
+    return _cell(driver, group, "td.state")
+
+
+def test_lanes_pause_live_updates_and_dead_requeue_in_a_browser(
+        app: App, queue: Queue, browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    # Given a flooding group, a quiet one, and a dead job of a task a worker can run
+    h = app.send_task(wt.record, ("revived:1",))
+    (lease,) = queue.claim()
+    queue.retry(lease, "ValueError: first try failed", 0, True)
+    make_task(app, name="t.flood", group="flood").map([(i,) for i in range(300)])
+    make_task(app, name="t.quiet", group="quiet").delay(1)
+    with DashServer([queue], token="tok") as d:
+        # A request without the token is refused; the login form lets a person in
+        browser.get(d.base + "/lanes")
+        assert browser.find_element(By.ID, "token")
+        browser.save_screenshot(str(tmp_path / "login.png"))
+        browser.find_element(By.ID, "token").send_keys("tok")
+        browser.find_element(By.ID, "login").click()
+        _wait(browser, lambda b: _row(b, "flood") is not None)
+        # The lanes page shows the flooding group and the quiet one, with their states
+        _wait(browser, lambda b: _state(b, "flood") == "ready")
+        _wait(browser, lambda b: _cell(b, "flood", "td.pending") == "300")
+        _wait(browser, lambda b: _state(b, "quiet") == "ready")
+        _wait(browser, lambda b: "its turn" in (_cell(b, "quiet", "td.why") or ""))
+        browser.save_screenshot(str(tmp_path / "lanes.png"))
+        # Clicking pause on a group pauses it in Redis, and the page shows it
+        _click(browser, "flood", "button.pause")
+        _wait(browser, lambda b: _state(b, "flood") == "paused")
+        assert queue.lane("flood")["paused"]
+        # A job enqueued while the page is open appears without a reload
+        marker = browser.execute_script("window.__same_page = 1; return 1")
+        assert marker == 1
+        make_task(app, name="t.late", group="latecomer").delay(1)
+        _wait(browser, lambda b: _row(b, "latecomer") is not None, 15)
+        assert browser.execute_script("return window.__same_page") == 1   # no reload
+        pending = int(browser.find_element(By.ID, "c-pending").text)
+        assert pending >= 300
+        # Overview and dead letters
+        browser.get(d.base + "/")
+        browser.save_screenshot(str(tmp_path / "overview.png"))
+        browser.get(d.base + "/dead")
+        assert "1 match" in browser.find_element(By.ID, "job-total").text
+        browser.save_screenshot(str(tmp_path / "dead.png"))
+        # A dead job requeued from the page runs
+        with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1) as w:
+            w.wait_ready()
+            browser.get(d.base + f"/job?id={h.id}")
+            assert browser.find_element(By.ID, "f-state").text == "dead"
+            browser.save_screenshot(str(tmp_path / "job.png"))
+            browser.find_element(By.ID, "requeue-one").click()
+            assert h.get(timeout=30) == "revived:1"
+            browser.get(d.base + f"/job?id={h.id}")
+            assert browser.find_element(By.ID, "f-state").text == "done"
+            assert w.stop() == 0
+    assert list(tmp_path.glob("*.png"))
+
+
+def test_read_only_hides_and_refuses_actions_in_a_browser(app: App, queue: Queue,
+                                                          browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    make_task(app, name="t.x", group="acme").delay(1)
+    with DashServer([queue], read_only=True) as d:
+        browser.get(d.base + "/lanes")
+        _wait(browser, lambda b: _row(b, "acme") is not None)
+        assert browser.find_elements(By.CSS_SELECTOR, "button.pause") == []
+        assert "read-only" in browser.find_element(By.CSS_SELECTOR, ".badge").text
+        browser.save_screenshot(str(tmp_path / "lanes-read-only.png"))
+        # A POST sent from the page anyway is refused
+        status = browser.execute_script(
+            "var f = new FormData(); f.append('group', 'acme'); f.append('csrf', arguments[0]);"
+            "return fetch('/action/pause', {method: 'POST', body: new URLSearchParams(f)})"
+            ".then(function (r) { return r.status; });", d.dash.csrf)
+        assert status == 403
+        time.sleep(0.2)
+        assert not queue.lane("acme")["paused"]

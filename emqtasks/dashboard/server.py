@@ -226,13 +226,18 @@ class Handler(BaseHTTPRequestHandler):
             raise Refused(HTTPStatus.BAD_REQUEST, "unknown state")
         f = views.JobFilter(state, qs.get("group", ""), qs.get("task", ""), qs.get("text", ""))
         page = _int(qs.get("page"), 1)
-        rows, total = views.find_jobs(queue, f, (page - 1) * views.PAGE)
+        groups = (list(self.dash.views[queue.name].stats.get()["groups"])
+                  if f.state == "pending" and not f.group else None)
+        rows, total, complete = views.find_jobs(queue, f, (page - 1) * views.PAGE,
+                                                groups=groups)
+        pages = max(1, -(-total // views.PAGE)) if complete else page + 1
         name = "dead.html" if dead else "jobs.html"
         if qs.get("fragment"):
             name = "_jobs_table.html"
         self._send(HTTPStatus.OK, self.dash.render(
             name, page="dead" if dead else "jobs", rows=rows, total=total, f=f, pg=page,
-            pages=max(1, -(-total // views.PAGE)), done=qs.get("done"), **common))
+            pages=pages, complete=complete, done=qs.get("done"),
+            bound=views.dead_bound(queue) if dead else "", **common))
 
     def _static(self, name: str) -> None:
         folder = resources.files("emqtasks.dashboard") / "static"
@@ -323,12 +328,26 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/action/rate":
             value = _opt_int(one.get("value"))
             queue.set_group_rate(group, value, float(one.get("per") or 1))
+        elif path == "/dead/confirm":
+            # "All that match" where the page's count was a lower bound: count them all
+            # first (one full search), then the action runs on the jobs counted.
+            verb = one.get("verb", "")
+            if verb not in ("requeue", "cancel"):
+                raise Refused(HTTPStatus.BAD_REQUEST, "unknown action")
+            f = views.JobFilter("dead", one.get("group", ""), one.get("task", ""),
+                                one.get("text", ""))
+            bound = views.dead_bound(queue)
+            n = len(views.matching_ids(queue, f, bound=bound))
+            self._send(HTTPStatus.OK, self.dash.render(
+                "dead_confirm.html", page="dead", queue=queue.name, verb=verb, f=f,
+                count=n, bound=bound, back=back))
+            return
         elif path in ("/dead/requeue", "/dead/cancel"):
             ids = self._targets(queue, one, form)
             if path == "/dead/requeue":
                 n = queue.requeue_dead_ids(ids)
             else:
-                n = sum(1 for i in ids if queue.cancel(i).name == "CANCELLED")
+                n = views.cancel_ids(queue, ids)
             sep = "&" if "?" in back else "?"
             back = f"{back}{sep}done={n}"
         else:
@@ -343,7 +362,7 @@ class Handler(BaseHTTPRequestHandler):
         if one.get("scope") == "filter":
             f = views.JobFilter("dead", one.get("group", ""), one.get("task", ""),
                                 one.get("text", ""))
-            return views.matching_ids(queue, f)
+            return views.matching_ids(queue, f, bound=one.get("bound", ""))
         ids = form.get("id", [])
         if not ids:
             raise Refused(HTTPStatus.BAD_REQUEST, "no job selected")

@@ -23,7 +23,7 @@ from .keys import FIXED
 VERBS = (
     "enqueue", "claim", "ack", "retry", "release", "extend", "reap", "promote",
     "pause", "pause_group", "limit", "weight", "cancel", "requeue", "wait",
-    "repair", "rate", "maxsize", "defaults", "schedule", "find",
+    "repair", "rate", "maxsize", "defaults", "schedule", "find", "lanes",
 )
 #: Keys a verb takes after the fixed ones, in KEYS order; its prelude declares them as
 #: ``K_<name>``, so a script still forms no key of its own but job rows, lanes and done lists.
@@ -114,3 +114,4 @@ class Scripts:
     defaults: Any
     schedule: Any
     find: Any
+    lanes: Any

@@ -40,6 +40,9 @@ from .scenarios import Row, render, run_all
               help="only the fairness controls: claim cost of 10,000 groups under a default "
                    "limit and rate vs 10 plain groups, idle cost with rate-limited groups "
                    "parked, rate-limit precision")
+@click.option("--dashboard", "dashboard_", is_flag=True,
+              help="only the dashboard: its pages' response times with 10,000 groups and "
+                   "200,000 dead jobs (20,000 with --quick)")
 @click.option("--peers", is_flag=True,
               help="the same workloads on Huey and Dramatiq too, side by side, where they "
                    "are installed (pip install 'emqtasks[peers]'); ratios emqtasks/peer")
@@ -54,8 +57,14 @@ from .scenarios import Row, render, run_all
 @click.option("--seed", type=int, default=None, help="with --chaos: the seed of its schedule")
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
           as_json: bool, quick: bool, cluster: bool, controls: bool, peers: bool,
-          async_: bool, chaos_seconds: float | None, seed: int | None) -> None:
+          async_: bool, chaos_seconds: float | None, seed: int | None,
+          dashboard_: bool = False) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
+    if dashboard_:   # its own scenarios and report: see dashboard.py
+        from . import dashboard as bench_dashboard
+
+        bench_dashboard.run(redis_url, runs, quick, as_json)
+        return
     if controls:   # its own scenarios and report: see controls.py
         from . import controls as bench_controls
 

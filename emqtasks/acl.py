@@ -98,8 +98,8 @@ def setuser(user: str, rules: Iterable[str], password: str = "<password>") -> st
 #: WORKER_COMMANDS must have one: the doctor tries them on Redis 6.2), on ``emq:{q}:doctor``
 #: (a key of the queue that no verb uses): reads of a key that does not exist, and writes
 #: whose arguments make the command fail after its ACL check (an odd field list, a number
-#: that is not one) or do nothing (XX). Only RPUSH writes: it is tried just before LTRIM,
-#: BLPOP, EXPIRE and DEL, which empty the key or let it expire.
+#: that is not one, an expiry of 0) or do nothing (XX). Only RPUSH writes: it is tried just
+#: before LTRIM, BLPOP, EXPIRE and DEL, which empty the key or let it expire.
 PROBES: dict[str, tuple[str, ...]] = {
     "evalsha": ("0" * 40, "1", "{k}"), "eval": ("return 1", "1", "{k}"),
     "time": (), "ping": (), "info": ("server",),
@@ -112,6 +112,7 @@ PROBES: dict[str, tuple[str, ...]] = {
     "rpush": ("{k}", "x"), "lpush": ("{k}", "x"), "incr": ("{k}",),
     "ltrim": ("{k}", "1", "0"), "blpop": ("{k}", "0.01"), "pexpire": ("{k}", "1000"),
     "get": ("{k}",), "hexists": ("{k}", "f"), "zscore": ("{k}", "m"),
+    "set": ("{k}", "v", "PX", "0"),   # refused after the ACL check: invalid expire time
     "expire": ("{k}", "1"), "del": ("{k}",),
 }
 

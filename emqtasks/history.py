@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .cluster import node_kwargs
 from .validate import integer
 
 #: Upper bounds (ms) of the wait and run time histograms' buckets; one more holds the rest.
@@ -151,8 +152,9 @@ def minute_key(base: str, minute: int) -> str:
     return f"{base}h:{minute}"
 
 
-def server_minute(client: Any) -> int:
-    secs, _ = client.time()
+def server_minute(client: Any, base: str) -> int:
+    """The server's current unix minute (on a cluster, the clock of the queue's node)."""
+    secs, _ = client.time(**node_kwargs(client, base + "ring"))
     return int(secs) // 60
 
 
@@ -160,7 +162,7 @@ def read(client: Any, base: str, minutes: int, end: int | None = None) -> list[M
     """The last ``minutes`` minutes up to ``end`` (unix minute; default: the server's now),
     oldest first, missing minutes as zeros."""
     minutes = integer(minutes, "minutes", 1, MAX_HOURS * 60)
-    end = server_minute(client) if end is None else end
+    end = server_minute(client, base) if end is None else end
     span = list(range(end - minutes + 1, end + 1))
     pipe = client.pipeline(transaction=False)
     for m in span:

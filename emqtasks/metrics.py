@@ -45,7 +45,7 @@ class _Running:
 
     def read(self, queue: Queue) -> dict[str, Counts]:
         with self.lock:
-            now = history.server_minute(queue.client)
+            now = history.server_minute(queue.client, queue.keys.base)
             start = self.frontier if self.frontier is not None else now - FIRST_SPAN + 1
             start = max(start, now - FIRST_SPAN + 1)
             rows = history.read(queue.client, queue.keys.base, now - start + 1, now)

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 from redis.exceptions import NoScriptError
 
 from . import heartbeat, history, lanes
-from .cluster import node_kwargs, scan_keys
+from .cluster import is_cluster, node_kwargs, scan_keys
 from .errors import InvalidArgument, InvalidJobId, ScriptError
 from .heartbeat import Beat
 from .keys import QueueKeys, check_group, check_job_id
@@ -174,8 +174,12 @@ class Queue:
              beat_ttl_ms: int = 0) -> tuple[int, int]:
         """Expired leases back to their lanes (or dead): returns (returned, dead). With a
         ``beat``, the master's heartbeat (heartbeat.py) rides in the same round trip."""
-        if beat is None:
+        if beat is None or is_cluster(self.client):
             returned, dead = self.scripts.reap(self._k, [limit])
+            if beat is not None:   # a cluster pipeline refuses EVALSHA: a round trip more
+                pipe = self.client.pipeline(transaction=False)
+                heartbeat.write(pipe, self.keys.base, beat, beat_ttl_ms)
+                pipe.execute()
             return int(returned), int(dead)
         verb = self.scripts.reap
         pipe = self.client.pipeline(transaction=False)

@@ -151,6 +151,10 @@ def test_ack_retry_dead_promote_and_reap(capp: App) -> None:
     assert q.reap() == (1, 0) and capp.job("a")["state"] == "pending"
     assert_invariants(q)
     assert check.check(q).ok   # its snapshot is a MULTI transaction: one slot, one node
+    # The history lives in the queue's slot too, and reads back on the cluster
+    h = capp.history(minutes=2)["total"]
+    assert (h["enqueued"], h["started"], h["succeeded"], h["retried"], h["dead"]) == \
+        (2, 4, 1, 2, 1)
 
 
 def test_a_stale_holder_cannot_ack(capp: App) -> None:
@@ -268,6 +272,9 @@ def test_a_worker_per_queue_drains_queues_on_three_shards(cluster: ClusterServer
     try:
         for w in workers:
             w.wait_ready()
+        for a, w in zip(apps, workers):   # each master's heartbeat, on its queue's shard
+            w.wait_for(lambda a=a: a.workers(), 10)
+            assert [x["pid"] for x in a.workers()] == [w.pid]
         tags = {n: [f"{g}:{i}" for g in "abc" for i in range(15)] for n in names}
         handles = {n: [a.send_task(wt.record, (t,)) for t in tags[n]]
                    for n, a in zip(names, apps)}

@@ -51,8 +51,7 @@ class QueueView:
         self.table = LaneTable(queue)
         self.stats = Cached(self.table.stats, 1.0)
         self.hour = Cached(lambda: queue.history(60), 10.0)
-        self.five = Cached(lambda: queue.history(5), 10.0)
-        self.day = Cached(lambda: queue.history(24 * 60), 60.0)
+        self.five = Cached(lambda: queue.history(5), 5.0)
 
     def overview(self) -> dict[str, Any]:
         stats = self.stats.get()
@@ -73,9 +72,8 @@ class QueueView:
         stats = self.stats.get()
         hour = self.hour.get()
         starts60 = {g: c["started"] for g, c in hour["groups"].items()}
-        five = hour["minutes"][-5:]
-        starts5 = self._recent_starts(5)
-        total5 = sum(m["started"] for m in five) or 0
+        starts5 = self._recent_starts()
+        total5 = self.five.get()["total"]["started"] or 0
         total60 = hour["total"]["started"] or 0
         groups = stats["groups"]
         busy_weight = sum(r["weight"] for r in groups.values() if r["pending"] or r["active"])
@@ -111,9 +109,8 @@ class QueueView:
                 "page": page, "pages": pages, "sort": sort, "state": state, "text": text,
                 "paused": stats["paused"], "all": len(groups)}
 
-    def _recent_starts(self, minutes: int) -> dict[str, int]:
-        rows = self.five.get() if minutes == 5 else self.queue.history(minutes)
-        return {g: c["started"] for g, c in rows["groups"].items()}
+    def _recent_starts(self) -> dict[str, int]:
+        return {g: c["started"] for g, c in self.five.get()["groups"].items()}
 
 
 def why(row: dict[str, Any]) -> str:

@@ -6,7 +6,8 @@
  * of the form BASE..name with BASE = KEYS[1] minus "ring" (anything else is refused: the
  * keys a command forms itself, job rows BASE.."job:"..id, lanes BASE.."g:"..group..":pending",
  * a rated group's start times BASE.."g:"..group..":starts", done lists BASE.."done:"..id and
- * the fairness controls' books BASE..{grate gmax gdefaults gbackoff gwait}, then carry the
+ * the fairness controls' books BASE..{grate gmax gdefaults gbackoff gwait}, the minute's
+ * history hash BASE.."h:"..minute (_common.lua hist_*: the same counters), then carry the
  * same prefix, so the same slot and the same ACL key pattern, and never alias a fixed key). Replies are what the script returns
  * through RESP2: Lua tables are arrays, false a nil bulk, numbers integers.
  *

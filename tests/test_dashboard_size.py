@@ -169,3 +169,31 @@ def test_find_filters_on_the_server(queue: Queue) -> None:
     assert views.matching_ids(q, views.JobFilter("dead"), bound=repr(score)) == \
         [i for i, s in everyone if s <= score]
     assert views.matching_ids(q, views.JobFilter("dead"), bound=repr(score - 10**6)) == []
+
+
+def test_the_lane_table_and_the_search_run_on_a_cluster() -> None:
+    from cluster import ClusterServers
+
+    from emqtasks import App
+
+    servers = ClusterServers.start_or_skip()
+    app = App(redis_url=servers.url, queue=f"cq-{time.monotonic_ns()}")
+    try:
+        q = app.queue()
+        ids = _dead(q, ["ValueError: on a cluster"], group="g9")
+        q.enqueue_many([new_job(f"c{i}", group=f"g{i % 7}") for i in range(30)])
+        q.pause_group("g3")
+        table = LaneTable(q).stats()
+        stats = q.stats()
+        assert {g: r["state"] for g, r in table["groups"].items()} == \
+            {g: r["state"] for g, r in stats["groups"].items()}
+        assert table["pending"] == stats["pending"] == 30 and table["dead"] == 1
+        assert views.matching_ids(q, views.JobFilter("dead", text="CLUSTER")) == ids
+        with DashServer([q]) as d:
+            status, body, _ = d.request("/lanes?state=paused")
+            assert status == 200 and 'data-group="g3"' in body
+            assert d.request("/metrics")[0] == 200
+    finally:
+        app.purge()
+        app.close()
+        servers.close()

@@ -197,3 +197,15 @@ def test_the_lane_table_and_the_search_run_on_a_cluster() -> None:
         app.purge()
         app.close()
         servers.close()
+
+
+def test_the_overview_draws_the_wait_times_as_svg(queue: Queue) -> None:
+    queue.enqueue_many([new_job(f"w{i}", group="acme") for i in range(3)])
+    for lease in queue.claim(3):
+        queue.ack(lease)
+    with DashServer([queue]) as d:
+        status, body, _ = d.request("/")
+    assert status == 200
+    chart = body.split('<div id="wait-chart">', 1)[1].split("</div>", 1)[0]
+    assert chart.startswith('<svg class="lines"') and "<script" not in chart
+    assert "<polyline" in chart or "<circle" in chart   # this minute's starts are drawn

@@ -19,6 +19,7 @@ from typing import Any
 from ..history import quantile
 from ..lanetable import LaneTable
 from ..queue import Queue
+from . import charts
 
 PAGE = 50
 #: Lanes sortable by these columns (the query's ``sort``; ``-`` in front: descending).
@@ -65,7 +66,8 @@ class QueueView:
                             "p95": _ms(quantile(m["wait_buckets"], 0.95))})
         return {"stats": {k: v for k, v in stats.items() if k != "groups"},
                 "groups": len(stats["groups"]), "hour": hour["total"], "minutes": minutes,
-                "tasks": hour["tasks"]}
+                "tasks": hour["tasks"],
+                "wait_chart": charts.lines(minutes, ("p50", "p95"), "ms")}
 
     def lanes(self, sort: str = "-pending", state: str = "", text: str = "",
               page: int = 1) -> dict[str, Any]:

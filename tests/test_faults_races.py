@@ -28,7 +28,7 @@ from faults import (
     start_worker,
     wait_until,
 )
-from helpers import count_keys, new_job, server_ms
+from helpers import data_keys, new_job, server_ms
 from workerproc import WorkerProc
 
 from emqtasks import App
@@ -269,8 +269,8 @@ def test_a_burst_of_100k_jobs_is_processed_with_a_bounded_wake_list_and_memory_r
             burst.map([(0,)])
             wait_until(lambda: admin.get(counter) == "1", 10, "the warm-up job", w)
             admin.delete(counter)
-            wait_until(lambda: count_keys(q) == 0, 10, "the warm-up row to expire", w)
-            base_mem, base_keys = _used_memory(admin), count_keys(q)
+            wait_until(lambda: data_keys(q) == 0, 10, "the warm-up row to expire", w)
+            base_mem, base_keys = _used_memory(admin), data_keys(q)
             sampler = threading.Thread(target=sample_wake, daemon=True)
             sampler.start()
             # When 100,000 jobs arrive in chunks of 20,000: each chunk one script call,
@@ -297,12 +297,12 @@ def test_a_burst_of_100k_jobs_is_processed_with_a_bounded_wake_list_and_memory_r
             assert 0 < wake_max[0] <= WAKE_CAP
             # ... and once the results (ttl 1 s) expired, keys and memory are back
             admin.delete(counter)
-            wait_until(lambda: count_keys(q) <= base_keys + 1, 20, "the rows to expire", w)
+            wait_until(lambda: data_keys(q) <= base_keys + 1, 20, "the rows to expire", w)
             slack = 2 << 20
             wait_until(lambda: _used_memory(admin) <= base_mem + slack, 20,
                        f"memory back near {base_mem} B", w)
             print(f"used_memory {base_mem} -> {_used_memory(admin)} B; keys {base_keys} -> "
-                  f"{count_keys(q)}")
+                  f"{data_keys(q)}")
             assert w.stop() == 0
         assert_clean(q)
         _batch_verbs_with_20k_ids(Queue(admin, queue_name + "-x"))

@@ -36,6 +36,14 @@ def count_keys(queue: Queue) -> int:
     return len(list(queue.scan(queue.keys.all_pattern)))
 
 
+def data_keys(queue: Queue) -> int:
+    """count_keys less the observability keys: the minutes of history (``h:<minute>``) and
+    the workers' heartbeats, which live their own lives (expiry after the retention, or a
+    few ticks)."""
+    skip = tuple(queue.keys.base + k for k in ("h:", "worker:", "workers"))
+    return sum(1 for key in queue.scan(queue.keys.all_pattern) if not key.startswith(skip))
+
+
 def server_ms(queue: Queue) -> int:
     secs, micros = queue.client.time()
     return int(secs) * 1000 + int(micros) // 1000

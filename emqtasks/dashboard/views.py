@@ -1,7 +1,7 @@
 """What the dashboard's pages show, computed from the server (no state of its own).
 
 The lanes of a queue are read once a second at most, whatever the number of viewers, by the
-lane table (lanetable.py: no SCAN of the keyspace, two pipelined commands a group), then
+lane table (lanetable.py: no SCAN of the keyspace; lua/lanes.lua reads the lanes), then
 sorted, filtered and paged here; the 50 rows of a page are read again exactly (lanes.view).
 History is read at most every 10 s. Searches of job sets run lua/find.lua on the server
 (bounded calls that read the rows there), so a filter over 200,000 dead jobs moves ids,
@@ -139,17 +139,13 @@ def _ms(value: float | None) -> float | None:
 
 @dataclass
 class JobFilter:
+    """What a search asks for (lua/find.lua applies it on the server): a state, and an
+    exact group and task and a case-insensitive text of the error where given."""
+
     state: str = "dead"
     group: str = ""
     task: str = ""
     text: str = ""
-
-    def matches(self, row: dict[str, Any]) -> bool:
-        if self.group and row.get("group") != self.group:
-            return False
-        if self.task and row.get("task") != self.task:
-            return False
-        return not self.text or self.text.lower() in (row.get("error") or "").lower()
 
 
 _KEYS = {"active": "active", "delayed": "delayed", "dead": "dead"}

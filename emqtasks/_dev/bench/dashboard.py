@@ -121,6 +121,8 @@ def run(redis_url: str | None, runs: int | None, quick: bool, as_json: bool) -> 
                      f"{dead // 2:,})", f"/dead?queue={name}&page={dead // 100}"),
                     ("dash_dead_search_ms", "dead letters searched by error text (a page)",
                      f"/dead?queue={name}&text=failure%2042"),
+                    ("dash_dead_group_ms", "dead letters filtered by group (a page)",
+                     f"/dead?queue={name}&group=tenant-00042"),
                     ("dash_dead_count_ms", "all dead jobs matching a text counted (confirm)",
                      None),
                     ("dash_metrics_ms", "/metrics", "/metrics")):

@@ -17,6 +17,7 @@ from typing import Any
 
 from . import history
 from .history import BUCKETS_MS, Counts
+from .lanetable import LaneTable
 from .queue import Queue
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -71,10 +72,13 @@ class Exporter:
         self.queues = list(queues)
         self.top_groups = top_groups
         self._running = {q.name: _Running() for q in self.queues}
+        # The gauges read the lane table, not stats(): no SCAN of the keyspace per scrape.
+        self._tables = {q.name: LaneTable(q) for q in self.queues}
 
     def render(self) -> str:
         out: list[str] = []
-        per_queue = [(q, self._running[q.name].read(q), q.stats(), q.workers())
+        per_queue = [(q, self._running[q.name].read(q), self._tables[q.name].stats(),
+                      q.workers())
                      for q in self.queues]
         out += ["# HELP emqtasks_jobs_total Jobs that ended, by outcome (from the history).",
                 "# TYPE emqtasks_jobs_total counter"]

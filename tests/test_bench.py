@@ -104,3 +104,17 @@ def test_quick_workflow_bench_a_chain_step_rides_on_the_ack() -> None:
     assert figures["wf_chord_callbacks"] == 1
     for key in ("wf_chain_steps", "wf_chord_members", "wf_chain_enqueue"):
         assert figures[key] > 0, key
+
+
+@pytest.mark.timeout(300)
+def test_quick_dashboard_bench_times_the_pages_on_10000_groups() -> None:
+    pytest.importorskip("jinja2")
+    proc = subprocess.run(
+        [sys.executable, "-m", "emqtasks.cli", "bench", "--dashboard", "--quick", "--json"],
+        check=False, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["groups"] == 10_000 and report["dead"] == 20_000
+    for key in ("dash_lanes_ms", "dash_lanes_page100_ms", "dash_dead_ms",
+                "dash_dead_search_ms", "dash_dead_count_ms", "dash_metrics_ms"):
+        assert report["figures"][key] > 0, key

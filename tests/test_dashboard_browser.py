@@ -144,6 +144,8 @@ def test_lanes_pause_live_updates_and_dead_requeue_in_a_browser(
             assert browser.find_element(By.ID, "f-state").text == "dead"
             browser.save_screenshot(str(tmp_path / "job.png"))
             browser.find_element(By.ID, "requeue-one").click()
+            # the click's POST lands asynchronously: get() on a still-dead job raises
+            _wait(browser, lambda b: queue.status(h.id) != "dead")
             assert h.get(timeout=30) == "revived:1"
             browser.get(d.base + f"/job?id={h.id}")
             assert browser.find_element(By.ID, "f-state").text == "done"

@@ -101,3 +101,15 @@ def test_a_type_checker_checks_delay_against_the_task_function(tmp_path: Path) -
     assert bad.returncode == 1
     for line in (20, 21, 22, 23):
         assert f"user_code.py:{line}: error" in bad.stdout, bad.stdout
+
+
+def test_the_worker_never_imports_the_web_stack() -> None:
+    # The dashboard is an optional extra: the CLI lists it, the worker never loads it
+    code = ("import sys, emqtasks.cli, emqtasks.cli.worker; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('jinja2', 'selenium', 'prometheus_client') "
+            "or m.startswith(('emqtasks.dashboard', 'emqtasks.metrics', "
+            "'emqtasks.lanetable'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "[]"

@@ -295,7 +295,10 @@ def stats(redis_url: str | None, queue: str | None, as_json: bool, watch: bool,
 def _watch(redis_url: str | None, names: Sequence[str | None], count: int | None) -> None:
     """The live lane table: the busiest lanes of each queue, and the last minute's work,
     redrawn in place once a second."""
+    from ..lanetable import LaneTable  # no SCAN of the keyspace a second
+
     queues = [open_queue(settings_for(redis_url, name)) for name in names]
+    tables = {q.name: LaneTable(q) for q in queues}
     rows = shutil.get_terminal_size((100, 30)).lines - 4
     n = 0
     try:
@@ -303,7 +306,7 @@ def _watch(redis_url: str | None, names: Sequence[str | None], count: int | None
             n += 1
             out = [time.strftime("%H:%M:%S") + "  (Ctrl-C to stop)"]
             for q in queues:
-                data = q.stats()
+                data = tables[q.name].stats()
                 last = q.history(2)["minutes"]
                 minute = last[-1] if last else {}
                 data["groups"] = dict(sorted(data["groups"].items(),

@@ -3,7 +3,9 @@ when run, so a worker never imports the web code."""
 
 from __future__ import annotations
 
+import logging
 import sys
+import threading
 from typing import Any
 
 import click
@@ -62,6 +64,10 @@ def _run(host: str, port: int, token: str | None, queues: list[Queue], read_only
         server = serve(dash, host, port)
     except OSError as exc:
         raise CliError(f"cannot listen on {host}:{port}: {exc}") from None
+    # The exporter's first read sums the whole retention (24 h of minutes at the 1,000-group
+    # cap: about 15 s): done now, in the background, so the first scrape is not the one
+    # that pays it (and times out).
+    threading.Thread(target=_warm, args=(dash,), name="metrics-warm", daemon=True).start()
     what = "metrics" if metrics_only else "dashboard"
     click.echo(f"emqtasks {what} on http://{host}:{server.server_address[1]}/"
                f"{'metrics' if metrics_only else ''} (queues {', '.join(dash.queues)}"
@@ -74,6 +80,13 @@ def _run(host: str, port: int, token: str | None, queues: list[Queue], read_only
     finally:
         dash.stopping.set()
         server.server_close()
+
+
+def _warm(dash: Any) -> None:
+    try:
+        dash.exporter.render()
+    except Exception:   # a scrape will say what is wrong; the warm-up is only a head start
+        logging.getLogger("emqtasks.dashboard").debug("metrics warm-up failed", exc_info=True)
 
 
 @click.command()

@@ -5,10 +5,12 @@ and Jinja2 templates with autoescaping on: every value from Redis is escaped by 
 template engine, never pasted into HTML by hand. Assets are files of the package.
 
 Auth: with a token, every request must carry it, as ``Authorization: Bearer <token>``
-(programs, Prometheus) or in the ``emq_token`` cookie that the login form sets (people);
-anything else is answered 401. CSRF: every POST carries the page's CSRF token (a form field
-or the ``X-CSRF-Token`` header), a random value of this process that only a reader of the
-pages can know; the cookie is SameSite=Strict and HttpOnly besides.
+(programs, Prometheus) or by the ``emq_session`` cookie that the login form sets (people:
+an HMAC of the token, see guard.py); anything else is answered 401. CSRF: every POST
+carries the page's CSRF token (a form field or the ``X-CSRF-Token`` header), a random value
+of this process that only a reader of the pages can know, and no Origin but its own; the
+cookie is SameSite=Strict and HttpOnly besides. Without a token, only a loopback Host name
+is answered (no DNS rebinding).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import secrets
 import threading
 import time
 from http import HTTPStatus
-from http.cookies import SimpleCookie
+from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
@@ -29,10 +31,10 @@ from urllib.parse import parse_qs, quote, urlsplit
 from ..errors import EmqError
 from ..metrics import CONTENT_TYPE, Exporter
 from ..queue import Queue
-from . import views
+from . import guard, views
 
 log = logging.getLogger("emqtasks.dashboard")
-COOKIE = "emq_token"
+COOKIE = "emq_session"
 _STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                  ".svg": "image/svg+xml"}
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -83,15 +85,16 @@ class Dashboard:
     def authorized(self, headers: Any) -> bool:
         if self.token is None:
             return True
-        given = ""
         auth = headers.get("Authorization", "")
         if auth.startswith("Bearer "):
             given = auth[len("Bearer "):].strip()
-        else:
+            return hmac.compare_digest(given.encode(), self.token.encode())
+        try:
             cookie = SimpleCookie(headers.get("Cookie", ""))
-            if COOKIE in cookie:
-                given = cookie[COOKIE].value
-        return hmac.compare_digest(given.encode(), self.token.encode())
+        except CookieError:
+            return False
+        value = cookie[COOKIE].value if COOKIE in cookie else ""
+        return hmac.compare_digest(value.encode(), guard.session_value(self.token).encode())
 
 
 def serve(dashboard: Dashboard, host: str, port: int) -> ThreadingHTTPServer:
@@ -158,8 +161,19 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self.do_GET()
 
+    def _host_refused(self) -> bool:
+        """A tokenless dashboard answers only to a loopback Host (guard.py)."""
+        if self.dash.token is None and not guard.host_ok(self.headers.get("Host")):
+            self._send(HTTPStatus.MISDIRECTED_REQUEST,
+                       "this dashboard has no token: it answers only on a loopback address",
+                       "text/plain; charset=utf-8")
+            return True
+        return False
+
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
+        if self._host_refused():
+            return
         try:
             if path == "/login" and not self.dash.metrics_only:
                 self._send(HTTPStatus.OK, self.dash.render("login.html", error=None,
@@ -226,13 +240,18 @@ class Handler(BaseHTTPRequestHandler):
             raise Refused(HTTPStatus.BAD_REQUEST, "unknown state")
         f = views.JobFilter(state, qs.get("group", ""), qs.get("task", ""), qs.get("text", ""))
         page = _int(qs.get("page"), 1)
-        rows, total = views.find_jobs(queue, f, (page - 1) * views.PAGE)
+        groups = (list(self.dash.views[queue.name].stats.get()["groups"])
+                  if f.state == "pending" and not f.group else None)
+        rows, total, complete = views.find_jobs(queue, f, (page - 1) * views.PAGE,
+                                                groups=groups)
+        pages = max(1, -(-total // views.PAGE)) if complete else page + 1
         name = "dead.html" if dead else "jobs.html"
         if qs.get("fragment"):
             name = "_jobs_table.html"
         self._send(HTTPStatus.OK, self.dash.render(
             name, page="dead" if dead else "jobs", rows=rows, total=total, f=f, pg=page,
-            pages=max(1, -(-total // views.PAGE)), done=qs.get("done"), **common))
+            pages=pages, complete=complete, done=qs.get("done"),
+            bound=views.dead_bound(queue) if dead else "", **common))
 
     def _static(self, name: str) -> None:
         folder = resources.files("emqtasks.dashboard") / "static"
@@ -265,7 +284,11 @@ class Handler(BaseHTTPRequestHandler):
     # -- POST --------------------------------------------------------------------------
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
+        if self._host_refused():
+            return
         try:
+            if not guard.origin_ok(self.headers.get("Origin"), self.headers.get("Host")):
+                raise Refused(HTTPStatus.FORBIDDEN, "refused: a request from another site")
             form = self._form()
             one = {k: v[-1] for k, v in form.items()}
             given = one.get("csrf") or self.headers.get("X-CSRF-Token") or ""
@@ -302,7 +325,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.UNAUTHORIZED, self.dash.render(
                 "login.html", error="wrong token", next=nxt))
             return
-        cookie = f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
+        cookie = f"{COOKIE}={guard.session_value(token)}; HttpOnly; SameSite=Strict; Path=/"
         self._redirect(nxt, {"Set-Cookie": cookie})
 
     def _act(self, path: str, queue: Queue, one: dict[str, str],
@@ -323,12 +346,26 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/action/rate":
             value = _opt_int(one.get("value"))
             queue.set_group_rate(group, value, float(one.get("per") or 1))
+        elif path == "/dead/confirm":
+            # "All that match" where the page's count was a lower bound: count them all
+            # first (one full search), then the action runs on the jobs counted.
+            verb = one.get("verb", "")
+            if verb not in ("requeue", "cancel"):
+                raise Refused(HTTPStatus.BAD_REQUEST, "unknown action")
+            f = views.JobFilter("dead", one.get("group", ""), one.get("task", ""),
+                                one.get("text", ""))
+            bound = views.dead_bound(queue)
+            n = len(views.matching_ids(queue, f, bound=bound))
+            self._send(HTTPStatus.OK, self.dash.render(
+                "dead_confirm.html", page="dead", queue=queue.name, verb=verb, f=f,
+                count=n, bound=bound, back=back))
+            return
         elif path in ("/dead/requeue", "/dead/cancel"):
             ids = self._targets(queue, one, form)
             if path == "/dead/requeue":
                 n = queue.requeue_dead_ids(ids)
             else:
-                n = sum(1 for i in ids if queue.cancel(i).name == "CANCELLED")
+                n = views.cancel_ids(queue, ids)
             sep = "&" if "?" in back else "?"
             back = f"{back}{sep}done={n}"
         else:
@@ -343,7 +380,7 @@ class Handler(BaseHTTPRequestHandler):
         if one.get("scope") == "filter":
             f = views.JobFilter("dead", one.get("group", ""), one.get("task", ""),
                                 one.get("text", ""))
-            return views.matching_ids(queue, f)
+            return views.matching_ids(queue, f, bound=one.get("bound", ""))
         ids = form.get("id", [])
         if not ids:
             raise Refused(HTTPStatus.BAD_REQUEST, "no job selected")

@@ -1,27 +1,30 @@
 """What the dashboard's pages show, computed from the server (no state of its own).
 
-The lanes of a queue are read once a second at most, whatever the number of viewers (one
-pipelined round trip per refresh: stats()), and sorted, filtered and paged here, so a page
-of 50 lanes out of 10,000 costs the browser 50 rows. History is read at most every 10 s.
+The lanes of a queue are read once a second at most, whatever the number of viewers, by the
+lane table (lanetable.py: no SCAN of the keyspace; lua/lanes.lua reads the lanes), then
+sorted, filtered and paged here; the 50 rows of a page are read again exactly (lanes.view).
+History is read at most every 10 s. Searches of job sets run lua/find.lua on the server
+(bounded calls that read the rows there), so a filter over 200,000 dead jobs moves ids,
+not rows.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..history import quantile
+from ..lanetable import LaneTable
 from ..queue import Queue
+from . import charts
 
 PAGE = 50
 #: Lanes sortable by these columns (the query's ``sort``; ``-`` in front: descending).
 LANE_SORTS = ("group", "state", "pending", "active", "oldest", "share5", "share60")
 JOB_STATES = ("pending", "active", "delayed", "dead")
-#: Job rows read per round trip while searching.
-CHUNK = 1000
 
 
 class Cached:
@@ -46,7 +49,8 @@ class QueueView:
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
-        self.stats = Cached(queue.stats, 1.0)
+        self.table = LaneTable(queue)
+        self.stats = Cached(self.table.stats, 1.0)
         self.hour = Cached(lambda: queue.history(60), 10.0)
         self.five = Cached(lambda: queue.history(5), 5.0)
 
@@ -62,7 +66,8 @@ class QueueView:
                             "p95": _ms(quantile(m["wait_buckets"], 0.95))})
         return {"stats": {k: v for k, v in stats.items() if k != "groups"},
                 "groups": len(stats["groups"]), "hour": hour["total"], "minutes": minutes,
-                "tasks": hour["tasks"]}
+                "tasks": hour["tasks"],
+                "wait_chart": charts.lines(minutes, ("p50", "p95"), "ms")}
 
     def lanes(self, sort: str = "-pending", state: str = "", text: str = "",
               page: int = 1) -> dict[str, Any]:
@@ -97,7 +102,12 @@ class QueueView:
             rows.sort(key=lambda row: row[key] is None)
         pages = max(1, -(-len(rows) // PAGE))
         page = min(max(page, 1), pages)
-        return {"rows": rows[(page - 1) * PAGE: page * PAGE], "total": len(rows),
+        shown = rows[(page - 1) * PAGE: page * PAGE]
+        exact = self.table.exact([r["group"] for r in shown])
+        for r in shown:   # the rows shown, read as `emqtasks lane` reads them
+            r.update(exact[r["group"]])
+            r["why"], r["oldest"] = why(r), r["oldest_age"]
+        return {"rows": shown, "total": len(rows),
                 "page": page, "pages": pages, "sort": sort, "state": state, "text": text,
                 "paused": stats["paused"], "all": len(groups)}
 
@@ -129,88 +139,120 @@ def _ms(value: float | None) -> float | None:
 
 @dataclass
 class JobFilter:
+    """What a search asks for (lua/find.lua applies it on the server): a state, and an
+    exact group and task and a case-insensitive text of the error where given."""
+
     state: str = "dead"
     group: str = ""
     task: str = ""
     text: str = ""
 
-    def matches(self, row: dict[str, Any]) -> bool:
-        if self.group and row.get("group") != self.group:
-            return False
-        if self.task and row.get("task") != self.task:
-            return False
-        return not self.text or self.text.lower() in (row.get("error") or "").lower()
+
+_KEYS = {"active": "active", "delayed": "delayed", "dead": "dead"}
+#: Entries lua/find.lua looks at per call (its work bound on the server).
+FIND_CHUNK = 1000
 
 
-def _ids(queue: Queue, f: JobFilter) -> Iterator[list[str]]:
-    """The ids of a state, newest first (pending: a group's lane, oldest first), in chunks."""
-    k = queue.keys
-    c = queue.client
-    if f.state == "pending":
-        groups = [f.group] if f.group else sorted(queue.groups())
-        for g in groups:
-            start = 0
-            while True:
-                chunk = c.zrange(k.lane(g), start, start + CHUNK - 1)
-                if not chunk:
-                    break
-                yield chunk
-                start += CHUNK
-        return
-    key = {"active": k.active, "delayed": k.delayed, "dead": k.dead}[f.state]
-    start = 0
-    while True:
-        chunk = c.zrevrange(key, start, start + CHUNK - 1)
-        if not chunk:
-            return
-        yield chunk
-        start += CHUNK
+def _set_key(queue: Queue, state: str) -> str:
+    return str(getattr(queue.keys, _KEYS[state]))
+
+
+def _lane_groups(f: JobFilter, groups: list[str] | None) -> list[str]:
+    return [f.group] if f.group else sorted(groups or [])
+
+
+def _plain(f: JobFilter) -> bool:
+    return not (f.task or f.text or (f.group and f.state != "pending"))
 
 
 _FIELDS = ("task", "group", "state", "error", "attempts", "created", "finished")
 
 
-def find_jobs(queue: Queue, f: JobFilter, offset: int = 0,
-              limit: int = PAGE) -> tuple[list[dict[str, Any]], int]:
-    """(the page of matching jobs, how many match in all)."""
-    rows: list[dict[str, Any]] = []
-    matched = 0
-    plain = not (f.task or f.text or (f.group and f.state != "pending"))
-    if plain and f.state != "pending":   # a page of the zset: no row read to count
-        return _rows(queue, _page_ids(queue, f, offset, limit)), _count(queue, f)
-    if plain:
-        ids: list[str] = []
-        for chunk in _ids(queue, f):
-            ids += chunk
-            if len(ids) >= offset + limit:
-                break
-        return _rows(queue, ids[offset: offset + limit]), _count(queue, f)
-    for chunk in _ids(queue, f):
-        for job_id, row in zip(chunk, _read(queue, chunk)):
-            if row is None or not f.matches(row):
-                continue
-            if offset <= matched < offset + limit:
-                rows.append({"id": job_id, **row})
-            matched += 1
-    return rows, matched
+#: Entries one page of a filtered search looks at, at most: the page costs the server a
+#: bounded time whatever the size of the set; the count it shows is then a lower bound.
+SEARCH_BUDGET = 50_000
 
 
-def _page_ids(queue: Queue, f: JobFilter, offset: int, limit: int) -> list[str]:
-    key = {"active": queue.keys.active, "delayed": queue.keys.delayed,
-           "dead": queue.keys.dead}[f.state]
-    return list(queue.client.zrevrange(key, offset, offset + limit - 1))
+def find_jobs(queue: Queue, f: JobFilter, offset: int = 0, limit: int = PAGE,
+              groups: list[str] | None = None) -> tuple[list[dict[str, Any]], int, bool]:
+    """(the page of matching jobs, how many match, whether that count is complete).
 
-
-def _count(queue: Queue, f: JobFilter) -> int:
-    k = queue.keys
-    if f.state == "pending":
-        groups = [f.group] if f.group else sorted(queue.groups())
-        pipe = queue.client.pipeline(transaction=False)
-        for g in groups:
+    Without a filter a page is read by rank and the count is the set's size. With one, the
+    server filters (lua/find.lua) until it has the page and one more, or has looked at
+    SEARCH_BUDGET entries: then the count is "at least". ``groups``: the queue's groups
+    (the lane table's), for pending jobs of every group."""
+    c, k = queue.client, queue.keys
+    if _plain(f) and f.state != "pending":   # a page of the zset: no row read to count
+        key = _set_key(queue, f.state)
+        return (_rows(queue, list(c.zrevrange(key, offset, offset + limit - 1))),
+                int(c.zcard(key)), True)
+    if _plain(f):
+        names = _lane_groups(f, groups)
+        pipe = c.pipeline(transaction=False)
+        for g in names:
             pipe.zcard(k.lane(g))
-        return sum(pipe.execute())
-    return int(queue.client.zcard({"active": k.active, "delayed": k.delayed,
-                                   "dead": k.dead}[f.state]))
+        sizes = pipe.execute()
+        ids: list[str] = []
+        skip = offset
+        for g, size in zip(names, sizes):   # only the lanes the page falls in are read
+            if skip >= size:
+                skip -= size
+                continue
+            ids += c.zrange(k.lane(g), skip, skip + limit - len(ids) - 1)
+            skip = 0
+            if len(ids) >= limit:
+                break
+        return _rows(queue, ids), sum(int(n) for n in sizes), True
+    found, complete = _search(queue, f, groups, offset + limit + 1, SEARCH_BUDGET)
+    return _rows(queue, found[offset: offset + limit]), len(found), complete
+
+
+def _search(queue: Queue, f: JobFilter, groups: list[str] | None, want: float,
+            budget: float, bound: str = "") -> tuple[list[str], bool]:
+    """Up to ``want`` matching ids, looking at up to ``budget`` entries; and whether the
+    set was searched to its end."""
+    out: list[str] = []
+    looked = 0
+    sets = ([("lane", g) for g in _lane_groups(f, groups)] if f.state == "pending"
+            else [(f.state, f.group)])
+    for which, group in sets:
+        rank = 0
+        while rank >= 0:
+            if len(out) >= want or looked >= budget:
+                return out, False
+            most = int(min(want - len(out), FIND_CHUNK))
+            reply = queue.scripts.find(queue.keys.fixed, [
+                which, rank, FIND_CHUNK, most, f.task, group, f.text,
+                "" if which == "lane" else bound])
+            rank, looked = int(reply[0]), looked + int(reply[1])
+            out += reply[2:]
+    return out, True
+
+
+def matching_ids(queue: Queue, f: JobFilter, groups: list[str] | None = None,
+                 bound: str = "") -> list[str]:
+    """Every id matching the filter (for the count, and the actions on all that match),
+    newest first (pending: lane by lane, in the order their jobs start). ``bound``: only
+    entries scored at most this (a dead job's time of death), the snapshot a count showed."""
+    return _search(queue, f, groups, float("inf"), float("inf"), bound)[0]
+
+
+def dead_bound(queue: Queue) -> str:
+    """The time of death of the newest dead job: actions on "all that match" touch only
+    jobs dead by then, the ones the page counted."""
+    newest = queue.client.zrevrange(queue.keys.dead, 0, 0, withscores=True)
+    return repr(newest[0][1]) if newest else "-inf"
+
+
+def cancel_ids(queue: Queue, ids: list[str]) -> int:
+    """Cancel these jobs, 500 cancel calls a round trip; how many were cancelled."""
+    done = 0
+    for i in range(0, len(ids), 500):
+        pipe = queue.client.pipeline(transaction=False)
+        for job_id in ids[i:i + 500]:
+            queue.scripts.cancel(queue.keys.fixed, [job_id], client=pipe)
+        done += sum(1 for r in pipe.execute() if int(r) == 1)
+    return done
 
 
 def _read(queue: Queue, ids: list[str]) -> list[dict[str, Any] | None]:
@@ -227,20 +269,9 @@ def _read(queue: Queue, ids: list[str]) -> list[dict[str, Any] | None]:
 
 
 def _rows(queue: Queue, ids: list[str]) -> list[dict[str, Any]]:
+    if not ids:
+        return []
     return [{"id": i, **row} for i, row in zip(ids, _read(queue, ids)) if row is not None]
-
-
-def matching_ids(queue: Queue, f: JobFilter) -> list[str]:
-    """Every id matching the filter (for the actions on all that match)."""
-    out: list[str] = []
-    for chunk in _ids(queue, f):
-        if not (f.task or f.text or f.group):
-            out += chunk
-            continue
-        for job_id, row in zip(chunk, _read(queue, chunk)):
-            if row is not None and f.matches(row):
-                out.append(job_id)
-    return out
 
 
 def job_detail(queue: Queue, job_id: str) -> dict[str, Any] | None:

@@ -47,6 +47,9 @@ from .scenarios import Row, render, run_all
 @click.option("--workflows", is_flag=True,
               help="chains and chords: round trips per step, 1,000 chains of 5, a chord of "
                    "10,000")
+@click.option("--dashboard", "dashboard_", is_flag=True,
+              help="only the dashboard: its pages' response times with 10,000 groups and "
+                   "200,000 dead jobs (20,000 with --quick)")
 @click.option("--peers", is_flag=True,
               help="the same workloads on Huey and Dramatiq too, side by side, where they "
                    "are installed (pip install 'emqtasks[peers]'); ratios emqtasks/peer")
@@ -62,8 +65,13 @@ from .scenarios import Row, render, run_all
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
           as_json: bool, quick: bool, cluster: bool, controls: bool, fairness: bool,
           peers: bool, async_: bool, chaos_seconds: float | None, seed: int | None,
-          workflows: bool = False) -> None:
+          workflows: bool = False, dashboard_: bool = False) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
+    if dashboard_:   # its own scenarios and report: see dashboard.py
+        from . import dashboard as bench_dashboard
+
+        bench_dashboard.run(redis_url, runs, quick, as_json)
+        return
     if workflows:   # its own scenarios and report: see workflows.py
         from . import workflows as bench_workflows
 

@@ -10,6 +10,11 @@ of 10 groups, with enough jobs for every call to lease one. A drain (enqueue 1-b
 claim → ack-and-claim-next until empty, from one Python client) gives the server's CPU per
 drained job. Each round runs Lua then native on fresh queues; figures are medians over the
 rounds. Not a test: load on a shared machine makes absolute figures move, compare ratios.
+
+``--loop`` instead runs a worker child's own loop — ``Queue`` claim, the ``Runner`` running a
+no-op task, ack-and-claim-next — in this process on both paths (``EMQ_NATIVE=require`` and
+``off``, alternating), and reports jobs/s, this process's CPU per job (the Python side of the
+hot path, the wire included) and the server's.
 """
 
 from __future__ import annotations
@@ -173,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-P", "--pipeline", type=int, default=1)
     ap.add_argument("--history", action="store_true",
                     help="only the drains, with the history counters off and on")
+    ap.add_argument("--loop", action="store_true",
+                    help="only a worker child's claim -> run -> ack loop, through Queue")
     opts = ap.parse_args(argv)
     server = opts.server or find_binary("redis-server")
     if not server:
@@ -183,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     version = subprocess.run([server, "--version"], capture_output=True, text=True).stdout
     print(f"server: {version.strip()}\nclients {opts.clients}, pipeline {opts.pipeline}, "
           f"{opts.n} calls per run, drain {opts.drain} jobs, {opts.rounds} rounds")
+    if opts.loop:
+        return _loop(server, module, opts)
     b = Bench(server, module, opts.clients, opts.pipeline)
     if opts.history:
         return _history(b, opts)
@@ -232,6 +241,62 @@ def _history(b: Bench, opts: argparse.Namespace) -> int:
                                                  for t in ("lua", "native")
                                                  for o in ("off", "on")))
         for r in rounds))
+    return 0
+
+
+def _loop_once(url: str, mode: str, n: int) -> tuple[float, float, float]:
+    """(jobs/s, client CPU us/job, server CPU us/job) of one drain of n no-op jobs."""
+    from ..app import App
+    from ..connection import connect
+    from ..queue import Queue
+    from ..worker.queues import QueueSet
+    from ..worker.runner import Runner
+
+    app = App(redis_url=url, queue=f"loop-{mode}")
+    noop = app.task(name="microbench.noop", group=lambda i: f"g{i % 10}")(_noop)
+    noop.map([(i,) for i in range(n)])
+    client = connect(url, single_thread=True)
+    queues = [Queue(client, app.settings.queue, native=mode)]
+    qs, runner = QueueSet(queues, None), Runner(queues, app.registry)
+    admin: Any = app.client
+    cpu0, own0, t0 = _cpu(admin), time.process_time(), time.perf_counter()
+    done, claimed = 0, qs.claim()
+    while claimed is not None:
+        qi, lease = claimed
+        result, _, _ = runner.execute(lease, qi, runner.plan(lease))
+        _, claimed = qs.ack(qi, lease, result or "null", True)
+        done += 1
+    t1, own1, cpu1 = time.perf_counter(), time.process_time(), _cpu(admin)
+    client.close()
+    app.purge()
+    app.close()
+    if done != n:
+        raise RuntimeError(f"drained {done} of {n}")
+    return n / (t1 - t0), (own1 - own0) * 1e6 / n, (cpu1 - cpu0) * 1e6 / n
+
+
+def _noop(i: int) -> None:
+    return None
+
+
+def _loop(server: str, module: Path, opts: argparse.Namespace) -> int:
+    from .._dev.localserver import LocalRedis
+
+    figures: dict[str, list[tuple[float, float, float]]] = {"require": [], "off": []}
+    os.environ["EMQ_REDIS_SERVER"] = server
+    with LocalRedis(module=False, extra=("--loadmodule", str(module))) as srv:
+        for _ in range(opts.rounds):
+            for mode in figures:
+                figures[mode].append(_loop_once(srv.url, mode, opts.drain))
+    med = {m: [statistics.median(r[i] for r in rows) for i in range(3)]
+           for m, rows in figures.items()}
+    for mode, name in (("require", "native"), ("off", "lua")):
+        jobs_s, own, cpu = med[mode]
+        print(f"loop {name:6}: {jobs_s:8,.0f} jobs/s, this process {own:6.1f} us/job, "
+              f"server {cpu:6.1f} us/job")
+    nat, lua = med["require"], med["off"]
+    print(f"native/lua: jobs/s {nat[0] / lua[0]:.2f}x, client CPU {nat[1] / lua[1]:.2f}x, "
+          f"server CPU {nat[2] / lua[2]:.2f}x")
     return 0
 
 

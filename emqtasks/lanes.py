@@ -109,6 +109,12 @@ def oldest_ms(client: Any, lane_key: str, first: list[Any], last: list[Any]) -> 
 def view(client: Any, keys: Any, g: str, books: dict[str, Any]) -> dict[str, Any]:
     """One group's row of stats()['groups'] (and what App.lane returns)."""
     pending, first, last = books["lanes"][g]
+    return group_row(g, pending, oldest_ms(client, keys.lane(g), first, last), books)
+
+
+def group_row(g: str, pending: int, oldest: int | None, books: dict[str, Any]) -> dict[str, Any]:
+    """A group's row from the books: its effective settings (and where each comes from), its
+    state and why it waits, its oldest job's age, its busy share (``books["busy"][g]``)."""
     defaults = books["gdefaults"]
     own = {"limit": books["glimit"].get(g), "rate": books["grate"].get(g),
            "max_size": books["gmax"].get(g), "weight": books["gweight"].get(g)}
@@ -129,7 +135,6 @@ def view(client: Any, keys: Any, g: str, books: dict[str, Any]) -> dict[str, Any
         state = "rate_limited"
     else:
         state = "ready"
-    oldest = oldest_ms(client, keys.lane(g), first, last)
     return {
         "pending": pending, "active": active, "limit": limit,
         "weight": int(eff["weight"] or 1), "paused": g in books["gpaused"],

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import lanes
 from .cluster import node_kwargs
-from .lanes import DEFAULT_FIELDS, parse_rate, split_score
+from .lanes import split_score
 from .queue import Queue
 
 SCAN_EVERY = 60.0
@@ -60,8 +60,11 @@ class LaneTable:
         pipe.zrange(k.gwait, 0, -1, withscores=True)
         for key in (k.delayed, k.dead, k.active):
             pipe.zcard(key)
+        pipe.get(k.fairness)
+        pipe.zrange(k.gvt, 0, -1)
+        pipe.hgetall(k.busy)
         (ring, gactive, glimit, gweight, grate, gmax, gdefaults, gbackoff, gpaused, paused,
-         gwait, delayed, dead, active) = pipe.execute()
+         gwait, delayed, dead, active, fairness, gvt, busy) = pipe.execute()
         waits = dict(gwait)
         names = sorted(set(ring) | set(gactive) | set(glimit) | set(gweight) | set(grate)
                        | set(gmax) | set(gbackoff) | set(gpaused) | set(waits)
@@ -71,18 +74,21 @@ class LaneTable:
         replies: list[Any] = []
         for i in range(0, len(names), LANES_CHUNK):   # lua/lanes.lua: count and head
             replies += q.scripts.lanes(k.fixed, names[i:i + LANES_CHUNK])
+        mode = "time" if fairness == "time" else "turns"
         books = {"gactive": gactive, "glimit": glimit, "gweight": gweight, "grate": grate,
                  "gmax": gmax, "gdefaults": gdefaults, "gpaused": gpaused,
-                 "paused": bool(paused), "gwait": waits, "now_ms": now}
+                 "paused": bool(paused), "gwait": waits, "now_ms": now, "fairness": mode,
+                 "gvt": gvt, "busy_total": lanes.minute_ms(busy, now),
+                 "busy": {g: int(replies[3 * i + 2]) for i, g in enumerate(names)}}
         groups: dict[str, dict[str, Any]] = {}
         for i, g in enumerate(names):
-            head = replies[2 * i + 1]
-            groups[g] = row(g, int(replies[2 * i]),
-                            split_score(float(head))[1] if head else None, books)
-        return {"queue": q.name, "paused": bool(paused),
+            head = replies[3 * i + 1]
+            groups[g] = lanes.group_row(g, int(replies[3 * i]),
+                                        split_score(float(head))[1] if head else None, books)
+        return {"queue": q.name, "paused": bool(paused), "fairness": mode,
                 "pending": sum(r["pending"] for r in groups.values()),
                 "active": int(active), "delayed": int(delayed), "dead": int(dead),
-                "ring": len(ring), "groups": groups}
+                "ring": len(ring) + len(gvt), "groups": groups}
 
     def exact(self, names: list[str]) -> dict[str, dict[str, Any]]:
         """These groups' rows as lanes.view reads them (oldest job across priorities)."""
@@ -93,37 +99,3 @@ class LaneTable:
         return {g: lanes.view(q.client, q.keys, g, books) for g in names}
 
 
-def row(g: str, pending: int, head_ms: int | None, books: dict[str, Any]) -> dict[str, Any]:
-    """One group's stats row from the books read in bulk (lanes.view's fields and rules)."""
-    defaults = books["gdefaults"]
-    own = {"limit": books["glimit"].get(g), "rate": books["grate"].get(g),
-           "max_size": books["gmax"].get(g), "weight": books["gweight"].get(g)}
-    eff = {f: own[f] if own[f] is not None else defaults.get(f) for f in DEFAULT_FIELDS}
-    active = int(books["gactive"].get(g, 0))
-    limit = int(eff["limit"]) if eff["limit"] is not None else None
-    waiting_until = books["gwait"].get(g)
-    if not pending:
-        state = "empty"
-    elif books["paused"]:
-        state = "queue_paused"
-    elif g in books["gpaused"]:
-        state = "paused"
-    elif limit is not None and active >= limit:
-        state = "at_limit"
-    elif waiting_until is not None:
-        state = "rate_limited"
-    else:
-        state = "ready"
-    now = books["now_ms"]
-    return {
-        "pending": pending, "active": active, "limit": limit,
-        "weight": int(eff["weight"] or 1), "paused": g in books["gpaused"],
-        "rate": parse_rate(eff["rate"]),
-        "max_size": int(eff["max_size"]) if eff["max_size"] is not None else None,
-        **{f"{f}_source": None if eff[f] is None else ("group" if own[f] is not None
-                                                        else "default")
-           for f in DEFAULT_FIELDS},
-        "state": state,
-        "ready_at": (waiting_until / 1000 if state == "rate_limited" else None),
-        "oldest_age": None if head_ms is None else max(0.0, (now - head_ms) / 1000),
-    }

@@ -74,6 +74,27 @@ def test_the_lane_table_agrees_with_stats(queue: Queue) -> None:
     assert LaneTable(queue).exact(["prio"])["prio"]["state"] == "queue_paused"
 
 
+def test_the_lane_table_agrees_with_stats_in_time_mode(queue: Queue) -> None:
+    # Given a time-fair queue where two groups ran jobs (busy time in the last minute) and
+    # both still wait
+    queue.set_fairness("time")
+    for g in ("a", "b"):
+        queue.enqueue_many([new_job(f"{g}{i}", group=g) for i in range(3)])
+    for _ in range(2):
+        for lease in queue.claim(2):
+            time.sleep(0.01)
+            queue.ack(lease)
+    table, stats = LaneTable(queue).stats(), queue.stats()
+    # Then the mode, the ring (the time ring counts) and each group's busy and target share
+    # read the same as stats()
+    assert table["fairness"] == stats["fairness"] == "time"
+    assert table["ring"] == stats["ring"] >= 1
+    for g in ("a", "b"):
+        for key in ("busy_s", "busy_share", "target_share"):
+            assert table["groups"][g][key] == stats["groups"][g][key], (g, key)
+    assert sum(table["groups"][g]["busy_s"] for g in ("a", "b")) > 0
+
+
 def test_the_lanes_page_of_10000_groups_reads_no_keyspace_per_request(queue: Queue) -> None:
     queue.enqueue_many([new_job(f"x{i}-{k}", group=f"tenant-{i:05d}")
                         for i in range(10_000) for k in range(i % 3 + 1)])

@@ -15,7 +15,7 @@ for _, g in ipairs(ARGV) do
   out[#out + 1] = redis.call('ZCARD', lane)
   local head = redis.call('ZRANGE', lane, 0, 0, 'WITHSCORES')
   out[#out + 1] = head[2] or ''
-  local slots, busy = redis.call('HGETALL', BASE .. 'g:' .. g .. ':busy'), 0
+  local slots, busy = redis.call('HGETALL', busy_key(g)), 0
   for i = 1, #slots, 2 do
     local slot = tonumber(slots[i])
     if slot and slot > current - 6 and slot <= current then busy = busy + tonumber(slots[i + 1]) end

@@ -6,6 +6,8 @@ import json
 import shutil
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
@@ -189,6 +191,41 @@ def run_chaos(seconds: float, concurrency: int | None, seed: int | None,
             click.echo(line)
     if not report.ok:
         raise SystemExit(1)
+
+
+@contextmanager
+def bench_on(redis_url: str | None, concurrency: int, runs: int | None, quick: bool,
+             title: str, detail: str = "") -> Iterator[tuple[Bench, str]]:
+    """(a Bench, the Redis version) on the given server or a private one, announced under
+    the title; the client and the private server are closed after."""
+    server, url, version = open_server(redis_url)
+    try:
+        b = Bench(url, Sizes.of(concurrency, None, runs, quick), shared=server is None)
+        say(f"{title}: redis {version}{detail}, {b.sizes.runs} run(s)")
+        try:
+            yield b, version
+        finally:
+            b.client.close()
+    finally:
+        if server is not None:
+            server.close()
+
+
+def report(b: Bench, rows: list[Row], version: str, title: str, as_json: bool,
+           detail: str = "", extra: dict[str, Any] | None = None,
+           before: list[str] | None = None) -> None:
+    """The rows as JSON (with ``extra``), or as the table, after the ``before`` lines."""
+    if as_json:
+        click.echo(json.dumps({"redis_version": version, "notes": b.notes, **(extra or {}),
+                               "figures": {r.key: r.figure for r in rows}}, indent=2))
+        return
+    if before:
+        click.echo("\n".join(before))
+        click.echo()
+    click.echo(render(rows, f"{title}: redis {version}{detail}, "
+                            f"median of {b.sizes.runs} run(s)"))
+    for note in b.notes:
+        click.echo(f"note: {note}")
 
 
 def open_server(redis_url: str | None) -> tuple[LocalRedis | None, str, str]:

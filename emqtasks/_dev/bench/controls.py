@@ -8,14 +8,11 @@ queue; and the rate-limit precision (most claims in any window / the rate allowe
 
 from __future__ import annotations
 
-import json
 import time
 
-import click
-
-from .command import open_server
-from .core import CHUNK, Bench, Sizes, median, say
-from .scenarios import Row, render
+from .command import bench_on, report
+from .core import CHUNK, Bench, median, say
+from .scenarios import Row
 
 MANY = 10_000
 
@@ -117,23 +114,7 @@ def measure(b: Bench, quick: bool) -> list[Row]:
 
 def run(redis_url: str | None, concurrency: int, runs: int | None, quick: bool,
         as_json: bool) -> None:
-    server, url, version = open_server(redis_url)
-    try:
-        sizes = Sizes.of(concurrency, None, runs, quick)
-        b = Bench(url, sizes, shared=server is None)
-        say(f"emqtasks bench --controls: redis {version}, {sizes.runs} run(s)")
-        try:
-            rows = measure(b, quick)
-        finally:
-            b.client.close()
-    finally:
-        if server is not None:
-            server.close()
-    if as_json:
-        click.echo(json.dumps({"redis_version": version, "notes": b.notes,
-                               "figures": {r.key: r.figure for r in rows}}, indent=2))
-        return
-    click.echo(render(rows, f"emqtasks bench --controls: redis {version}, "
-                            f"median of {sizes.runs} run(s)"))
-    for note in b.notes:
-        click.echo(f"note: {note}")
+    title = "emqtasks bench --controls"
+    with bench_on(redis_url, concurrency, runs, quick, title) as (b, version):
+        rows = measure(b, quick)
+    report(b, rows, version, title, as_json)

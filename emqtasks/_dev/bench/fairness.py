@@ -11,15 +11,12 @@ Redis CPU per job, as in --controls).
 
 from __future__ import annotations
 
-import json
 import time
 
-import click
-
-from .command import open_server
+from .command import bench_on, report
 from .controls import claim_cost
-from .core import CHUNK, Bench, Sizes, median, say
-from .scenarios import Row, render
+from .core import CHUNK, Bench, median, say
+from .scenarios import Row
 
 POOL = 4
 HEAVY_MS, LIGHT_MS = 100.0, 1.0
@@ -116,25 +113,7 @@ def measure(b: Bench, quick: bool) -> tuple[list[Row], list[str]]:
 
 def run(redis_url: str | None, concurrency: int, runs: int | None, quick: bool,
         as_json: bool) -> None:
-    server, url, version = open_server(redis_url)
-    try:
-        sizes = Sizes.of(concurrency, None, runs, quick)
-        b = Bench(url, sizes, shared=server is None)
-        say(f"emqtasks bench --fairness: redis {version}, {sizes.runs} run(s)")
-        try:
-            rows, table = measure(b, quick)
-        finally:
-            b.client.close()
-    finally:
-        if server is not None:
-            server.close()
-    if as_json:
-        click.echo(json.dumps({"redis_version": version, "notes": b.notes, "shares": table,
-                               "figures": {r.key: r.figure for r in rows}}, indent=2))
-        return
-    click.echo("\n".join(table))
-    click.echo()
-    click.echo(render(rows, f"emqtasks bench --fairness: redis {version}, "
-                            f"median of {sizes.runs} run(s)"))
-    for note in b.notes:
-        click.echo(f"note: {note}")
+    title = "emqtasks bench --fairness"
+    with bench_on(redis_url, concurrency, runs, quick, title) as (b, version):
+        rows, table = measure(b, quick)
+    report(b, rows, version, title, as_json, extra={"shares": table}, before=table)

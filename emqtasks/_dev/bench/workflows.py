@@ -10,16 +10,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
-import click
-
 from ...canvas import chain, chord
-from .command import open_server
-from .core import Bench, Sizes, median, say
-from .scenarios import Row, render
+from .command import bench_on, report
+from .core import Bench, median, say
+from .scenarios import Row
 
 
 def _drain_in_process(app: Any) -> tuple[int, float]:
@@ -176,24 +173,7 @@ def measure(b: Bench, quick: bool) -> list[Row]:
 
 def run(redis_url: str | None, concurrency: int, runs: int | None, quick: bool,
         as_json: bool) -> None:
-    server, url, version = open_server(redis_url)
-    try:
-        sizes = Sizes.of(concurrency, None, runs, quick)
-        b = Bench(url, sizes, shared=server is None)
-        say(f"emqtasks bench --workflows: redis {version}, -c {concurrency}, "
-            f"{sizes.runs} run(s)")
-        try:
-            rows = measure(b, quick)
-        finally:
-            b.client.close()
-    finally:
-        if server is not None:
-            server.close()
-    if as_json:
-        click.echo(json.dumps({"redis_version": version, "notes": b.notes,
-                               "figures": {r.key: r.figure for r in rows}}, indent=2))
-        return
-    click.echo(render(rows, f"emqtasks bench --workflows: redis {version}, -c {concurrency}, "
-                            f"median of {sizes.runs} run(s)"))
-    for note in b.notes:
-        click.echo(f"note: {note}")
+    title, detail = "emqtasks bench --workflows", f", -c {concurrency}"
+    with bench_on(redis_url, concurrency, runs, quick, title, detail) as (b, version):
+        rows = measure(b, quick)
+    report(b, rows, version, title, as_json, detail)

@@ -260,7 +260,8 @@ end
 -- (`vcharge`), and when the job leaves flight its group pays the difference to what it
 -- really used (time_settle). The floor, gvrun[''], is the virtual time of the last group
 -- served: a group that enters starts at its own virtual time or the floor, whichever is
--- later, so time spent away banks no credit. Every job costs at least 1 us of virtual time
+-- later, so time spent away banks no credit; a refund takes no group below the floor (+1),
+-- so the credit of an overestimate never jumps a group that entered meanwhile. Every job costs at least 1 us of virtual time
 -- (at its claim and at its settlement), so a group of jobs too short for the ms clock still
 -- moves past the floor, and a group entering there is served before its next job.
 local DEFAULT_COST = 10000      -- us: the first guess of a queue that has run nothing
@@ -416,7 +417,17 @@ local function time_settle(g, id, row_started, vcharge, now, sample)
   redis.call('HDEL', job_key(id), 'vcharge')
   local delta = math.max(1, math.floor(used * 1000 / weight_of(g))) - tonumber(vcharge)
   if delta ~= 0 then
-    local v = int_text(redis.call('HINCRBY', K_gvrun, g, delta))
+    local own = tonumber(redis.call('HGET', K_gvrun, g)) or 0
+    local v = own + delta
+    if delta < 0 then
+      -- A refund stops just past the floor: below it, the group would go ahead of every group
+      -- that entered at the floor while its overestimated jobs ran, and its jobs too short to
+      -- pay much would hold them off for thousands of claims. It never raises a group.
+      local floor = tonumber(redis.call('HGET', K_gvrun, '')) or 0
+      v = math.max(v, math.min(own, floor + 1))
+    end
+    v = int_text(v)
+    redis.call('HSET', K_gvrun, g, v)
     redis.call('ZADD', K_gvt, 'XX', v, g)
   end
   if sample then

@@ -871,14 +871,20 @@ static int time_settle(Q *q, RMS *g, RMS *id, RMK *row, RMS *row_key, RMS *start
     double paid = floor(used * 1000 / w);
     double delta = (paid > 1 ? paid : 1) - vc;      /* every job costs at least 1 us */
     if (delta != 0) {
-        RMS *key = book_key(q, "gvrun");
-        RMK *h;
-        long long v;
-        int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_HASH, &h);
-        if (rc == 0) rc = hincrby(q, h, key, g, to_ll(delta), &v);
-        if (h) RedisModule_CloseKey(h);
-        sfree(q, key);
-        if (rc < 0 || gvt_add(q, g, (double)v, 1) < 0) return -1;
+        int has;
+        double own = 0, floor_v = 0;
+        if (book_num(q, "gvrun", g, &has, &own) < 0) return -1;
+        if (!has) own = 0;
+        double v = own + delta;
+        if (delta < 0) {
+            /* a refund stops just past the floor and never raises a group: as _common.lua */
+            if (book_num(q, "gvrun", F_EMPTY, &has, &floor_v) < 0) return -1;
+            if (!has) floor_v = 0;
+            double least = own < floor_v + 1 ? own : floor_v + 1;
+            if (v < least) v = least;
+        }
+        long long vi = to_ll(v);
+        if (book_set_ll(q, "gvrun", g, vi) < 0 || gvt_add(q, g, (double)vi, 1) < 0) return -1;
     }
     if (sample) {
         RMS *who[2] = {g, F_EMPTY};

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import cluster_tasks as ct
 import pytest
 import worker_tasks as wt
-from cluster import ClusterServers
+from cluster import ClusterServers, module_cluster
 from helpers import assert_invariants, due_now, expire_now, make_task, new_job
 from redis.cluster import RedisCluster, key_slot
 from workerproc import WorkerProc
@@ -36,13 +36,7 @@ RETRIED, DEAD = RetryVerdict.RETRIED, RetryVerdict.DEAD
 pytestmark = pytest.mark.timeout(90)
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ClusterServers]:
-    servers = ClusterServers.start_or_skip()
-    try:
-        yield servers
-    finally:
-        servers.close()
+cluster = pytest.fixture(scope="module", name="cluster")(module_cluster)
 
 
 @pytest.fixture

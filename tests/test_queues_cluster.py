@@ -4,11 +4,10 @@ the master parks once per queue; jobs of either are served and woken for."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import day2_tasks as d2
 import pytest
-from cluster import ClusterServers
+from cluster import ClusterServers, module_cluster
 from day2 import cleanup, enqueue, key, start, wait_until
 
 from emqtasks import App
@@ -16,13 +15,7 @@ from emqtasks import App
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ClusterServers]:
-    servers = ClusterServers.start_or_skip()
-    try:
-        yield servers
-    finally:
-        servers.close()
+cluster = pytest.fixture(scope="module", name="cluster")(module_cluster)
 
 
 def test_one_worker_serves_queues_on_two_shards(cluster: ClusterServers) -> None:

@@ -4,30 +4,18 @@ can tell a lost job (no run) from a duplicate (more than one)."""
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from typing import Any
 
 from ..app import App, default_app
-from ..connection import connect
+from .taskclient import task_redis
 
 #: Generous: a chaos event fails the attempt of every job in flight, and none of the jobs
 #: that should succeed may run out of attempts.
 ATTEMPTS = 30
 LEASE = 2.0          # short, so the jobs of a SIGKILLed master come back quickly
 RETRY_DELAY = 0.2
-
-_client: tuple[int, Any] | None = None
-
-
-def _redis() -> Any:
-    """This process's connection (a forked child never reuses its parent's)."""
-    global _client
-    if _client is None or _client[0] != os.getpid():
-        _client = (os.getpid(), connect(default_app.settings.redis_url))
-    return _client[1]
-
 
 def runs_key(queue: str) -> str:
     return f"emqchaos:{queue}:runs"
@@ -43,7 +31,7 @@ def group_of(job_id: str, **_: Any) -> str:
 
 def _ran(job_id: str) -> None:
     time.sleep(random.random() * 0.004)   # a few ms in flight, for the kills to land in
-    _redis().hincrby(runs_key(default_app.settings.queue), job_id, 1)
+    task_redis().hincrby(runs_key(default_app.settings.queue), job_id, 1)
 
 
 def work(job_id: str) -> None:
@@ -53,7 +41,7 @@ def work(job_id: str) -> None:
 
 def flaky(job_id: str) -> None:
     """Fails its first try, then succeeds: a retry through `delayed`."""
-    if _redis().hincrby(tries_key(default_app.settings.queue), job_id, 1) == 1:
+    if task_redis().hincrby(tries_key(default_app.settings.queue), job_id, 1) == 1:
         raise RuntimeError(f"first try of {job_id} fails on purpose")
     _ran(job_id)
 

@@ -157,6 +157,20 @@ class Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.UNAUTHORIZED, body,
                    headers={"WWW-Authenticate": 'Bearer realm="emqtasks"'})
 
+    def _answer_failure(self, exc: Exception, method: str, path: str) -> None:
+        """The page for what handling a request raised: a refusal with its status, a bad
+        argument as 400, a vanished client as nothing, anything else as a logged 500."""
+        if isinstance(exc, Refused):
+            self._send(exc.status, self.dash.render("error.html", message=str(exc)))
+        elif isinstance(exc, EmqError):
+            self._send(HTTPStatus.BAD_REQUEST, self.dash.render("error.html", message=str(exc)))
+        elif isinstance(exc, (BrokenPipeError, ConnectionResetError)):
+            pass
+        else:
+            log.error("%s %s failed", method, path, exc_info=exc)
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR,
+                       self.dash.render("error.html", message="internal error (see the log)"))
+
     # -- GET ---------------------------------------------------------------------------
     def do_HEAD(self) -> None:
         self.do_GET()
@@ -189,14 +203,8 @@ class Handler(BaseHTTPRequestHandler):
             if self.dash.metrics_only:
                 raise Refused(HTTPStatus.NOT_FOUND, "only /metrics here")
             self._get(path)
-        except Refused as exc:
-            self._send(exc.status, self.dash.render("error.html", message=str(exc)))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        except Exception:
-            log.exception("GET %s failed", path)
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR,
-                       self.dash.render("error.html", message="internal error (see the log)"))
+        except Exception as exc:
+            self._answer_failure(exc, "GET", path)
 
     def _get(self, path: str) -> None:
         qs = self._query()
@@ -304,16 +312,8 @@ class Handler(BaseHTTPRequestHandler):
                 raise Refused(HTTPStatus.FORBIDDEN, "refused: the dashboard is read-only")
             queue, _ = self._queue(one.get("queue"))
             self._act(path, queue, one, form)
-        except Refused as exc:
-            self._send(exc.status, self.dash.render("error.html", message=str(exc)))
-        except EmqError as exc:
-            self._send(HTTPStatus.BAD_REQUEST, self.dash.render("error.html", message=str(exc)))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        except Exception:
-            log.exception("POST %s failed", path)
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR,
-                       self.dash.render("error.html", message="internal error (see the log)"))
+        except Exception as exc:
+            self._answer_failure(exc, "POST", path)
 
     def _login(self, one: dict[str, str]) -> None:
         token = one.get("token", "")

@@ -9,6 +9,7 @@ queue names placed on chosen shards.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from redis.cluster import key_slot
@@ -45,3 +46,13 @@ class ClusterServers(LocalCluster):
             if not wanted[port]:
                 wanted[port] = name
         return list(wanted.values())
+
+
+def module_cluster() -> Iterator[ClusterServers]:
+    """The body of a module-scoped ``cluster`` fixture: one cluster for the test module's
+    tests, stopped after the last (``cluster = pytest.fixture(...)(module_cluster)``)."""
+    servers = ClusterServers.start_or_skip()
+    try:
+        yield servers
+    finally:
+        servers.close()

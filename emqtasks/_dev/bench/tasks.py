@@ -14,17 +14,7 @@ import time
 from typing import Any
 
 from ...app import App, default_app
-from ...connection import connect
-
-_client: tuple[int, Any] | None = None
-
-
-def _redis() -> Any:
-    """This process's connection for task bodies (a forked child never reuses its parent's)."""
-    global _client
-    if _client is None or _client[0] != os.getpid():
-        _client = (os.getpid(), connect(default_app.settings.redis_url))
-    return _client[1]
+from ..taskclient import task_redis
 
 
 def _group_arg(*args: Any, group: str = "default", **_: Any) -> str:
@@ -34,18 +24,18 @@ def _group_arg(*args: Any, group: str = "default", **_: Any) -> str:
 
 def noop(counter: str, group: str = "default") -> None:
     """Count itself: one INCR of the counter key."""
-    _redis().incr(counter)
+    task_redis().incr(counter)
 
 
 def relay(value: Any, counter: str, group: str = "default") -> Any:
     """A workflow step: count itself (one INCR) and hand its first argument on."""
-    _redis().incr(counter)
+    task_redis().incr(counter)
     return value
 
 
 def stamp(key: str) -> None:
     """Record when it started (UNIX time, this host's clock) by pushing it onto ``key``."""
-    _redis().rpush(key, repr(time.time()))
+    task_redis().rpush(key, repr(time.time()))
 
 
 # INCR the sequence; if the mark key (a job row) exists, INCR the after-mark counter too.
@@ -69,7 +59,7 @@ def seq(seq_key: str, group: str = "default", mark: str = "") -> list[int]:
     """
     global _seq_script
     if _seq_script is None or _seq_script[0] != os.getpid():
-        _seq_script = (os.getpid(), _redis().register_script(_SEQ))
+        _seq_script = (os.getpid(), task_redis().register_script(_SEQ))
     after = f"{seq_key}:after"
     n, seen = _seq_script[1](keys=[seq_key, mark or after, after])
     return [int(n), int(seen)]
@@ -89,13 +79,13 @@ async def nap(counter: str, group: str = "default", seconds: float = 0.2) -> Non
     ``<counter>:peak``), sleeps, then counts itself in ``counter``."""
     global _peak_script
     if _peak_script is None or _peak_script[0] != os.getpid():
-        _peak_script = (os.getpid(), _redis().register_script(_PEAK))
+        _peak_script = (os.getpid(), task_redis().register_script(_PEAK))
     _peak_script[1](keys=[f"{counter}:running", f"{counter}:peak"])
     try:
         await asyncio.sleep(seconds)
     finally:
-        _redis().decr(f"{counter}:running")
-    _redis().incr(counter)
+        task_redis().decr(f"{counter}:running")
+    task_redis().incr(counter)
 
 
 def work(counter: str, group: str = "default", ms: float = 1.0) -> None:
@@ -104,7 +94,7 @@ def work(counter: str, group: str = "default", ms: float = 1.0) -> None:
     began = time.perf_counter()
     time.sleep(ms / 1000)
     took = time.perf_counter() - began
-    pipe = _redis().pipeline(transaction=False)
+    pipe = task_redis().pipeline(transaction=False)
     pipe.hincrbyfloat(f"{counter}:task", group, took)
     pipe.hincrby(f"{counter}:jobs", group, 1)
     pipe.execute()

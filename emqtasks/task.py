@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from . import serialization, validate
+from .callshape import fits, signature_of
 from .connection import MAX_BLOCK
 from .errors import InvalidArgument, InvalidGroup, ResultTimeout, TaskFailed
 from .keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
@@ -145,30 +146,10 @@ class Task(Generic[P, R]):
         return f"<Task {self.name}>"
 
 
-@functools.lru_cache(maxsize=1024)
-def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
-    """Cached: enqueue is a hot path and inspect.signature is not cheap."""
-    try:
-        return inspect.signature(fn)
-    except (TypeError, ValueError):
-        return None
-
-
-def _fits(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    sig = _signature(fn)
-    if sig is None:   # no signature to inspect: call it as made
-        return True
-    try:
-        sig.bind(*args, **kwargs)
-    except TypeError:
-        return False
-    return True
-
-
 def _by_name(fn: Callable[..., Any], args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """A call's arguments bound to the task's parameters, passed by name where they can be."""
-    sig = _signature(fn)
+    sig = signature_of(fn)
     try:
         bound = sig.bind(*args, **kwargs) if sig is not None else None
     except TypeError:
@@ -222,7 +203,7 @@ def _group_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
         return g
     # The call as made, if it fits the group function; else the task's arguments by name,
     # so ``lambda tenant, **_: tenant`` serves ``build_report.delay("acme", 42)``.
-    call = (args, kwargs) if _fits(g, args, kwargs) else _by_name(spec.fn, args, kwargs)
+    call = (args, kwargs) if fits(g, args, kwargs) else _by_name(spec.fn, args, kwargs)
     try:
         group: str = g(*call[0], **call[1])
     except Exception as exc:

@@ -9,7 +9,6 @@ returned for the caller to acknowledge (the ack may claim the next job in the sa
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .. import serialization
+from ..callshape import misfit
 from ..context import JobContext, reset_current, set_current
 from ..errors import RateLimited, Retry, SerializationError, TimeLimitExceeded, UnknownTask
 from ..hooks import Hooks
@@ -68,7 +68,6 @@ class Runner:
         self.registry = registry if registry is not None else every_task()
         self.hooks = hooks if hooks is not None else every_hook()
         self.default_time_limit = default_time_limit
-        self._signatures: dict[str, inspect.Signature | None] = {}
         self._plans: dict[str, tuple[TaskSpec | None, float, int]] = {}
         #: How Redis calls are made; a child routes them through its Outage.
         self.call: Callable[..., Any] = lambda fn, *args: fn(*args)
@@ -96,21 +95,10 @@ class Runner:
         """Look the task up and decode its arguments; raises for a job that can never run."""
         task = self.registry.get(lease.task)
         args, kwargs = serialization.loads_args(lease.payload)
-        sig = self._signature(lease.task, task.spec.fn)
-        if sig is not None:
-            try:
-                sig.bind(*args, **kwargs)
-            except TypeError as exc:
-                raise TypeError(f"arguments do not fit {lease.task}{sig}: {exc}") from None
+        why = misfit(task.spec.fn, args, kwargs)
+        if why is not None:
+            raise TypeError(f"arguments do not fit {lease.task}{why}")
         return task.spec.fn, args, kwargs
-
-    def _signature(self, name: str, fn: Callable[..., Any]) -> inspect.Signature | None:
-        if name not in self._signatures:
-            try:
-                self._signatures[name] = inspect.signature(fn)
-            except (TypeError, ValueError):
-                self._signatures[name] = None
-        return self._signatures[name]
 
     def time_limit(self, lease: Lease) -> float:
         return self.plan(lease).time_limit

@@ -22,13 +22,16 @@ from emqtasks.queue import NewJob, Queue
 pytestmark = pytest.mark.timeout(90)
 
 
-def _jobs(group: str, n: int, ms: float, prefix: str | None = None,
+def _jobs(group: str, n: int, ms: float | list[float], prefix: str | None = None,
           tagged: bool = False) -> list[NewJob]:
-    """n jobs of ``ms`` each; tagged ones note their start order (time_tasks.work)."""
+    """n jobs of ``ms`` each (a list: its lengths in turn); tagged ones note their start
+    order (time_tasks.work)."""
     prefix = prefix or group
+    lengths = ms if isinstance(ms, list) else [ms]
 
     def args(i: int) -> list[object]:
-        return [group, ms, f"{prefix}-{i}"] if tagged else [group, ms]
+        length = lengths[i % len(lengths)]
+        return [group, length, f"{prefix}-{i}"] if tagged else [group, length]
     return [NewJob(f"{prefix}-{i}", "ft.work", json.dumps({"v": 1, "a": args(i), "k": {}}),
                    group, 3, 30_000, 50, 600) for i in range(n)]
 
@@ -130,6 +133,26 @@ def test_a_group_back_from_idle_gets_no_more_than_its_share(app: App, queue: Que
     # and in its first second it did not take the pool in a burst
     first = _busy(queue, c_ids, back, back + 1000)
     assert first / max(1, first + _busy(queue, ab_ids, back, back + 1000)) <= 0.5
+
+
+def test_a_group_whose_job_lengths_vary_still_gets_its_share(app: App, queue: Queue) -> None:
+    # Given a time-fair queue, a group of jobs that mostly take nothing and now and then
+    # 80 ms (its estimate is always wrong, so its charges are refunded or topped up at every
+    # ack: by turns it would take 80% of the pool) and a group of steady 5 ms jobs, both
+    # backlogged
+    app.set_fairness("time")
+    queue.enqueue_many(_jobs("vary", 3000, [0, 0, 0, 80]) + _jobs("steady", 8000, 5))
+    with _worker(app, concurrency=4) as w:
+        # When a 4-child pool runs both for 7 s (the first second left out)
+        _window(w, queue, 1)
+        start, end = _window(w, queue, 6)
+        still = app.stats()["groups"]
+        w.stop()
+    # Then each had half of the worker time
+    assert still["vary"]["pending"] > 0 and still["steady"]["pending"] > 0
+    share = _share(queue, [f"vary-{i}" for i in range(3000)],
+                   [f"steady-{i}" for i in range(8000)], start, end)
+    assert 0.40 <= share <= 0.60, share
 
 
 def test_quiet_group_starts_within_a_turn_of_a_flood_in_time_mode(app: App,

@@ -261,9 +261,10 @@ end
 -- really used (time_settle). The floor, gvrun[''], is the virtual time of the last group
 -- served: a group that enters starts at its own virtual time or the floor, whichever is
 -- later, so time spent away banks no credit; a refund takes no group below the floor (+1),
--- so the credit of an overestimate never jumps a group that entered meanwhile. Every job costs at least 1 us of virtual time
--- (at its claim and at its settlement), so a group of jobs too short for the ms clock still
--- moves past the floor, and a group entering there is served before its next job.
+-- so the credit of an overestimate never jumps a group that entered meanwhile. Every job
+-- costs at least 1 us of virtual time (at its claim and at its settlement), so a group of
+-- jobs too short for the ms clock still moves past the floor, and a group entering there is
+-- served before its next job.
 local DEFAULT_COST = 10000      -- us: the first guess of a queue that has run nothing
 
 local function vstart(g)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 
@@ -118,3 +119,18 @@ def test_quick_dashboard_bench_times_the_pages_on_10000_groups() -> None:
     for key in ("dash_lanes_ms", "dash_lanes_page100_ms", "dash_dead_ms",
                 "dash_dead_search_ms", "dash_dead_count_ms", "dash_metrics_ms"):
         assert report["figures"][key] > 0, key
+
+
+@pytest.mark.timeout(120)
+def test_the_cluster_benchmark_reports_one_to_three_queues() -> None:
+    if shutil.which("redis-server") is None:
+        pytest.skip("no redis-server binary on PATH: cannot start a Redis Cluster")
+    proc = subprocess.run([sys.executable, "-m", "emqtasks.cli", "bench", "--cluster",
+                           "--quick", "--jobs", "300", "--json"],
+                          capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout)["rows"]
+    assert [r["queues"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert r["one_server_jobs_s"] > 0 and r["cluster_jobs_s"] > 0
+        assert r["cluster_shards_used"] == r["queues"]   # each queue on its own shard

@@ -117,9 +117,10 @@ def test_chord_of_200_with_20_retried_members_calls_back_once_in_order(
 
 
 def test_child_killed_mid_chain_step_every_workflow_completes(app: App, rec: Rec) -> None:
-    # Given chains whose middle step is slow on its first run; one child is SIGKILLed in it
-    hs = [chain(wt.add.s(i), wt.slow_first.s(f"c{i}"), wt.add.s(100)).apply_async(app=app)
-          for i in range(3)]
+    # Given chains whose middle step is slow on its first run in the first chain; one child
+    # is SIGKILLed in it
+    hs = [chain(wt.add.s(i), wt.slow_first.s(f"c{i}", 30.0 if i == 0 else 0.0),
+                wt.add.s(100)).apply_async(app=app) for i in range(3)]
     with start(app, concurrency=3) as w:
         started = app.client.blpop([rec.key("started:c0")], timeout=30)
         assert started is not None

@@ -60,13 +60,13 @@ def on_error(failed_step: str) -> None:
 
 
 @task(name="wf.slow_first", lease=2.0, retry_delay=0.05, max_attempts=3)
-def slow_first(x: int, tag: str) -> int:
-    """Tells the test it started (its pid on a list), and on its first run sleeps long
-    enough to be killed mid-run."""
+def slow_first(x: int, tag: str, hold: float = 30.0) -> int:
+    """Tells the test it started (its pid on a list), and on its first run sleeps ``hold``
+    seconds: long enough to be killed mid-run."""
     first = _r().hincrby(_k("starts"), tag, 1) == 1
     _r().rpush(_k("started:" + tag), os.getpid())
     if first:
-        time.sleep(30)
+        time.sleep(hold)
     _ran("slow_first")
     return x + 1
 

@@ -611,6 +611,41 @@ local function wf_cancel_waiting(c, id, now)
   end
 end
 
+-- Cancel every step of workflow `wf` that has not started (waiting, pending: its lane left,
+-- an emptied lane leaves the ring; delayed), its link_error step unreleased, and mark it
+-- cancelled; returns how many. Admin verbs only (wfcancel.lua, cancel.lua): no native twin.
+local function wf_cancel(wf, now)
+  local wk = wf_key(wf)
+  local w = redis.call('HMGET', wk, 'steps', 'lerr')
+  if not w[1] then return 0 end
+  redis.call('HSET', wk, 'state', 'cancelled')
+  local n = 0
+  local ids = w[1]
+  if w[2] then ids = ids .. ' ' .. w[2] end
+  for id in string.gmatch(ids, '%S+') do
+    local jk = job_key(id)
+    local row = redis.call('HMGET', jk, 'state', 'group', 'ttl', 'waiters')
+    local state, g = row[1], row[2]
+    if state == 'pending' or state == 'delayed' or state == 'waiting' then
+      if state == 'pending' then
+        local was = placed(g)
+        redis.call('ZREM', lane_key(g), id)
+        settle(g, was, now)
+      elseif state == 'delayed' then
+        redis.call('ZREM', K_delayed, id)
+      end
+      redis.call('DEL', chord_key(id))
+      redis.call('HSET', jk, 'state', 'cancelled', 'finished', now)
+      redis.call('HDEL', jk, 'payload')
+      notify(id, row[4])
+      local ttl = tonumber(row[3] or '0')
+      if ttl > 0 then redis.call('EXPIRE', jk, ttl) else redis.call('DEL', jk) end
+      n = n + 1
+    end
+  end
+  return n
+end
+
 -- Step `id` of workflow `wf` went dead (or was found lost): the first such call fails the
 -- workflow, cancels every step still waiting and releases the link_error step, once.
 local function wf_fail(wf, id, now)

@@ -5,11 +5,13 @@
 -- Reply: 1 cancelled; 0 no such job; -1 running (a leased job is not interrupted);
 --   -2 already finished (done or cancelled).
 -- Side effects: the id leaves its lane (an emptied lane leaves the ring), `delayed` or
---   `dead`; state cancelled; the row expires after its ttl.
+--   `dead`; state cancelled; the row expires after its ttl. A step of a running workflow
+--   takes its workflow with it, as wfcancel.lua does (wf_cancel): the steps after it could
+--   never start, and the workflow's `get()` would otherwise wait for ever.
 
 local id = ARGV[1]
 local jk = job_key(id)
-local row = redis.call('HMGET', jk, 'state', 'group', 'ttl', 'waiters')
+local row = redis.call('HMGET', jk, 'state', 'group', 'ttl', 'waiters', 'wf')
 local state, g = row[1], row[2]
 if not state then return 0 end
 if state == 'active' then return -1 end
@@ -28,4 +30,7 @@ redis.call('HDEL', jk, 'payload')
 notify(id, row[4])
 local ttl = tonumber(row[3] or '0')
 if ttl > 0 then redis.call('EXPIRE', jk, ttl) else redis.call('DEL', jk) end
+if row[5] and redis.call('HGET', wf_key(row[5]), 'state') == 'running' then
+  wf_cancel(row[5], now_ms())
+end
 return 1

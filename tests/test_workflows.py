@@ -30,6 +30,7 @@ from emqtasks import (
 from emqtasks.check import check, repair
 from emqtasks.cli import main
 from emqtasks.task import JobHandle
+from emqtasks.verdicts import CancelVerdict
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -192,6 +193,27 @@ def test_cancel_mid_chain_later_steps_never_start(app: App, rec: Rec) -> None:
         assert h.status() == "cancelled"
         assert w.stop() == 0
     assert rec.task_runs("add") == 0
+
+
+def test_cancelling_one_step_cancels_its_workflow(app: App) -> None:
+    # Given a chain and a chord enqueued with no worker: their first steps wait in lanes
+    line = chain(wt.add.s(1), wt.add.s(2), wt.add.s(3)).apply_async(app=app)
+    fan = chord([wt.add.s(i) for i in range(3)], wt.tsum.s()).apply_async(app=app)
+    first, second = (s["id"] for s in line.steps()[:2])
+    member = fan.steps()[1]["id"]
+    # When a user cancels one step of each by its job id (as Celery's revoke)
+    assert app.cancel(member) is CancelVerdict.CANCELLED
+    assert app.cancel(second) is CancelVerdict.CANCELLED      # a waiting step
+    # Then each workflow is cancelled with every step that had not started: nothing is
+    # left waiting for a parent that will never hand over, and get() answers at once
+    for h in (line, fan):
+        assert h.status() == "cancelled"
+        assert {s["state"] for s in h.steps()} == {"cancelled"}
+        with pytest.raises(TaskFailed, match="cancelled"):
+            h.get(timeout=5)
+    assert app.job(first)["state"] == "cancelled"
+    assert app.stats()["pending"] == 0 and app.stats()["ring"] == 0
+    assert check(app.queue()).ok
 
 
 def test_bad_workflows_are_refused_with_nothing_written(app: App) -> None:

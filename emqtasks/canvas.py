@@ -402,10 +402,15 @@ class WorkflowHandle:
         states = pipe.execute()
         return "done" if states and all(s == "done" for s in states) else "running"
 
-    def steps(self) -> list[dict[str, Any]]:
-        """Each step in order: id, task, state (waiting: for its parent), attempts, group."""
+    def step_ids(self) -> list[str]:
+        """Every step's job id, in order."""
+        return self._meta().get("steps", "").split()
+
+    def steps(self, start: int = 0, count: int | None = None) -> list[dict[str, Any]]:
+        """Each step in order (or ``count`` of them from ``start``): id, task, state
+        (waiting: for its parent), attempts, group."""
         q = self._queue
-        ids = self._meta().get("steps", "").split()
+        ids = self.step_ids()[start:None if count is None else start + count]
         pipe = q.client.pipeline(transaction=False)
         for i in ids:
             pipe.hmget(q.keys.job(i), "task", "state", "attempts", "group")

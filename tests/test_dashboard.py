@@ -81,6 +81,38 @@ def test_a_hostile_group_name_and_error_text_are_escaped(app: App, queue: Queue)
         assert "&lt;script&gt;alert(2)" in d.request(f"/job?id={job_id}")[1]
 
 
+def test_a_workflow_page_shows_its_steps_a_page_at_a_time_and_cancels_them(
+        app: App, queue: Queue) -> None:
+    from emqtasks import chain, chord
+    step = make_task(app, name="t.step")
+    line = chain(step.s(1), step.s(2), step.s(3)).apply_async(app=app)
+    wide = chord([step.s(i) for i in range(120)], step.s()).apply_async(app=app)
+    first = line.steps()[0]["id"]
+    with DashServer([queue]) as d:
+        # Given a step's job page, Then it links to its workflow
+        status, body, _ = d.request(f"/job?id={first}")
+        assert status == 200 and f"/workflow?queue={queue.name}&id={line.id}" in body
+        # And the workflow's page shows each step, its state and a link to it
+        status, body, _ = d.request(f"/workflow?id={line.id}")
+        assert status == 200 and 'id="wf-status">running<' in body
+        assert body.count('class="step"') == 3 and body.count(">waiting<") == 2
+        assert f"/job?queue={queue.name}&id={first}" in body
+        # And a 121-step chord is shown 50 steps a page, the last page holding the rest
+        assert d.request(f"/workflow?id={wide.id}")[1].count('class="step"') == 50
+        last = d.request(f"/workflow?id={wide.id}&page=3")[1]
+        assert last.count('class="step"') == 21 and 'id="wf-total">121<' in last
+        # When the cancel button is pressed, Then the steps not started are cancelled
+        status, _, _ = d.request("/workflow/cancel", {"id": line.id, "csrf": d.dash.csrf})
+        assert status == 303 and line.status() == "cancelled"
+        body = d.request(f"/workflow?id={line.id}&done=3")[1]
+        assert 'id="wf-status">cancelled<' in body and 'id="cancel-workflow"' not in body
+        # And bad or unknown ids are a clear refusal
+        assert d.request("/workflow?id=no-such-workflow")[0] == 404
+        assert d.request("/workflow?id=bad%20id")[0] == 400
+        assert d.request("/workflow/cancel", {"id": "bad id", "csrf": d.dash.csrf})[0] == 400
+    assert wide.status() == "running"
+
+
 def test_lanes_are_paged_sorted_and_filtered_on_the_server(app: App, queue: Queue) -> None:
     t = make_task(app, group=lambda g, *_: g)
     t.map([(f"tenant{i:03d}", j) for i in range(120) for j in range(i % 3 + 1)])

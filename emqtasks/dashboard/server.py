@@ -28,7 +28,9 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
+from ..canvas import WorkflowHandle
 from ..errors import EmqError
+from ..keys import check_job_id
 from ..metrics import CONTENT_TYPE, Exporter
 from ..queue import Queue
 from . import guard, views
@@ -231,6 +233,14 @@ class Handler(BaseHTTPRequestHandler):
                 raise Refused(HTTPStatus.NOT_FOUND, "no such job (or its row expired)")
             self._send(HTTPStatus.OK, self.dash.render("job.html", page="jobs", job=detail,
                                                        **common))
+        elif path == "/workflow":
+            page = _int(qs.get("page"), 1)
+            wf = views.workflow_detail(queue, qs.get("id", ""), page)
+            if wf is None:
+                raise Refused(HTTPStatus.NOT_FOUND, "no such workflow (or it expired)")
+            self._send(HTTPStatus.OK, self.dash.render(
+                "workflow.html", page="jobs", wf=wf, pg=page,
+                pages=max(1, -(-wf["total"] // views.PAGE)), done=qs.get("done"), **common))
         elif path == "/workers":
             self._send(HTTPStatus.OK, self.dash.render(
                 "workers.html", page="workers", workers=queue.workers(),
@@ -368,6 +378,10 @@ class Handler(BaseHTTPRequestHandler):
                 n = views.cancel_ids(queue, ids)
             sep = "&" if "?" in back else "?"
             back = f"{back}{sep}done={n}"
+        elif path == "/workflow/cancel":
+            handle = WorkflowHandle(queue, check_job_id(one.get("id", "")))
+            n = handle.cancel()
+            back = f"/workflow?queue={quote(queue.name)}&id={quote(handle.id)}&done={n}"
         else:
             raise Refused(HTTPStatus.NOT_FOUND, "no such action")
         view.stats._value = None    # the next page shows the change

@@ -16,7 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..canvas import WorkflowHandle
+from ..errors import TaskFailed
 from ..history import quantile
+from ..keys import check_job_id
 from ..lanetable import LaneTable
 from ..queue import Queue
 from . import charts
@@ -278,7 +281,21 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any] | None:
     view = queue.job(job_id)
     if view is None:
         return None
-    payload, prio, fence, origin = queue.client.hmget(queue.keys.job(job_id), "payload",
-                                                      "prio", "fence", "origin")
-    view.update(payload=payload, priority=int(prio or 0), fence=int(fence or 0))
+    payload, prio, fence, wf = queue.client.hmget(queue.keys.job(job_id), "payload", "prio",
+                                                  "fence", "wf")
+    view.update(payload=payload, priority=int(prio or 0), fence=int(fence or 0), workflow=wf)
     return view
+
+
+def workflow_detail(queue: Queue, wf_id: str, page: int) -> dict[str, Any] | None:
+    """A workflow's status and one page of its steps: a 10,000-member chord reads PAGE
+    rows, not all of them. None when it is gone."""
+    handle = WorkflowHandle(queue, check_job_id(wf_id))
+    try:
+        info = {"id": handle.id, "status": handle.status(), "total": len(handle.step_ids())}
+        meta = queue.client.hmget(queue.keys.workflow(handle.id), "kind", "failed", "lerr")
+        info.update(kind=meta[0], failed_step=meta[1], link_error=meta[2],
+                    steps=handle.steps((page - 1) * PAGE, PAGE))
+    except TaskFailed:
+        return None
+    return info

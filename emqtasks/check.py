@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .queue import Queue
 
@@ -165,14 +165,21 @@ def _check_workflows(queue: Queue, report: Report,
                 report.orphans.append((wf, step, parent))
 
 
-def repair(queue: Queue) -> tuple[int, int]:
-    """Rebuild ring and gactive and restore lost jobs; returns (groups on ring, restored).
-    A workflow step waiting for a parent that is gone is resolved as failed (the workflow
-    fails at that parent: its waiting steps are cancelled, its link_error step runs)."""
+class Repaired(NamedTuple):
+    """What repair() mended."""
+    ringed: int             # groups on the ring after the rebuild
+    restored: int           # lost jobs put back in their lanes
+    workflows_failed: int   # workflows failed at a parent that is gone
+
+
+def repair(queue: Queue) -> Repaired:
+    """Rebuild ring and gactive and restore lost jobs. A workflow step waiting for a parent
+    that is gone is resolved as failed (the workflow fails at that parent: its waiting
+    steps are cancelled, its link_error step runs)."""
     report = check(queue)
     groups = sorted(queue.groups())
     ringed, restored = queue.scripts.repair(queue.keys.fixed,
                                             [len(groups), *groups, *report.lost])
-    for wf, step, parent in report.orphans:
-        queue.scripts.wffail(queue.keys.fixed, [wf, parent, step])
-    return int(ringed), int(restored)
+    failed = sum(int(queue.scripts.wffail(queue.keys.fixed, [wf, parent, step]))
+                 for wf, step, parent in report.orphans)
+    return Repaired(int(ringed), int(restored), failed)

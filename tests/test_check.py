@@ -43,7 +43,7 @@ def test_a_lost_lane_is_restored_and_its_group_rejoins_the_ring(app: App) -> Non
     app.client.delete(q.keys.lane("acme"), q.keys.ring)
     assert any("lost" in v for v in check(q).violations)
     # When repaired
-    _ring, restored = repair(q)
+    restored = repair(q).restored
     # Then the jobs are back in their lane, and the group is on the ring to be claimed
     assert restored == 3
     assert check(q).ok, check(q).violations

@@ -272,8 +272,12 @@ def test_checker_reports_a_step_whose_parent_is_gone_and_repair_fails_it(app: Ap
     q.client.delete(q.keys.job("p1"))
     report = check(q)
     assert any("step c1 waits for parent p1, which is gone" in v for v in report.violations)
-    # When repaired: the workflow fails at the lost parent, the link_error step is released
-    repair(q)
+    # When repaired (by the command): the workflow fails at the lost parent, said in its
+    # count, and the link_error step is released
+    out = CliRunner().invoke(main, ["check", "--repair", "-Q", app.settings.queue,
+                                    "--redis-url", app.settings.redis_url])
+    assert "1 workflows failed at a lost step" in out.output, out.output
+    assert repair(q).workflows_failed == 0        # once: a second repair finds nothing
     assert check(q).ok, check(q).violations
     assert q.status("c1") == "cancelled" and q.status("le") == "pending"
     assert h.status() == "failed"

@@ -374,10 +374,11 @@ def check_command(redis_url: str | None, queue: str | None, repair: bool, as_jso
     if as_json:
         click.echo(json.dumps({"ok": report.ok, "violations": report.violations,
                                "jobs": report.jobs, "groups": report.groups,
-                               "repaired": mended}, indent=2))
+                               "repaired": mended._asdict() if mended else None}, indent=2))
     else:
         if mended is not None:
-            click.echo(f"repaired: {mended[0]} groups on the ring, {mended[1]} jobs restored")
+            click.echo(f"repaired: {mended.ringed} groups on the ring, {mended.restored} jobs "
+                       f"restored, {mended.workflows_failed} workflows failed at a lost step")
         for line in report.violations:
             click.echo(f"violation: {line}")
         click.echo(f"{'ok' if report.ok else 'BROKEN'}: {report.jobs} job rows, "

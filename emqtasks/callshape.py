@@ -13,31 +13,55 @@ from collections.abc import Callable
 from typing import Any
 
 
-@functools.lru_cache(maxsize=1024)
-def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
-    """fn's signature, or None when it has none to inspect (some builtins)."""
+def _signature_uncached(fn: Callable[..., Any]) -> inspect.Signature | None:
     try:
         return inspect.signature(fn)
     except (TypeError, ValueError):
         return None
 
 
-@functools.lru_cache(maxsize=4096)
-def _shape_fits(fn: Callable[..., Any], nargs: int, names: tuple[str, ...]) -> bool:
-    sig = signature_of(fn)
-    if sig is None:   # no signature to inspect: call it as made
-        return True
+@functools.lru_cache(maxsize=1024)
+def _signature_cached(fn: Callable[..., Any]) -> inspect.Signature | None:
+    return _signature_uncached(fn)
+
+
+def _hashable(fn: Callable[..., Any]) -> bool:
+    # a callable object whose class defines __eq__ without __hash__ cannot be a cache key
     try:
-        sig.bind(*range(nargs), **dict.fromkeys(names))
+        hash(fn)
     except TypeError:
         return False
     return True
 
 
+def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
+    """fn's signature, or None when it has none to inspect (some builtins)."""
+    return _signature_cached(fn) if _hashable(fn) else _signature_uncached(fn)
+
+
+def _binds(fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> bool:
+    sig = signature_of(fn)
+    if sig is None:   # no signature to inspect: call it as made
+        return True
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape_fits(fn: Callable[..., Any], nargs: int, names: tuple[str, ...]) -> bool:
+    return _binds(fn, range(nargs), dict.fromkeys(names))
+
+
 def fits(fn: Callable[..., Any], args: tuple[Any, ...] | list[Any],
          kwargs: dict[str, Any]) -> bool:
     """Whether fn(*args, **kwargs) binds (True when fn has no signature to inspect)."""
-    return _shape_fits(fn, len(args), tuple(kwargs))
+    try:
+        return _shape_fits(fn, len(args), tuple(kwargs))
+    except TypeError:   # fn cannot be a cache key (_binds itself raises no TypeError)
+        return _binds(fn, args, kwargs)
 
 
 def misfit(fn: Callable[..., Any], args: tuple[Any, ...] | list[Any],

@@ -5,9 +5,10 @@
 -- Reply: 1 cancelled; 0 no such job; -1 running (a leased job is not interrupted);
 --   -2 already finished (done or cancelled).
 -- Side effects: the id leaves its lane (an emptied lane leaves the ring), `delayed` or
---   `dead`; state cancelled; the row expires after its ttl. A step of a running workflow
---   takes its workflow with it, as wfcancel.lua does (wf_cancel): the steps after it could
---   never start, and the workflow's `get()` would otherwise wait for ever.
+--   `dead`; state cancelled; the row expires after its ttl; a chord callback's results hash
+--   goes. A step of a running workflow (not its link_error step) takes its workflow with
+--   it, as wfcancel.lua does (wf_cancel): the steps after it could never start, and the
+--   workflow's `get()` would otherwise wait for ever.
 
 local id = ARGV[1]
 local jk = job_key(id)
@@ -30,7 +31,10 @@ redis.call('HDEL', jk, 'payload')
 notify(id, row[4])
 local ttl = tonumber(row[3] or '0')
 if ttl > 0 then redis.call('EXPIRE', jk, ttl) else redis.call('DEL', jk) end
-if row[5] and redis.call('HGET', wf_key(row[5]), 'state') == 'running' then
+redis.call('DEL', chord_key(id))   -- a chord's callback: the members' results it waited for
+local w = row[5] and redis.call('HMGET', wf_key(row[5]), 'state', 'lerr')
+if w and w[1] == 'running' and w[2] ~= id then
+  -- (the link_error step strands no step: it waits for a failure that may never come)
   wf_cancel(row[5], now_ms())
 end
 return 1

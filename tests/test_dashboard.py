@@ -105,6 +105,7 @@ def test_a_workflow_page_shows_its_steps_a_page_at_a_time_and_cancels_them(
         status, _, _ = d.request("/workflow/cancel", {"id": line.id, "csrf": d.dash.csrf})
         assert status == 303 and line.status() == "cancelled"
         body = d.request(f"/workflow?id={line.id}&done=3")[1]
+        assert 'id="done">3 step(s) cancelled' in body
         assert 'id="wf-status">cancelled<' in body and 'id="cancel-workflow"' not in body
         # And bad or unknown ids are a clear refusal
         assert d.request("/workflow?id=no-such-workflow")[0] == 404

@@ -257,6 +257,29 @@ def test_group_callable_taking_the_call_as_made(app, queue):
     assert queue.client.zcard(queue.keys.lane("globex")) == 1
 
 
+def test_callable_objects_that_cannot_be_hashed_serve_as_group_and_task(app, queue):
+    from dataclasses import dataclass
+
+    from emqtasks.worker.runner import Runner
+
+    @dataclass
+    class Tenant:          # __eq__ without __hash__: an object no cache can key on
+        field: str
+
+        def __call__(self, tenant, report_id):
+            return tenant if self.field == "tenant" else str(report_id)
+
+    # Given a task and its group function that are such objects
+    t = app.task(Tenant("report"), name="t.unhashable", group=Tenant("tenant"))
+    # When it is enqueued and claimed, Then the group is found and the worker's argument
+    # check lets the job run (it fell back to binding the call each time)
+    t.delay("acme", 42)
+    (lease,) = queue.claim()
+    assert lease.group == "acme"
+    fn, args, kwargs = Runner(queue, app.registry).prepare(lease)
+    assert fn(*args, **kwargs) == "42"
+
+
 def test_calling_the_task_runs_it_in_process_and_enqueues_nothing(app, queue):
     t = app.task(add)
     assert t(2, 3) == 5

@@ -213,6 +213,12 @@ def test_cancelling_one_step_cancels_its_workflow(app: App) -> None:
             h.get(timeout=5)
     assert app.job(first)["state"] == "cancelled"
     assert app.stats()["pending"] == 0 and app.stats()["ring"] == 0
+    # But cancelling a workflow's link_error step strands nothing: the workflow runs on
+    kept = chain(wt.add.s(1), wt.add.s(2)).apply_async(
+        app=app, link_error=wt.on_error.s().set(job_id="le-kept"))
+    assert app.cancel("le-kept") is CancelVerdict.CANCELLED
+    assert kept.status() == "running"
+    assert [s["state"] for s in kept.steps()] == ["pending", "waiting"]
     assert check(app.queue()).ok
 
 

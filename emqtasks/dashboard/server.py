@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 from ..canvas import WorkflowHandle
-from ..errors import EmqError
+from ..errors import EmqError, ScriptError
 from ..keys import check_job_id
 from ..metrics import CONTENT_TYPE, Exporter
 from ..queue import Queue
@@ -161,10 +161,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def _answer_failure(self, exc: Exception, method: str, path: str) -> None:
         """The page for what handling a request raised: a refusal with its status, a bad
-        argument as 400, a vanished client as nothing, anything else as a logged 500."""
+        argument as 400, a vanished client as nothing, anything else (a script's failure
+        too) as a logged 500."""
         if isinstance(exc, Refused):
             self._send(exc.status, self.dash.render("error.html", message=str(exc)))
-        elif isinstance(exc, EmqError):
+        elif isinstance(exc, EmqError) and not isinstance(exc, ScriptError):
             self._send(HTTPStatus.BAD_REQUEST, self.dash.render("error.html", message=str(exc)))
         elif isinstance(exc, (BrokenPipeError, ConnectionResetError)):
             pass
@@ -240,7 +241,8 @@ class Handler(BaseHTTPRequestHandler):
                 raise Refused(HTTPStatus.NOT_FOUND, "no such workflow (or it expired)")
             self._send(HTTPStatus.OK, self.dash.render(
                 "workflow.html", page="jobs", wf=wf, pg=page,
-                pages=max(1, -(-wf["total"] // views.PAGE)), done=qs.get("done"), **common))
+                pages=max(1, -(-wf["total"] // views.PAGE)), done=_count(qs.get("done")),
+                **common))
         elif path == "/workers":
             self._send(HTTPStatus.OK, self.dash.render(
                 "workers.html", page="workers", workers=queue.workers(),
@@ -415,6 +417,11 @@ def _int(text: str | None, default: int) -> int:
         return max(1, int(text or default))
     except ValueError:
         return default
+
+
+def _count(text: str | None) -> int | None:
+    """A count a redirect carries back to the page (anything else is dropped)."""
+    return int(text) if text is not None and text.isdigit() else None
 
 
 def _opt_int(text: str | None) -> int | None:

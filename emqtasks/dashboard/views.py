@@ -289,7 +289,8 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any] | None:
 
 def workflow_detail(queue: Queue, wf_id: str, page: int) -> dict[str, Any] | None:
     """A workflow's status and one page of its steps: a 10,000-member chord reads PAGE
-    rows, not all of them. None when it is gone."""
+    step rows, not all of them (its status reads the final steps' states: one row for a
+    chain or a chord, every member for a group). None when it is gone."""
     handle = WorkflowHandle(queue, check_job_id(wf_id))
     try:
         info = {"id": handle.id, "status": handle.status(), "total": len(handle.step_ids())}

@@ -51,12 +51,14 @@ def fill(q: Queue, groups: int, dead: int) -> None:
     pipe.execute()
 
 
-def timed(port: int, path: str, runs: int) -> list[float]:
+def _time_requests(port: int, runs: int, method: str, path: str, timeout: float,
+                   body: str | None = None, headers: dict[str, str] | None = None) -> list[float]:
+    """ms each of `runs` requests on a fresh connection; anything but a 200 stops the bench."""
     out = []
     for _ in range(runs):
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         t0 = time.perf_counter()
-        conn.request("GET", path, headers={"Accept": "text/html"})
+        conn.request(method, path, body=body, headers=headers or {})
         r = conn.getresponse()
         r.read()
         out.append((time.perf_counter() - t0) * 1000)
@@ -66,23 +68,16 @@ def timed(port: int, path: str, runs: int) -> list[float]:
     return out
 
 
+def timed(port: int, path: str, runs: int) -> list[float]:
+    return _time_requests(port, runs, "GET", path, 120, headers={"Accept": "text/html"})
+
+
 def count_all(port: int, name: str, csrf: str, runs: int) -> list[float]:
     """The confirm step of "cancel all that match": every dead job's error searched."""
     body = urlencode({"verb": "cancel", "text": "failure 42", "csrf": csrf, "queue": name,
                       "back": "/dead"})
-    out = []
-    for _ in range(runs):
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-        t0 = time.perf_counter()
-        conn.request("POST", "/dead/confirm", body=body,
-                     headers={"Content-Type": "application/x-www-form-urlencoded"})
-        r = conn.getresponse()
-        r.read()
-        out.append((time.perf_counter() - t0) * 1000)
-        conn.close()
-        if r.status != 200:
-            raise click.ClickException(f"/dead/confirm answered {r.status}")
-    return out
+    return _time_requests(port, runs, "POST", "/dead/confirm", 300, body=body,
+                          headers={"Content-Type": "application/x-www-form-urlencoded"})
 
 
 def run(redis_url: str | None, runs: int | None, quick: bool, as_json: bool) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import worker_tasks as wt
+from day2 import wait_until
 from workerproc import WorkerProc
 
 from emqtasks import App, __version__
@@ -63,9 +64,7 @@ def test_a_killed_master_expires_after_a_few_ticks(app: App) -> None:
     finally:
         w.kill()
     # 3 ticks (at least 3 s): the key expires by itself, the index entry is dropped on read
-    deadline = time.monotonic() + 15
-    while app.workers() and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_until(lambda: not app.workers(), 15, "the killed master's heartbeat to expire")
     assert app.workers() == []
     assert app.client.hlen(app.queue().keys.base + "workers") == 0
 

@@ -392,7 +392,9 @@ class WorkflowHandle:
 
     def status(self) -> str:
         """running, done, failed (a step went dead) or cancelled."""
-        meta = self._meta()
+        return self._status(self._meta())
+
+    def _status(self, meta: dict[str, str]) -> str:
         if meta.get("state") in ("failed", "cancelled"):
             return meta["state"]
         finals = meta.get("final", "").split()
@@ -402,15 +404,12 @@ class WorkflowHandle:
         states = pipe.execute()
         return "done" if states and all(s == "done" for s in states) else "running"
 
-    def step_ids(self) -> list[str]:
-        """Every step's job id, in order."""
-        return self._meta().get("steps", "").split()
+    def steps(self) -> list[dict[str, Any]]:
+        """Each step in order: id, task, state (waiting: for its parent), attempts, group."""
+        return self._step_rows(self._meta().get("steps", "").split())
 
-    def steps(self, start: int = 0, count: int | None = None) -> list[dict[str, Any]]:
-        """Each step in order (or ``count`` of them from ``start``): id, task, state
-        (waiting: for its parent), attempts, group."""
+    def _step_rows(self, ids: list[str]) -> list[dict[str, Any]]:
         q = self._queue
-        ids = self.step_ids()[start:None if count is None else start + count]
         pipe = q.client.pipeline(transaction=False)
         for i in ids:
             pipe.hmget(q.keys.job(i), "task", "state", "attempts", "group")
@@ -420,11 +419,15 @@ class WorkflowHandle:
                         "attempts": int(attempts) if attempts is not None else None})
         return out
 
-    def info(self) -> dict[str, Any]:
+    def info(self, start: int = 0, count: int | None = None) -> dict[str, Any]:
+        """Status, kind, failed step, link_error step, the number of steps (``total``) and
+        the steps (or ``count`` of them from ``start``), from one read of the workflow."""
         meta = self._meta()
-        return {"id": self.id, "kind": meta.get("kind"), "status": self.status(),
+        ids = meta.get("steps", "").split()
+        return {"id": self.id, "kind": meta.get("kind"), "status": self._status(meta),
                 "failed_step": meta.get("failed"), "link_error": meta.get("lerr"),
-                "steps": self.steps()}
+                "total": len(ids),
+                "steps": self._step_rows(ids[start:None if count is None else start + count])}
 
     def get(self, timeout: float | None = None) -> Any:
         """The last step's result (a chain, a chord), or the members' results in order (a

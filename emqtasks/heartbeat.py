@@ -71,7 +71,7 @@ def remove(client: Any, base: str, worker_id: str) -> None:
 def read(client: Any, base: str) -> list[dict[str, Any]]:
     """The workers of a queue whose heartbeat has not expired, oldest first; index entries
     of expired ones are dropped."""
-    ids = sorted(client.hkeys(index_key(base)))
+    ids = client.hkeys(index_key(base))
     if not ids:
         return []
     values = client.mget([worker_key(base, i) for i in ids])

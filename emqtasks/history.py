@@ -54,9 +54,6 @@ class Counts:
     def wait_quantile(self, q: float) -> float | None:
         return quantile(self.wait_buckets, q)
 
-    def run_quantile(self, q: float) -> float | None:
-        return quantile(self.run_buckets, q)
-
     def as_dict(self) -> dict[str, Any]:
         return {"enqueued": self.enqueued, "started": self.started,
                 "succeeded": self.succeeded, "retried": self.retried, "dead": self.dead,
@@ -89,15 +86,18 @@ class Minute:
     tasks: dict[str, Counts] = field(default_factory=dict)
     groups: dict[str, Counts] = field(default_factory=dict)
     other: Counts = field(default_factory=Counts)
-    groups_tracked: int = 0
 
     def total(self) -> Counts:
-        """The queue's: the tasks' counters, with enqueued from the groups (tasks have none)."""
-        out = Counts()
-        for c in self.tasks.values():
-            out.add(c)
-        out.enqueued = sum(g.enqueued for g in self.groups.values()) + self.other.enqueued
-        return out
+        return queue_total(self.tasks, self.groups, self.other)
+
+
+def queue_total(tasks: dict[str, Counts], groups: dict[str, Counts], other: Counts) -> Counts:
+    """The queue's: the tasks' counters, with enqueued from the groups (tasks have none)."""
+    out = Counts()
+    for c in tasks.values():
+        out.add(c)
+    out.enqueued = sum(g.enqueued for g in groups.values()) + other.enqueued
+    return out
 
 
 def parse(minute: int, raw: dict[str, str]) -> Minute:
@@ -112,8 +112,6 @@ def parse(minute: int, raw: dict[str, str]) -> Minute:
         if not sep:
             if counter in ("oa", "ob"):
                 _unpack(m.other, counter[1], n)
-            elif counter == "na":
-                m.groups_tracked = n
             continue
         if counter in ("a", "b"):
             _unpack(m.groups.setdefault(name, Counts()), counter, n)
@@ -190,11 +188,7 @@ def summary(rows: Iterable[Minute]) -> dict[str, Any]:
         for name, c in m.groups.items():
             groups.setdefault(name, Counts()).add(c)
         other.add(m.other)
-    total = Counts()
-    for c in tasks.values():
-        total.add(c)
-    total.enqueued = sum(g.enqueued for g in groups.values()) + other.enqueued
-    return {"minutes": per_minute, "total": total.as_dict(),
+    return {"minutes": per_minute, "total": queue_total(tasks, groups, other).as_dict(),
             "tasks": {k: v.as_dict() for k, v in sorted(tasks.items())},
             "groups": {k: _group_dict(v) for k, v in sorted(groups.items())},
             "other_groups": _group_dict(other)}

@@ -46,23 +46,17 @@ class _Running:
     def read(self, queue: Queue) -> dict[str, Counts]:
         with self.lock:
             now = history.server_minute(queue.client, queue.keys.base)
-            start = self.frontier if self.frontier is not None else now - FIRST_SPAN + 1
-            start = max(start, now - FIRST_SPAN + 1)
+            floor = now - FIRST_SPAN + 1
+            start = floor if self.frontier is None else max(self.frontier, floor)
             rows = history.read(queue.client, queue.keys.base, now - start + 1, now)
             for m in rows[:-1]:
                 for task, c in m.tasks.items():
                     self.tasks.setdefault(task, Counts()).add(c)
             self.frontier = now
-            out = {t: _copy(c) for t, c in self.tasks.items()}
+            out = {t: _sum_counts([c]) for t, c in self.tasks.items()}
             for task, c in rows[-1].tasks.items():
                 out.setdefault(task, Counts()).add(c)
             return out
-
-
-def _copy(c: Counts) -> Counts:
-    out = Counts()
-    out.add(c)
-    return out
 
 
 class Exporter:

@@ -87,6 +87,17 @@ def _nonce() -> str:
     return os.urandom(8).hex()
 
 
+def job_view(job_id: str, row: dict[str, str]) -> dict[str, Any]:
+    """What Queue.job shows of a job's row (its hash, read whole)."""
+    view: dict[str, Any] = {"id": job_id}
+    for field in ("state", "task", "group", "error", "result"):
+        view[field] = row.get(field)
+    for field in ("attempts", "max", "created", "started", "finished"):
+        view[field] = int(row[field]) if field in row else None
+    view["max_attempts"] = view.pop("max")
+    return view
+
+
 class Queue:
     """One queue on one Redis client. Thread-compatible like the client it wraps."""
 
@@ -327,14 +338,15 @@ class Queue:
             return int(self.scripts.requeue(self._k, [check_job_id(job_id)]))
         # The dead jobs of now, in pages: a job that dies again while this runs waits for
         # the next requeue instead of looping here for ever.
-        snapshot = self.client.zrange(self.keys.dead, 0, -1)
-        return sum(int(self.scripts.requeue(self._k, snapshot[i:i + 500]))
-                   for i in range(0, len(snapshot), 500))
+        return self._requeue(self.client.zrange(self.keys.dead, 0, -1))
 
     def requeue_dead_ids(self, ids: Sequence[str]) -> int:
         """Bring these dead jobs back (ids not dead are passed over); returns the count."""
         for job_id in ids:
             check_job_id(job_id)
+        return self._requeue(ids)
+
+    def _requeue(self, ids: Sequence[str]) -> int:
         return sum(int(self.scripts.requeue(self._k, list(ids[i:i + 500])))
                    for i in range(0, len(ids), 500))
 
@@ -347,15 +359,7 @@ class Queue:
     def job(self, job_id: str) -> dict[str, Any] | None:
         """A read-only view of a job row, or None once it expired (or never was)."""
         row = self.client.hgetall(self.keys.job(check_job_id(job_id)))
-        if not row:
-            return None
-        view: dict[str, Any] = {"id": job_id}
-        for field in ("state", "task", "group", "error", "result"):
-            view[field] = row.get(field)
-        for field in ("attempts", "max", "created", "started", "finished"):
-            view[field] = int(row[field]) if field in row else None
-        view["max_attempts"] = view.pop("max")
-        return view
+        return job_view(job_id, row) if row else None
 
     def outcome(self, job_id: str, register: bool = False) -> tuple[str | None, str | None,
                                                                       str | None]:
@@ -424,7 +428,7 @@ class Queue:
         }
 
     def workers(self) -> list[dict[str, Any]]:
-        """The live workers of this queue (their heartbeats, workers.py)."""
+        """The live workers of this queue (their heartbeats, heartbeat.py)."""
         return heartbeat.read(self.client, self.keys.base)
 
     def lane(self, group: str) -> dict[str, Any]:

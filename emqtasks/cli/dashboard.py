@@ -49,9 +49,10 @@ def _queues(redis_url: str | None, queue: str | None) -> list[Queue]:
 
 def _run(host: str, port: int, token: str | None, queues: list[Queue], read_only: bool,
          metrics_only: bool, top: int) -> None:
-    from ..dashboard.server import LOOPBACK, Dashboard, serve
+    from ..dashboard.guard import LOOPBACK_NAMES
+    from ..dashboard.server import Dashboard, serve
 
-    if host not in LOOPBACK and not token:
+    if host not in LOOPBACK_NAMES and not token:
         raise CliError(f"binding to {host} needs a token (--token or EMQ_DASHBOARD_TOKEN)")
     if not metrics_only:
         try:

@@ -39,7 +39,6 @@ log = logging.getLogger("emqtasks.dashboard")
 COOKIE = "emq_session"
 _STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                  ".svg": "image/svg+xml"}
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class Refused(Exception):
@@ -241,7 +240,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise Refused(HTTPStatus.NOT_FOUND, "no such workflow (or it expired)")
             self._send(HTTPStatus.OK, self.dash.render(
                 "workflow.html", page="jobs", wf=wf, pg=page,
-                pages=max(1, -(-wf["total"] // views.PAGE)), done=_count(qs.get("done")),
+                pages=views.page_count(wf["total"]), done=_count(qs.get("done")),
                 **common))
         elif path == "/workers":
             self._send(HTTPStatus.OK, self.dash.render(
@@ -264,13 +263,13 @@ class Handler(BaseHTTPRequestHandler):
                   if f.state == "pending" and not f.group else None)
         rows, total, complete = views.find_jobs(queue, f, (page - 1) * views.PAGE,
                                                 groups=groups)
-        pages = max(1, -(-total // views.PAGE)) if complete else page + 1
+        pages = views.page_count(total) if complete else page + 1
         name = "dead.html" if dead else "jobs.html"
         if qs.get("fragment"):
             name = "_jobs_table.html"
         self._send(HTTPStatus.OK, self.dash.render(
             name, page="dead" if dead else "jobs", rows=rows, total=total, f=f, pg=page,
-            pages=pages, complete=complete, done=qs.get("done"),
+            pages=pages, complete=complete, done=_count(qs.get("done")),
             bound=views.dead_bound(queue) if dead else "", **common))
 
     def _static(self, name: str) -> None:

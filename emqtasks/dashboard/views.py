@@ -18,10 +18,9 @@ from typing import Any
 
 from ..canvas import WorkflowHandle
 from ..errors import TaskFailed
-from ..history import quantile
 from ..keys import check_job_id
 from ..lanetable import LaneTable
-from ..queue import Queue
+from ..queue import Queue, job_view
 from . import charts
 
 PAGE = 50
@@ -65,8 +64,7 @@ class QueueView:
             minutes.append({"t": m["minute"], "succeeded": m["succeeded"],
                             "retried": m["retried"], "dead": m["dead"],
                             "started": m["started"],
-                            "p50": _ms(quantile(m["wait_buckets"], 0.5)),
-                            "p95": _ms(quantile(m["wait_buckets"], 0.95))})
+                            "p50": _ms(m["wait_p50_ms"]), "p95": _ms(m["wait_p95_ms"])})
         return {"stats": {k: v for k, v in stats.items() if k != "groups"},
                 "groups": len(stats["groups"]), "hour": hour["total"], "minutes": minutes,
                 "tasks": hour["tasks"],
@@ -103,7 +101,7 @@ class QueueView:
                   reverse=reverse)
         if reverse:   # None last either way
             rows.sort(key=lambda row: row[key] is None)
-        pages = max(1, -(-len(rows) // PAGE))
+        pages = page_count(len(rows))
         page = min(max(page, 1), pages)
         shown = rows[(page - 1) * PAGE: page * PAGE]
         exact = self.table.exact([r["group"] for r in shown])
@@ -116,6 +114,11 @@ class QueueView:
 
     def _recent_starts(self) -> dict[str, int]:
         return {g: c["started"] for g, c in self.five.get()["groups"].items()}
+
+
+def page_count(n: int) -> int:
+    """How many pages n rows fill (one, when there are none)."""
+    return max(1, -(-n // PAGE))
 
 
 def why(row: dict[str, Any]) -> str:
@@ -187,8 +190,11 @@ def find_jobs(queue: Queue, f: JobFilter, offset: int = 0, limit: int = PAGE,
     c, k = queue.client, queue.keys
     if _plain(f) and f.state != "pending":   # a page of the zset: no row read to count
         key = _set_key(queue, f.state)
-        return (_rows(queue, list(c.zrevrange(key, offset, offset + limit - 1))),
-                int(c.zcard(key)), True)
+        pipe = c.pipeline(transaction=False)
+        pipe.zrevrange(key, offset, offset + limit - 1)
+        pipe.zcard(key)
+        page_ids, size = pipe.execute()
+        return _rows(queue, list(page_ids)), int(size), True
     if _plain(f):
         names = _lane_groups(f, groups)
         pipe = c.pipeline(transaction=False)
@@ -278,12 +284,13 @@ def _rows(queue: Queue, ids: list[str]) -> list[dict[str, Any]]:
 
 
 def job_detail(queue: Queue, job_id: str) -> dict[str, Any] | None:
-    view = queue.job(job_id)
-    if view is None:
+    """Queue.job's view and what the job page shows besides, from one read of the row."""
+    row = queue.client.hgetall(queue.keys.job(check_job_id(job_id)))
+    if not row:
         return None
-    payload, prio, fence, wf = queue.client.hmget(queue.keys.job(job_id), "payload", "prio",
-                                                  "fence", "wf")
-    view.update(payload=payload, priority=int(prio or 0), fence=int(fence or 0), workflow=wf)
+    view = job_view(job_id, row)
+    view.update(payload=row.get("payload"), priority=int(row.get("prio") or 0),
+                fence=int(row.get("fence") or 0), workflow=row.get("wf"))
     return view
 
 
@@ -291,12 +298,7 @@ def workflow_detail(queue: Queue, wf_id: str, page: int) -> dict[str, Any] | Non
     """A workflow's status and one page of its steps: a 10,000-member chord reads PAGE
     step rows, not all of them (its status reads the final steps' states: one row for a
     chain or a chord, every member for a group). None when it is gone."""
-    handle = WorkflowHandle(queue, check_job_id(wf_id))
     try:
-        info = {"id": handle.id, "status": handle.status(), "total": len(handle.step_ids())}
-        meta = queue.client.hmget(queue.keys.workflow(handle.id), "kind", "failed", "lerr")
-        info.update(kind=meta[0], failed_step=meta[1], link_error=meta[2],
-                    steps=handle.steps((page - 1) * PAGE, PAGE))
+        return WorkflowHandle(queue, check_job_id(wf_id)).info((page - 1) * PAGE, PAGE)
     except TaskFailed:
         return None
-    return info

@@ -27,13 +27,15 @@ def split_score(score: float) -> tuple[int, int]:
     return prio, int(score - prio * PRIO_SPAN)
 
 
-def read_books(client: Any, keys: Any, groups: list[str]) -> dict[str, Any]:
-    """Everything the views of these groups need, in one pipelined round trip."""
-    # The server's clock (ready_at and oldest_age are server times); on a cluster, the
-    # clock of the node that holds the queue (a cluster pipeline refuses TIME).
-    secs, micros = client.time(**node_kwargs(client, keys.ring))
-    pipe = client.pipeline(transaction=False)
-    for name in ("gactive", "glimit", "gweight", "grate", "gmax", "gdefaults"):
+_BOOK_HASHES = ("gactive", "glimit", "gweight", "grate", "gmax", "gdefaults")
+#: How many replies queue_books adds to a pipeline.
+BOOK_REPLIES = len(_BOOK_HASHES) + 6
+
+
+def queue_books(pipe: Any, keys: Any) -> None:
+    """Queue on a pipeline the reads every view of groups shares (BOOK_REPLIES replies,
+    for make_books)."""
+    for name in _BOOK_HASHES:
         pipe.hgetall(getattr(keys, name))
     pipe.smembers(keys.gpaused)
     pipe.exists(keys.paused)
@@ -41,6 +43,32 @@ def read_books(client: Any, keys: Any, groups: list[str]) -> dict[str, Any]:
     pipe.get(keys.fairness)
     pipe.zrange(keys.gvt, 0, -1)
     pipe.hgetall(keys.busy)
+
+
+def make_books(replies: list[Any], now: int) -> dict[str, Any]:
+    """The books from queue_books' replies and the server's time (ms); ``lanes`` and
+    ``busy`` per group are the caller's to fill."""
+    n = len(_BOOK_HASHES)
+    books: dict[str, Any] = dict(zip(_BOOK_HASHES, replies[0:n]))
+    gpaused, paused, gwait, fairness, gvt, busy = replies[n:n + 6]
+    books.update(now_ms=now, gpaused=gpaused, paused=bool(paused), gwait=dict(gwait),
+                 lanes={}, fairness="time" if fairness == "time" else "turns", gvt=gvt,
+                 busy_total=minute_ms(busy, now), busy={})
+    return books
+
+
+def server_ms(client: Any, keys: Any) -> int:
+    """The server's clock (ready_at and oldest_age are server times); on a cluster, the
+    clock of the node that holds the queue (a cluster pipeline refuses TIME)."""
+    secs, micros = client.time(**node_kwargs(client, keys.ring))
+    return int(secs) * 1000 + int(micros) // 1000
+
+
+def read_books(client: Any, keys: Any, groups: list[str]) -> dict[str, Any]:
+    """Everything the views of these groups need, in one pipelined round trip."""
+    now = server_ms(client, keys)
+    pipe = client.pipeline(transaction=False)
+    queue_books(pipe, keys)
     for g in groups:
         pipe.hgetall(keys.group_busy(g))
     for g in groups:
@@ -48,16 +76,11 @@ def read_books(client: Any, keys: Any, groups: list[str]) -> dict[str, Any]:
         pipe.zrange(keys.lane(g), 0, 0, withscores=True)
         pipe.zrange(keys.lane(g), -1, -1, withscores=True)
     replies = pipe.execute()
-    books: dict[str, Any] = dict(zip(
-        ("gactive", "glimit", "gweight", "grate", "gmax", "gdefaults"), replies[0:6]))
-    now = int(secs) * 1000 + int(micros) // 1000
-    books.update(now_ms=now, gpaused=replies[6],
-                 paused=bool(replies[7]), gwait=dict(replies[8]), lanes={},
-                 fairness="time" if replies[9] == "time" else "turns", gvt=replies[10],
-                 busy_total=minute_ms(replies[11], now), busy={})
-    rest = replies[12 + len(groups):]
+    books = make_books(replies, now)
+    per_group = replies[BOOK_REPLIES:]
+    rest = per_group[len(groups):]
     for i, g in enumerate(groups):
-        books["busy"][g] = minute_ms(replies[12 + i], now)
+        books["busy"][g] = minute_ms(per_group[i], now)
         books["lanes"][g] = (rest[3 * i], rest[3 * i + 1], rest[3 * i + 2])
     return books
 

@@ -21,7 +21,6 @@ import time
 from typing import Any
 
 from . import lanes
-from .cluster import node_kwargs
 from .lanes import split_score
 from .queue import Queue
 
@@ -52,34 +51,23 @@ class LaneTable:
         q = self.queue
         k, c = q.keys, q.client
         pipe = c.pipeline(transaction=False)
+        lanes.queue_books(pipe, k)
         pipe.lrange(k.ring, 0, -1)
-        for name in ("gactive", "glimit", "gweight", "grate", "gmax", "gdefaults", "gbackoff"):
-            pipe.hgetall(getattr(k, name))
-        pipe.smembers(k.gpaused)
-        pipe.exists(k.paused)
-        pipe.zrange(k.gwait, 0, -1, withscores=True)
+        pipe.hgetall(k.gbackoff)
         for key in (k.delayed, k.dead, k.active):
             pipe.zcard(key)
-        pipe.get(k.fairness)
-        pipe.zrange(k.gvt, 0, -1)
-        pipe.hgetall(k.busy)
-        (ring, gactive, glimit, gweight, grate, gmax, gdefaults, gbackoff, gpaused, paused,
-         gwait, delayed, dead, active, fairness, gvt, busy) = pipe.execute()
-        waits = dict(gwait)
-        names = sorted(set(ring) | set(gactive) | set(glimit) | set(gweight) | set(grate)
-                       | set(gmax) | set(gbackoff) | set(gpaused) | set(waits)
+        shared = pipe.execute()
+        ring, gbackoff, delayed, dead, active = shared[lanes.BOOK_REPLIES:]
+        books = lanes.make_books(shared, lanes.server_ms(c, k))
+        names = sorted(set(ring) | set(books["gactive"]) | set(books["glimit"])
+                       | set(books["gweight"]) | set(books["grate"]) | set(books["gmax"])
+                       | set(gbackoff) | set(books["gpaused"]) | set(books["gwait"])
                        | self._lanes_seen())
-        secs, micros = c.time(**node_kwargs(c, k.ring))
-        now = int(secs) * 1000 + int(micros) // 1000
         replies: list[Any] = []
         for i in range(0, len(names), LANES_CHUNK):   # lua/lanes.lua: count and head
             replies += q.scripts.lanes(k.fixed, names[i:i + LANES_CHUNK])
-        mode = "time" if fairness == "time" else "turns"
-        books = {"gactive": gactive, "glimit": glimit, "gweight": gweight, "grate": grate,
-                 "gmax": gmax, "gdefaults": gdefaults, "gpaused": gpaused,
-                 "paused": bool(paused), "gwait": waits, "now_ms": now, "fairness": mode,
-                 "gvt": gvt, "busy_total": lanes.minute_ms(busy, now),
-                 "busy": {g: int(replies[3 * i + 2]) for i, g in enumerate(names)}}
+        books["busy"] = {g: int(replies[3 * i + 2]) for i, g in enumerate(names)}
+        mode, paused, gvt = books["fairness"], books["paused"], books["gvt"]
         groups: dict[str, dict[str, Any]] = {}
         for i, g in enumerate(names):
             head = replies[3 * i + 1]

@@ -6,6 +6,8 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+from redis.exceptions import ReadOnlyError, ResponseError
+
 from . import heartbeat, history, lanes
 from .cluster import node_kwargs, scan_keys
 from .errors import InvalidArgument, InvalidJobId, ScriptError
@@ -81,6 +83,18 @@ def _block_seconds(timeout: float) -> float:
     """A BLPOP timeout that never means "for ever": Redis 6.2 truncates seconds x 1000 to
     whole ms, so 0.001 can become 0, which blocks indefinitely."""
     return max(timeout, 0.01)
+
+
+def _blpop(client: Any, keys: Sequence[str], timeout: float) -> Any:
+    """BLPOP; a pop that the server broke off because it stopped being a primary (REPLICAOF,
+    a failover: "UNBLOCKED ... master -> replica") raises ReadOnlyError, what the next write
+    to that server gets: an outage the worker rides out, not an error of its own."""
+    try:
+        return client.blpop(keys, timeout=_block_seconds(timeout))
+    except ResponseError as exc:
+        if str(exc).startswith("UNBLOCKED"):
+            raise ReadOnlyError(str(exc)) from exc
+        raise
 
 
 def _nonce() -> str:
@@ -215,7 +229,7 @@ class Queue:
         `delayed` got a new earliest entry (re-read when to promote).
         """
         timeout = seconds(timeout, "a park timeout", high=MAX_COUNT)
-        reply = self.client.blpop([self.keys.wake], timeout=_block_seconds(timeout))
+        reply = _blpop(self.client, [self.keys.wake], timeout)
         return None if reply is None else reply[1]
 
     @staticmethod
@@ -226,7 +240,7 @@ class Queue:
             token = queues[0].park(timeout)
             return None if token is None else (0, token)
         keys = [q.keys.wake for q in queues]
-        reply = queues[0].client.blpop(keys, timeout=_block_seconds(timeout))
+        reply = _blpop(queues[0].client, keys, timeout)
         return None if reply is None else (keys.index(reply[0]), reply[1])
 
     def push_wake(self, token: str = WAKE_WORK) -> None:
@@ -370,8 +384,7 @@ class Queue:
 
     def wait_done(self, job_id: str, timeout: float) -> bool:
         """Block until the job's end is announced or timeout passes (one BLPOP)."""
-        return self.client.blpop([self.keys.done(job_id)],
-                                 timeout=_block_seconds(timeout)) is not None
+        return _blpop(self.client, [self.keys.done(job_id)], timeout) is not None
 
     def holds(self, lease: Lease) -> bool:
         """Whether this lease is still the current claim of its job (one HMGET, no verb):

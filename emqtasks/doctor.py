@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import redis
 
-from . import acl
+from . import acl, clock
 from .check import check
 from .cluster import is_cluster, node_kwargs
 from .native.selection import MODULE_NAME, loaded_version, missing_hint, native_mode
@@ -238,6 +238,19 @@ def _acl_finding(queue: str, role: str, needed: list[str], missing: list[str], s
                    f"{queue} {how}")
 
 
+def check_clock(ctx: Context) -> Iterable[Finding]:
+    """A step of the server's clock: behind the queue's clock mark now, or seen by a master
+    within a day (clock.py). A warning: nothing is lost, but timings moved."""
+    state = clock.read(ctx.queue)
+    if state["warning"] is None:
+        yield Finding("server clock", "ok", "no step of the server's clock seen (the masters "
+                      "compare it with their own on each tick)")
+    else:
+        yield Finding("server clock", "warn", state["warning"],
+                      "keep the server's clock synchronised (NTP slewing, not stepping); "
+                      "README 'Clock steps' says what each timing did")
+
+
 def check_invariants(ctx: Context) -> Iterable[Finding]:
     try:
         report = check(ctx.queue)
@@ -281,6 +294,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("persistence", check_persistence),
     ("replication", check_replication),
     ("latency", check_latency),
+    ("server clock", check_clock),
     ("acl", check_acl),
     ("invariants", check_invariants),
     ("native module", check_module),

@@ -178,6 +178,17 @@ class QueueKeys:
         return self.base + "tasks"
 
     @property
+    def clock(self) -> str:
+        """hash: ``seen`` (the latest server time a reap saw, ms), and the last step of the
+        server's clock a master saw: ``step`` (ms, + forward) and ``at`` (server ms)."""
+        return self.base + "clock"
+
+    @property
+    def tally(self) -> str:
+        """hash: counters of the queue's life, ``stale_acks`` (acks refused by the fence)."""
+        return self.base + "tally"
+
+    @property
     def all_pattern(self) -> str:
         # Queue names hold no glob characters, and Redis globs give braces no meaning.
         return self.base + "*"

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import lanes
 from .lanes import split_score
-from .queue import Queue
+from .queue import Queue, queue_marks, read_marks
 
 SCAN_EVERY = 60.0
 #: Groups per call of lua/lanes.lua (about a millisecond of the server's time per 200).
@@ -56,8 +56,9 @@ class LaneTable:
         pipe.hgetall(k.gbackoff)
         for key in (k.delayed, k.dead, k.active):
             pipe.zcard(key)
+        queue_marks(pipe, k)
         shared = pipe.execute()
-        ring, gbackoff, delayed, dead, active = shared[lanes.BOOK_REPLIES:]
+        ring, gbackoff, delayed, dead, active, *marks = shared[lanes.BOOK_REPLIES:]
         books = lanes.make_books(shared, lanes.server_ms(c, k))
         names = sorted(set(ring) | set(books["gactive"]) | set(books["glimit"])
                        | set(books["gweight"]) | set(books["grate"]) | set(books["gmax"])
@@ -76,7 +77,8 @@ class LaneTable:
         return {"queue": q.name, "paused": bool(paused), "fairness": mode,
                 "pending": sum(r["pending"] for r in groups.values()),
                 "active": int(active), "delayed": int(delayed), "dead": int(dead),
-                "ring": len(ring) + len(gvt), "groups": groups}
+                "ring": len(ring) + len(gvt), **read_marks(marks, books["now_ms"]),
+                "groups": groups}
 
     def exact(self, names: list[str]) -> dict[str, dict[str, Any]]:
         """These groups' rows as lanes.view reads them (oldest job across priorities)."""

@@ -6,9 +6,10 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+from redis import ConnectionPool
 from redis.exceptions import ReadOnlyError, ResponseError
 
-from . import heartbeat, history, lanes
+from . import clock, heartbeat, history, lanes
 from .cluster import node_kwargs, scan_keys
 from .errors import InvalidArgument, InvalidJobId, ScriptError
 from .heartbeat import Beat
@@ -59,6 +60,17 @@ class Acked(NamedTuple):
     next: Lease | None
 
 
+class Reaped(NamedTuple):
+    """What a reap did, and the clock it read: the server's time (ms) and the queue's clock
+    mark before it (the latest server time a reap saw; 0 for none). A mark ahead of the
+    server's time is a clock stepped back (clock.py)."""
+
+    returned: int
+    dead: int
+    server_ms: int
+    seen_ms: int
+
+
 class Lease(NamedTuple):
     """A claimed job. ``attempts`` and ``nonce`` together are the fencing token; ``fence``
     grows with every claim of the row and never goes back (for guarding external writes)."""
@@ -85,12 +97,29 @@ def _block_seconds(timeout: float) -> float:
     return max(timeout, 0.01)
 
 
-def _blpop(client: Any, keys: Sequence[str], timeout: float) -> Any:
+def _blpop(client: Any, keys: Sequence[str], timeout: float,
+           bound: float | None = None) -> Any:
     """BLPOP; a pop that the server broke off because it stopped being a primary (REPLICAOF,
     a failover: "UNBLOCKED ... master -> replica") raises ReadOnlyError, what the next write
-    to that server gets: an outage the worker rides out, not an error of its own."""
+    to that server gets: an outage the worker rides out, not an error of its own.
+
+    With ``bound`` (seconds, on this host's clock) a pop not answered by then raises
+    TimeoutError and its connection is closed: a server times a BLPOP by its wall clock,
+    so one whose clock was stepped back holds every pop that much longer. Not on a cluster
+    client (its connections are the nodes'): there the pop is not bounded."""
+    block = _block_seconds(timeout)
+    single = getattr(client, "connection", None)
+    pool = getattr(client, "connection_pool", None)
     try:
-        return client.blpop(keys, timeout=_block_seconds(timeout))
+        if bound is None or (single is None and not isinstance(pool, ConnectionPool)):
+            return client.blpop(keys, timeout=block)
+        conn: Any = single or pool.get_connection()   # type: ignore[union-attr]
+        try:
+            conn.send_command("BLPOP", *keys, block)
+            return conn.read_response(timeout=bound)   # a timeout closes the connection
+        finally:
+            if single is None:
+                pool.release(conn)   # type: ignore[union-attr]
     except ResponseError as exc:
         if str(exc).startswith("UNBLOCKED"):
             raise ReadOnlyError(str(exc)) from exc
@@ -199,17 +228,22 @@ class Queue:
                 verdicts[lease.id] = ExtendVerdict(v)
         return [verdicts[lease.id] for lease in leases]
 
-    def reap(self, limit: int = 1000, beat: Beat | None = None,
-             beat_ttl_ms: int = 0) -> tuple[int, int]:
-        """Expired leases back to their lanes (or dead): returns (returned, dead). With a
-        ``beat``, the master's heartbeat (heartbeat.py) rides in the same round trip."""
+    def reap(self, limit: int = 1000) -> tuple[int, int]:
+        """Expired leases back to their lanes (or dead): returns (returned, dead)."""
+        reaped = self.reap_tick(limit)
+        return reaped.returned, reaped.dead
+
+    def reap_tick(self, limit: int = 1000, beat: Beat | None = None,
+                  beat_ttl_ms: int = 0) -> Reaped:
+        """reap(), and the clock it read (the master's tick). With a ``beat``, the master's
+        heartbeat (heartbeat.py) rides in the same round trip."""
         if beat is None:
-            returned, dead = self.hot.call("reap", self._k, [limit])
+            reply = self.hot.call("reap", self._k, [limit])
         else:
-            returned, dead = self.hot.call_piped(
+            reply = self.hot.call_piped(
                 "reap", self._k, [limit],
                 lambda pipe: heartbeat.write(pipe, self.keys.base, beat, beat_ttl_ms))
-        return int(returned), int(dead)
+        return Reaped(*map(int, reply))
 
     def promote(self, limit: int = 1000) -> tuple[int, float | None]:
         """Due delayed jobs into their lanes: (moved, seconds until the next is due or None)."""
@@ -222,25 +256,28 @@ class Queue:
         return (int(moved), (None if int(next_due) < 0 else int(next_due) / 1000),
                 int(claimable) == 1)
 
-    def park(self, timeout: float) -> str | None:
+    def park(self, timeout: float, bound: float | None = None) -> str | None:
         """Block on the wake key for up to timeout seconds.
 
         Returns None on timeout, WAKE_WORK when work became claimable, WAKE_DUE when
-        `delayed` got a new earliest entry (re-read when to promote).
+        `delayed` got a new earliest entry (re-read when to promote). With ``bound``, a pop
+        still unanswered after that many seconds of this host's clock raises TimeoutError
+        (see _blpop: a server clock stepped back).
         """
         timeout = seconds(timeout, "a park timeout", high=MAX_COUNT)
-        reply = _blpop(self.client, [self.keys.wake], timeout)
+        reply = _blpop(self.client, [self.keys.wake], timeout, bound)
         return None if reply is None else reply[1]
 
     @staticmethod
-    def park_many(queues: Sequence[Queue], timeout: float) -> tuple[int, str] | None:
+    def park_many(queues: Sequence[Queue], timeout: float,
+                  bound: float | None = None) -> tuple[int, str] | None:
         """park() on the wake keys of several queues of one server (one BLPOP): (index of
         the queue whose token came, the token), or None on timeout."""
         if len(queues) == 1:
-            token = queues[0].park(timeout)
+            token = queues[0].park(timeout, bound)
             return None if token is None else (0, token)
         keys = [q.keys.wake for q in queues]
-        reply = _blpop(queues[0].client, keys, timeout)
+        reply = _blpop(queues[0].client, keys, timeout, bound)
         return None if reply is None else (keys.index(reply[0]), reply[1])
 
     def push_wake(self, token: str = WAKE_WORK) -> None:
@@ -431,13 +468,14 @@ class Queue:
             pipe.zcard(key)
         pipe.llen(k.ring)
         pipe.zcard(k.gvt)
-        delayed, dead, active, ring, ring_time = pipe.execute()
+        queue_marks(pipe, k)
+        delayed, dead, active, ring, ring_time, *marks = pipe.execute()
         per_group = {g: lanes.view(self.client, k, g, books) for g in groups}
         return {
             "queue": self.name, "paused": books["paused"], "fairness": books["fairness"],
             "pending": sum(v["pending"] for v in per_group.values()),
             "active": active, "delayed": delayed, "dead": dead, "ring": ring + ring_time,
-            "groups": per_group,
+            **read_marks(marks, books["now_ms"]), "groups": per_group,
         }
 
     def workers(self) -> list[dict[str, Any]]:
@@ -462,6 +500,19 @@ class Queue:
         if batch:
             removed += self.client.unlink(*batch)
         return removed
+
+
+def queue_marks(pipe: Any, keys: QueueKeys) -> None:
+    """Queue on a pipeline the reads of what stats() shows beside the books (read_marks)."""
+    pipe.hget(keys.tally, "stale_acks")
+    pipe.hmget(keys.clock, "seen", "step", "at")
+
+
+def read_marks(replies: Sequence[Any], now_ms: int) -> dict[str, Any]:
+    """From queue_marks' replies: ``stale_acks`` (acks the fence refused, counted by the
+    server for every worker) and ``clock`` (steps of the server's clock, clock.state)."""
+    stale, (seen, step, at) = replies
+    return {"stale_acks": _int_or(stale, 0), "clock": clock.state(now_ms, seen, step, at)}
 
 
 def _int_or(value: Any, default: int) -> int:

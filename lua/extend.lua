@@ -4,7 +4,9 @@
 -- ARGV[1]  lease ms from now
 -- ARGV[2..] triples: id, attempts token, nonce token
 -- Reply: an array, per job 1 extended or 0 stale (nothing was written for it).
--- Side effects: `active` score of each fenced id set to now + lease.
+-- Side effects: `active` score of each fenced id set to now + lease; its row's `ran` set to
+--   the claim's nonce: the job was seen running (its master renews at first sight), so an
+--   expiry of this claim spends its attempt (reap.lua).
 
 local now = now_ms()
 local lease = tonumber(ARGV[1])
@@ -12,6 +14,7 @@ local out = {}
 for i = 2, #ARGV, 3 do
   if fenced(ARGV[i], ARGV[i + 1], ARGV[i + 2]) then
     redis.call('ZADD', K_active, 'XX', now + lease, ARGV[i])
+    redis.call('HSET', job_key(ARGV[i]), 'ran', ARGV[i + 2])
     out[#out + 1] = 1
   else
     out[#out + 1] = 0

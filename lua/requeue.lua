@@ -3,7 +3,8 @@
 -- KEYS: the queue's fixed keys (see _common.lua).
 -- ARGV[1..] ids; with none, the oldest 500 of `dead`
 -- Reply: the number requeued (ids not in `dead` are passed over).
--- Side effects: per id, out of `dead`; attempts 0, state pending, into its lane with score
+-- Side effects: per id, out of `dead`; attempts 0 (and its given-back claims, `unrun`),
+--   state pending, into its lane with score
 --   now; groups join the ring with a wake.
 
 local ids = ARGV
@@ -17,6 +18,7 @@ for _, id in ipairs(ids) do
     local g = row[1]
     if g then
       redis.call('HSET', jk, 'state', 'pending', 'attempts', 0)
+      redis.call('HDEL', jk, 'unrun')
       lane_push(g, id, lane_score(row[2], now), now)
       n = n + 1
     end

@@ -17,9 +17,11 @@ STALE = RetryVerdict.STALE
 
 
 def _stolen(app, queue):
-    """A's lease expired, the job was reaped and claimed again by B."""
+    """A ran (its lease renewed once), its lease expired, the job was reaped and claimed
+    again by B."""
     make_task(app, group="A", max_attempts=5).delay(1)
     (a,) = queue.claim()
+    queue.extend([a])
     expire_now(queue, a.id)
     assert queue.reap() == (1, 0)
     (b,) = queue.claim()
@@ -116,7 +118,8 @@ def test_a_stale_holder_can_neither_ack_retry_nor_extend(app: App) -> None:
     q = app.queue()
     q.enqueue_many([new_job("stale-1", group="g", lease_ms=200, max_attempts=5)])
     (a,) = q.claim()
-    # A's lease expires and is reaped; B claims the job with a new token
+    # A runs (renewed once), its lease expires and is reaped; B claims it with a new token
+    q.extend([a])
     expire_now(q, a.id)
     assert q.reap() == (1, 0)
     (b,) = q.claim()

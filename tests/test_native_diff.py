@@ -54,7 +54,7 @@ SEED = int(os.environ.get("EMQ_NATIVE_SEED", "12"))
 VERBS = tuple(COMMANDS)
 #: The long versions outlast the suite's default per-test timeout.
 pytestmark = pytest.mark.timeout(3600 if LONG else 300)
-TIME_FIELDS = {"created", "started", "finished"}
+TIME_FIELDS = {"created", "started", "finished", "seen"}
 
 
 # -- servers -----------------------------------------------------------------------------
@@ -298,6 +298,11 @@ class Pair:
             assert va[0] == vb[0] and va[2] == vb[2], (name, args, va, vb)
             assert (va[1] <= 0) == (vb[1] <= 0) and va[1] * vb[1] >= 0, (va, vb)
             assert abs(va[1] - vb[1]) <= self.span + 2, (va, vb, self.span)
+        elif name == "reap":
+            # {returned, dead, now, seen}: the last two are times (seen 0 on a first reap)
+            assert va[:2] == vb[:2] and (va[3] == 0) == (vb[3] == 0), (name, args, va, vb)
+            for x, y in zip(va[2:], vb[2:]):
+                assert abs(x - y) <= self.span + 2, (va, vb, self.span)
         else:
             assert raw_a == raw_b, f"{name} {args!r}:\n lua    {raw_a!r}\n native {raw_b!r}"
         return vb
@@ -834,7 +839,13 @@ def fuzz(srv: Server, calls: int, seed: int) -> None:
         j = k.job(rnd.choice(ids))
         if x < 0.3:
             r.hset(j, rnd.choice(["attempts", "lease", "max", "ttl", "created", "delay",
-                                  "waiters", "state", "group", "nonce"]), rnd.choice(WEIRD))
+                                  "waiters", "state", "group", "nonce", "ran", "unrun"]),
+                   rnd.choice(WEIRD))
+            if rnd.random() < 0.2:      # the queue's clock mark and tally, unreadable
+                for key in (k.clock, k.tally):
+                    r.delete(key)
+                    r.hset(key, rnd.choice(["seen", "stale_acks"]), rnd.choice(WEIRD)) \
+                        if rnd.random() < 0.7 else r.set(key, "not a hash")
         elif x < 0.4:
             r.delete(j)
             r.rpush(j, "not a hash")

@@ -1,5 +1,7 @@
 """Reap: expired leases go back to their lane (or to dead, out of attempts), live ones are
-left alone; deadlines on the server clock, a limit per call."""
+left alone; a claim never seen running (no renewal reached the server) is given back without
+spending its attempt; deadlines on the server clock, a limit per call; the queue's clock
+mark."""
 
 from __future__ import annotations
 
@@ -9,10 +11,11 @@ from helpers import assert_invariants, drain_wake, expire_now, make_task, ring, 
 
 
 def test_reap_returns_an_expired_lease_to_its_lane(app, queue):
-    # Given a claimed job whose lease has run out
+    # Given a claimed job, seen running (its lease renewed once), whose lease has run out
     make_task(app, group="A", max_attempts=3).delay(1)
     (lease,) = queue.claim()
     assert ring(queue) == []
+    queue.extend([lease])
     expire_now(queue, lease.id)
     drain_wake(queue)
     # When the reaper runs
@@ -50,9 +53,10 @@ def test_a_short_lease_expires_on_the_server_clock(app, queue):
 
 
 def test_reap_sends_a_job_out_of_attempts_to_dead(app, queue):
-    # Given a job with one attempt, claimed, its lease expired
+    # Given a job with one attempt, claimed and seen running, its lease expired
     make_task(app, group="A", max_attempts=1).delay(1)
     (lease,) = queue.claim()
+    queue.extend([lease])
     expire_now(queue, lease.id)
     # When reaped
     assert queue.reap() == (0, 1)
@@ -72,3 +76,51 @@ def test_reap_respects_its_limit(app, queue):
     assert queue.reap(limit=2) == (2, 0)
     assert queue.reap() == (3, 0)
     assert_invariants(queue)
+
+
+def test_a_claim_never_seen_running_is_given_back_without_spending_an_attempt(app, queue):
+    # Given a one-attempt job claimed by a holder that never renewed it (its claim reply
+    # was lost: nobody ran it), its lease run out
+    make_task(app, group="A", max_attempts=1).delay(1)
+    (lease,) = queue.claim()
+    expire_now(queue, lease.id)
+    # When reaped, it is back at the head of its lane with its attempt given back
+    assert queue.reap() == (1, 0)
+    row = queue.client.hgetall(queue.keys.job(lease.id))
+    assert row["state"] == "pending" and row["attempts"] == "0" and row["unrun"] == "1"
+    assert "not counted" in row["error"] and row["fence"] == "1"
+    assert ring(queue) == ["A"]
+    assert_invariants(queue)
+    # and its next claim is its first attempt again (the fence still grows)
+    (again,) = queue.claim()
+    assert (again.id, again.attempts, again.fence) == (lease.id, 1, 2)
+
+
+def test_a_claim_given_back_every_time_still_ends_dead(app, queue):
+    # A job whose leases keep expiring before it was seen running (a poison job that takes
+    # its whole worker down at once) is given back max_attempts times, then its expiries
+    # count again: it cannot loop for ever
+    make_task(app, group="A", max_attempts=2).delay(1)
+    seen = []
+    for _ in range(4):
+        (lease,) = queue.claim()
+        expire_now(queue, lease.id)
+        seen.append((queue.reap(), queue.job(lease.id)["attempts"]))
+    assert seen == [((1, 0), 0), ((1, 0), 0), ((1, 0), 1), ((0, 1), 2)]
+    assert queue.job(lease.id)["state"] == "dead"
+    # a requeue gives it fresh attempts and fresh give-backs
+    assert queue.requeue_dead(lease.id) == 1
+    assert "unrun" not in queue.client.hgetall(queue.keys.job(lease.id))
+
+
+def test_reap_keeps_the_queues_clock_mark(app, queue):
+    # Each reap answers the server's time and the latest one a reap saw before, and moves
+    # the mark up, never back
+    first = queue.reap_tick()
+    assert first.seen_ms == 0 and first.server_ms > 0
+    second = queue.reap_tick()
+    assert second.seen_ms == first.server_ms and second.server_ms >= first.server_ms
+    ahead = second.server_ms + 3_600_000          # as a step back of the clock leaves it
+    queue.client.hset(queue.keys.clock, "seen", ahead)
+    third = queue.reap_tick()
+    assert third.seen_ms == ahead and int(queue.client.hget(queue.keys.clock, "seen")) == ahead

@@ -84,11 +84,13 @@ def wait_ready(port: int, proc: subprocess.Popen[bytes] | None, deadline: float)
 
 
 class LocalRedis:
-    """Starts ``redis-server`` from PATH; stop(), kill() and restart() for fault tests."""
+    """Starts ``redis-server`` from PATH (or ``binary``); stop(), kill() and restart() for
+    fault tests."""
 
     def __init__(self, *, persist: bool = False, port: int | None = None,
-                 extra: tuple[str, ...] = (), module: bool | None = None) -> None:
-        binary = find_binary("redis-server")
+                 extra: tuple[str, ...] = (), module: bool | None = None,
+                 env: dict[str, str] | None = None, binary: str | None = None) -> None:
+        binary = binary or find_binary("redis-server")
         if binary is None:
             raise ConfigError("no redis-server on PATH (apt-get install redis-server)")
         self.binary = binary
@@ -97,6 +99,7 @@ class LocalRedis:
         self.persist = persist
         self.extra = extra
         self.module = module    # load the native module: None = when it is built
+        self.env = env          # added to the server's environment (LD_PRELOAD...)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -109,7 +112,8 @@ class LocalRedis:
         cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                "--save", "", "--dir", str(self.dir), "--protected-mode", "no",
                *persistence, *load_args(self.module), *self.extra]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env={**os.environ, **self.env} if self.env else None)
         self._wait_ready(timeout)
         return self
 

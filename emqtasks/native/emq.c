@@ -23,18 +23,22 @@
  *          serviceable
  *   EMQ.ACK     <keys> id attempts nonce result next_nonce
  *       -> {1 done | 0 stale, next job as in claim or nil}; next_nonce '' claims nothing;
+ *          a stale ack is counted in BASE.."tally" (field stale_acks);
  *          a workflow step's ack releases the steps waiting for it (a chord's callback
  *          once its last member is in), before the claim of the next job
  *   EMQ.RETRY   <keys> id attempts nonce error delay_ms final
  *       -> 1 retry scheduled, 2 dead, 0 stale; delay '' is the row's own; final '1' kills;
  *          a dead workflow step fails its workflow (as EMQ.REAP's dead path does)
  *   EMQ.EXTEND  <keys> lease_ms {id attempts nonce}*
- *       -> array, per job 1 extended or 0 stale
+ *       -> array, per job 1 extended or 0 stale; an extended row's `ran` is its nonce (the
+ *          job was seen running)
  *   EMQ.RELEASE <keys> id attempts nonce reason backoff_ms
  *       -> 1 released (attempt rolled back, back in its lane), 0 stale; a back-off > 0 holds
  *          the group in gwait until then (gbackoff)
  *   EMQ.REAP    <keys> limit
- *       -> {returned, dead}
+ *       -> {returned, dead, now_ms, seen_ms}; a claim never seen running (`ran` is not its
+ *          nonce) is given back, at most `max` times (`unrun`); seen is the queue's clock
+ *          mark (BASE.."clock" field seen) before the call, 0 for none, raised to now
  *   EMQ.PROMOTE <keys> limit
  *       -> {moved, next_due_in_ms (-1 none, 0 more due now), claimable}; due groups in gwait
  *          go back to the ring, and next_due covers gwait's head too
@@ -115,10 +119,11 @@ static const char WRONGTYPE[] = "WRONGTYPE Operation against a key holding the w
 static RMS *F_TASK, *F_PAYLOAD, *F_GROUP, *F_STATE, *F_ATTEMPTS, *F_MAX, *F_LEASE, *F_DELAY,
     *F_TTL, *F_CREATED, *F_NONCE, *F_STARTED, *F_FINISHED, *F_RESULT, *F_ERROR, *F_WAITERS,
     *F_FENCE, *F_PRIO, *F_VCHARGE, *F_WF, *F_NEXT, *F_SLOT, *F_NPEND, *F_IMM, *F_NSLOTS,
-    *F_SPLICE, *F_COMMA, *F_CD, *F_FAILED, *F_WAITING, *F_LERR, *F_EMPTY;
+    *F_SPLICE, *F_COMMA, *F_CD, *F_FAILED, *F_WAITING, *F_LERR, *F_EMPTY, *F_RAN, *F_UNRUN,
+    *F_SEEN, *F_STALE_ACKS;
 static RMS *S_ACTIVE, *S_PENDING, *S_DELAYED, *S_DONE, *S_DEAD, *S_ZERO, *S_ONE, *S_D,
     *S_LEASE_EXPIRED, *S_XX, *S_MINUS1, *S_LEFT, *S_RIGHT, *S_WAITING, *S_CANCELLED,
-    *S_FAILED;
+    *S_FAILED, *S_UNRUN;
 
 /* One command call: its context, the fixed keys and the handles open on them. */
 typedef struct {
@@ -1370,13 +1375,13 @@ static void row_free(Q *q, Row *r) {
 }
 
 /* The fence: the row is active and the caller holds the current attempts and nonce.
- * 1 fenced (the row open in *r, for writing unless read_only; the rest of the row read
+ * 1 fenced (the row open in *r, for writing unless read_only is 1; the rest of the row read
  * unless read_only), 0 stale, -1 error. The fence's three fields come first: a stale call
- * and a heartbeat (extend) read no more. */
+ * and a heartbeat (extend, read_only 2: it writes `ran`) read no more. */
 static int fenced_as(Q *q, RMS *id, RMS *attempts, RMS *nonce, Row *r, int read_only) {
     memset(r, 0, sizeof *r);
     r->key = job_key(q, id);
-    if (dk(q, r->key, !read_only, REDISMODULE_KEYTYPE_HASH, &r->h) < 0) {
+    if (dk(q, r->key, read_only != 1, REDISMODULE_KEYTYPE_HASH, &r->h) < 0) {
         row_free(q, r);
         return -1;
     }
@@ -2111,6 +2116,16 @@ static int cmd_ack(RedisModuleCtx *ctx, RMS **argv, int argc) {
     RMS **a = argv + ARGV0;
     int verdict = ack_done(&q, a), got = 0;
     Job job;
+    if (verdict == 0) {                          /* a stale ack, counted for stats() */
+        RMS *key = book_key(&q, "tally");
+        RMK *h;
+        long long n;
+        if (dk(&q, key, 1, REDISMODULE_KEYTYPE_HASH, &h) == 0)
+            hincrby(&q, h, key, F_STALE_ACKS, 1, &n);
+        if (h) RedisModule_CloseKey(h);
+        sfree(&q, key);
+        if (q.err) verdict = -1;
+    }
     if (verdict >= 0 && slen(a[4]) > 0 && !paused(&q)) got = claim_one(&q, a[4], &job);
     if (!q.err) {
         RedisModule_ReplyWithArray(ctx, 2);
@@ -2201,12 +2216,16 @@ static int cmd_extend(RedisModuleCtx *ctx, RMS **argv, int argc) {
     for (int i = 0; i < n; i++) {
         RMS **t = argv + ARGV0 + 1 + 3 * i;
         Row r;
-        int f = fenced_as(&q, t[0], t[1], t[2], &r, 1);
+        int f = fenced_as(&q, t[0], t[1], t[2], &r, 2);
         if (f < 0) break;
         if (f == 1) {
+            int rc = zadd(&q, fx(&q, K_ACTIVE, 1), q.k[K_ACTIVE], (double)q.now + lease, t[0], 1);
+            if (rc == 0) {                       /* seen running: its expiry spends it */
+                RedisModule_HashSet(r.h, REDISMODULE_HASH_NONE, F_RAN, t[2], NULL);
+                RedisModule_Replicate(q.ctx, "HSET", "sss", r.key, F_RAN, t[2]);
+            }
             row_free(&q, &r);
-            if (zadd(&q, fx(&q, K_ACTIVE, 1), q.k[K_ACTIVE], (double)q.now + lease, t[0], 1) < 0)
-                break;
+            if (rc < 0) break;
         }
         out[i] = f;
     }
@@ -2318,21 +2337,30 @@ static int reap_one(Q *q, RMS *id) {
     RMS *jk = job_key(q, id);
     RMS *g = NULL, *att_s = NULL, *max_s = NULL, *created_s = NULL, *waiters = NULL;
     RMS *prio = NULL, *started = NULL, *vcharge = NULL, *wf = NULL, *task = NULL;
+    RMS *nonce = NULL, *ran = NULL, *unrun_s = NULL;
     RMK *job;
-    double att = 0, max = 0, created = 0;
+    double att = 0, max = 0, created = 0, unrun = 0;
+    int give_back = 0;
     int rc = dk(q, jk, 1, REDISMODULE_KEYTYPE_HASH, &job);
     if (rc == 0 && RedisModule_KeyType(job) != REDISMODULE_KEYTYPE_EMPTY)
         RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_GROUP, &g, F_ATTEMPTS, &att_s, F_MAX,
                             &max_s, F_CREATED, &created_s, F_WAITERS, &waiters, F_PRIO, &prio,
                             F_STARTED, &started, F_VCHARGE, &vcharge, F_WF, &wf, F_TASK, &task,
-                            NULL);
+                            F_NONCE, &nonce, F_RAN, &ran, F_UNRUN, &unrun_s, NULL);
     if (rc == 0 && g) {
         rc = att_s ? num(q, att_s, &att, "ERR emq: a job row's attempts is not a number")
                    : fail(q, "ERR emq: a job row has no attempts");
         if (rc == 0)
             rc = max_s ? num(q, max_s, &max, "ERR emq: a job row's max is not a number")
                        : fail(q, "ERR emq: a job row has no max");
-        if (rc == 0 && att < max)
+        /* never seen running (`ran` is not this claim's nonce): given back, `max` times at
+         * most; an unreadable count of them counts as none, as the script's tonumber */
+        if (rc == 0 && unrun_s &&
+            (RedisModule_StringToDouble(unrun_s, &unrun) != REDISMODULE_OK || isnan(unrun)))
+            unrun = 0;
+        give_back = rc == 0 && !((!ran && !nonce) || (ran && nonce && eq(ran, nonce))) &&
+                    unrun < max;
+        if (rc == 0 && (give_back || att < max))
             rc = created_s ? num(q, created_s, &created,
                                  "ERR emq: a job row's created is not a number")
                            : fail(q, "ERR emq: a job row has no created");
@@ -2340,7 +2368,19 @@ static int reap_one(Q *q, RMS *id) {
     if (rc == 0 && g) rc = time_settle(q, g, id, job, jk, started, vcharge, 0);
     if (rc == 0) zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], id);
     if (rc == 0 && g) rc = active_drop(q, g);
-    if (rc == 0 && g && att >= max) {
+    if (rc == 0 && g && give_back) {
+        long long v;
+        rc = hincrby(q, job, jk, F_ATTEMPTS, -1, &v);
+        if (rc == 0) rc = hincrby(q, job, jk, F_UNRUN, 1, &v);
+        if (rc == 0) {
+            RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_STATE, S_PENDING, F_ERROR, S_UNRUN,
+                                NULL);
+            RedisModule_Replicate(q->ctx, "HSET", "sssss", jk, F_STATE, S_PENDING, F_ERROR,
+                                  S_UNRUN);
+            rc = lane_push(q, g, id, lane_score(prio, created));
+        }
+        if (rc == 0) rc = 1;
+    } else if (rc == 0 && g && att >= max) {
         RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
         RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_STATE, S_DEAD, F_ERROR,
                             S_LEASE_EXPIRED, F_FINISHED, now_s, NULL);
@@ -2364,7 +2404,7 @@ static int reap_one(Q *q, RMS *id) {
     if (job) RedisModule_CloseKey(job);
     sfree(q, jk); sfree(q, g); sfree(q, att_s); sfree(q, max_s);
     sfree(q, created_s); sfree(q, waiters); sfree(q, prio); sfree(q, wf); sfree(q, task);
-    sfree(q, started); sfree(q, vcharge);
+    sfree(q, started); sfree(q, vcharge); sfree(q, nonce); sfree(q, ran); sfree(q, unrun_s);
     return rc;
 }
 
@@ -2372,9 +2412,30 @@ static int cmd_reap(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 1) return RedisModule_WrongArity(ctx);
     Q q;
     if (q_init(&q, ctx, argv, B(K_ACTIVE), 0) < 0) return finish(&q);
-    long long limit, n, returned = 0, dead = 0;
+    long long limit, n, returned = 0, dead = 0, seen = 0;
     if (count_arg(&q, argv[ARGV0], &limit, "ERR emq: limit must be an integer >= 0") < 0)
         return finish(&q);
+    /* The clock mark: the latest server time a reap saw, raised to now, never lowered
+     * (an unreadable one counts as none, as the script's tonumber). */
+    RMS *ckey = book_key(&q, "clock");
+    RMK *ch;
+    if (dk(&q, ckey, 1, REDISMODULE_KEYTYPE_HASH, &ch) == 0) {
+        RMS *s = hget(ch, F_SEEN);
+        double d = 0;
+        int readable = s && RedisModule_StringToDouble(s, &d) == REDISMODULE_OK &&
+                       d > -1e15 && d < 1e15;
+        if (readable) seen = to_ll(d);
+        if (!readable || (double)q.now > d) {
+            RMS *now_s = RedisModule_CreateStringFromLongLong(ctx, q.now);
+            RedisModule_HashSet(ch, REDISMODULE_HASH_NONE, F_SEEN, now_s, NULL);
+            RedisModule_Replicate(ctx, "HSET", "sss", ckey, F_SEEN, now_s);
+            sfree(&q, now_s);
+        }
+        sfree(&q, s);
+    }
+    if (ch) RedisModule_CloseKey(ch);
+    sfree(&q, ckey);
+    if (q.err) return finish(&q);
     RMS **ids = due_ids(&q, K_ACTIVE, limit, &n);
     for (long long i = 0; i < n; i++) {
         int rc = reap_one(&q, ids[i]);
@@ -2384,9 +2445,11 @@ static int cmd_reap(RedisModuleCtx *ctx, RMS **argv, int argc) {
     }
     free_ids(&q, ids, n);
     if (!q.err) {
-        RedisModule_ReplyWithArray(ctx, 2);
+        RedisModule_ReplyWithArray(ctx, 4);
         RedisModule_ReplyWithLongLong(ctx, returned);
         RedisModule_ReplyWithLongLong(ctx, dead);
+        RedisModule_ReplyWithLongLong(ctx, q.now);
+        RedisModule_ReplyWithLongLong(ctx, seen);
     }
     return finish(&q);
 }
@@ -2505,6 +2568,9 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     F_NPEND = mk(ctx, "npend"); F_IMM = mk(ctx, "imm"); F_NSLOTS = mk(ctx, "nslots");
     F_SPLICE = mk(ctx, "splice"); F_COMMA = mk(ctx, "comma"); F_CD = mk(ctx, "cd");
     F_FAILED = mk(ctx, "failed"); F_WAITING = mk(ctx, "waiting"); F_LERR = mk(ctx, "lerr");
+    F_RAN = mk(ctx, "ran"); F_UNRUN = mk(ctx, "unrun"); F_SEEN = mk(ctx, "seen");
+    F_STALE_ACKS = mk(ctx, "stale_acks");
+    S_UNRUN = mk(ctx, "lease expired before the job was seen running (attempt not counted)");
     static const struct { const char *name; RedisModuleCmdFunc fn; } cmds[] = {
         {"emq.enqueue", cmd_enqueue}, {"emq.claim", cmd_claim}, {"emq.ack", cmd_ack},
         {"emq.retry", cmd_retry}, {"emq.extend", cmd_extend}, {"emq.release", cmd_release},

@@ -86,7 +86,7 @@ class AsyncDrain:
         """On a go: claim while there is room (the first claim recruits a sibling)."""
         if self._should_stop() or not self.free:
             return
-        claimed = self.call(self.qs.claim)
+        claimed = self.call(self.qs.claim) if self.child.may_claim() else None
         if claimed is None:
             self._report_idle()
             return
@@ -97,7 +97,7 @@ class AsyncDrain:
     def _claim_more(self) -> Claimed | None:
         if not self.free or self._should_stop():
             return None
-        claimed = self.call(self.qs.claim)
+        claimed = self.call(self.qs.claim) if self.child.may_claim() else None
         if claimed is None:
             self._report_idle()
         return claimed
@@ -151,12 +151,12 @@ class AsyncDrain:
         result, outcome, ctx = executed
         self.child.done += 1
         more = not self._should_stop()
+        claim = more and self.child.may_claim()
         nxt: Claimed | None = None
         if outcome is None:
-            acked, nxt = self.call(self.qs.ack, qi, lease, result or "null", more)
-            if acked and ctx is not None:
-                self.runner.fire("task_succeeded", ctx)
-        elif more:
+            acked, nxt = self.call(self.qs.ack, qi, lease, result or "null", claim)
+            self.runner.acked(lease, qi, acked, ctx)
+        elif claim:
             nxt = self.call(self.qs.claim)
         self.child.slots.clear(slot)
         self.free.append(slot)

@@ -81,6 +81,7 @@ class Child:
         self.max_tasks = config.max_tasks
         self.done = 0
         self.terminating = False
+        self._said_silent = False
 
     def main(self) -> None:
         # Ctrl-C reaches the whole process group and systemd sends SIGTERM to the whole
@@ -148,6 +149,20 @@ class Child:
         return (self.terminating or self.slots.stopping or os.getppid() != self.master_pid
                 or self._spent())
 
+    def may_claim(self) -> bool:
+        """Whether to claim (more) work now: not stopping, and the master is renewing leases
+        (its heartbeat in the slots is fresh). A frozen master's children finish what they
+        run and claim nothing more, so its freeze costs at most one duplicate per job held;
+        they claim again once its loop turns and wakes them."""
+        if self._should_stop():
+            return False
+        silent = self.slots.master_silent()
+        if silent and not self._said_silent:
+            log.warning("child %d: the master has not renewed leases for %.1fs; claiming "
+                        "nothing until it does", self.index, silent)
+        self._said_silent = bool(silent)
+        return not silent
+
     def got_work(self, qi: int) -> None:
         """Tell the master more is waiting on queue qi: it recruits a sibling."""
         self.pipe.send_bytes(GOT_WORK + bytes([qi]))
@@ -155,7 +170,7 @@ class Child:
     def _drain(self) -> None:
         runner, slots, qs = self.runner, self.slots, self.queues
         index = slots.of_child(self.index).start
-        if self._should_stop():
+        if not self.may_claim():
             return
         claimed = self.outage.call(qs.claim)
         if claimed is None:
@@ -170,11 +185,10 @@ class Child:
             # The slot keeps the lease until its outcome is written: a child that dies in
             # between has its job retried through the fence (stale if the ack landed).
             self.done += 1
-            more = not self._should_stop()
+            more = self.may_claim()
             if outcome is None:
                 acked, claimed = self.outage.call(qs.ack, qi, lease, result or "null", more)
-                if acked and ctx is not None:
-                    runner.fire("task_succeeded", ctx)
+                runner.acked(lease, qi, acked, ctx)
             elif more:
                 claimed = self.outage.call(qs.claim)
             else:

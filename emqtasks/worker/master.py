@@ -84,6 +84,7 @@ class Master:
             weights, settings.async_concurrency, self.hooks)
         per_child = settings.async_concurrency if self.child_config.runs_async else 1
         self.slots = Slots(settings.concurrency, per_child)
+        self.slots.beat()
         self.children: list[ChildHandle | None] = [None] * settings.concurrency
         self.selector = selectors.DefaultSelector()
         self.has_idle = threading.Event()
@@ -215,7 +216,9 @@ class Master:
     def _step(self) -> None:
         busy = any(h is not None and not h.idle for h in self.children) or self._async_busy()
         timeout = 0.1 if (busy or self._stopping) else 1.0
-        for key, _ in self.selector.select(timeout):
+        events = self.selector.select(timeout)
+        self.slots.beat()   # before any go: a child claims only while this is fresh
+        for key, _ in events:
             tag = key.data
             if tag == "signal":
                 self._on_signals()
@@ -411,7 +414,14 @@ class Master:
 
     # -- leases and limits --------------------------------------------------------------
     def _supervise_running(self) -> None:
-        """Renew the lease of every job in flight, and enforce their time limits."""
+        """Renew the lease of every job in flight, and enforce their time limits.
+
+        A job is renewed as soon as this loop first sees it in its slot, then every third
+        of its lease: that first renewal also records on its row that it was seen running,
+        so its lease expiring spends an attempt; one that expires before it (a claim whose
+        reply was lost, a worker gone within the loop's turn) is given back (reap.lua). It
+        costs one extend per turn of this loop for the jobs started since the last turn
+        (about ten calls a second in a busy pool, whatever its rate), not a write per job."""
         now = time.monotonic()
         due: dict[int, list[Lease]] = {}
         for h in self.children:
@@ -425,9 +435,9 @@ class Master:
                     break   # killed: _on_exit settles its jobs
                 lease = job.lease
                 key = (lease.id, lease.nonce)
-                last = h.renewed.get(key, job.started)
+                last = h.renewed.get(key)
                 every = self.settings.renew_every or lease.lease_ms / 3000
-                if now - last >= every:
+                if last is None or now - last >= every:
                     last = now
                     due.setdefault(job.queue, []).append(lease)
                 renewed[key] = last

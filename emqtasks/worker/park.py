@@ -15,12 +15,20 @@ import threading
 import time
 from collections.abc import Callable
 
+import redis.exceptions as rex
+
+from .. import clock
+from ..clock import ClockWatch
 from ..heartbeat import BEAT_TICKS, Beat
 from ..queue import WAKE_DUE, Queue
 from .resilience import TRANSIENT, Outage
 from .scheduler import Scheduler
 
 log = logging.getLogger("emqtasks.worker")
+#: Seconds a park may outlast its timeout before it is given up (see _park): past a round
+#: trip and the server's timer resolution, and a step of the server's clock that size is
+#: below what clock.py reports.
+PARK_SLACK = 3.0
 
 
 class Parker:
@@ -52,6 +60,8 @@ class Parker:
         self.next_sched = 0.0 if scheduler is not None else float("inf")
         #: The master's heartbeat (heartbeat.py), written with each tick's reap.
         self.beat = beat
+        #: Per queue, the server's clock as this master's ticks saw it (clock.py).
+        self.watches = [ClockWatch() for _ in indexes]
 
     def due_to_hand_on(self) -> list[int]:
         """The master's queue indexes whose 'd' token this Parker may be holding."""
@@ -80,8 +90,8 @@ class Parker:
         ticked = now >= self.next_reap
         if ticked:
             beat = self.beat() if self.beat is not None else None
-            for q in queues:
-                outage.call(reap, q, beat, beat_ttl(self.tick))
+            for q, watch in zip(queues, self.watches):
+                outage.call(reap, q, beat, beat_ttl(self.tick), watch)
             self.next_reap = now + self.tick
         if self.scheduler is not None and (ticked or now >= self.next_sched):
             # Due slots of periodic schedules; on the tick, a look for changed ones.
@@ -94,7 +104,7 @@ class Parker:
                       - time.monotonic(), 0.001)
         if not self.has_idle.wait(horizon) or self.stop.is_set():
             return
-        got = outage.call(Queue.park_many, queues, horizon)
+        got = outage.call(_park, queues, horizon)
         if got is None:
             return
         j, token = got
@@ -124,16 +134,37 @@ class Parker:
         return False
 
 
+def _park(queues: list[Queue], horizon: float) -> tuple[int, str] | None:
+    """Queue.park_many, bounded by this host's clock. A server times a BLPOP by its wall
+    clock, so while its clock is behind after a step back every pop lasts that much longer
+    and the tick (reap, promote, the clock check) would wait with it: a pop that outlives
+    its timeout by PARK_SLACK is given up (its connection closed), as if it timed out."""
+    try:
+        return Queue.park_many(queues, horizon, bound=horizon + PARK_SLACK)
+    except rex.TimeoutError:
+        return None
+
+
 def beat_ttl(tick: float) -> int:
     """A heartbeat's expiry, ms: BEAT_TICKS ticks (at least 3 s)."""
     return max(3000, int(BEAT_TICKS * tick * 1000))
 
 
-def reap(queue: Queue, beat: Beat | None = None, ttl_ms: int = 0) -> None:
-    returned, dead = queue.reap(beat=beat, beat_ttl_ms=ttl_ms)
-    if returned or dead:
+def reap(queue: Queue, beat: Beat | None = None, ttl_ms: int = 0,
+         watch: ClockWatch | None = None) -> None:
+    """The tick's reap (and heartbeat); with a ``watch``, the server time it read is
+    checked for a step of the server's clock (clock.py), logged once and recorded."""
+    sent = clock.elapsed()
+    reaped = queue.reap_tick(beat=beat, beat_ttl_ms=ttl_ms)
+    answered = clock.elapsed()
+    if reaped.returned or reaped.dead:
         log.info("reaped expired leases of queue %s: %d back to their lanes, %d dead",
-                 queue.name, returned, dead)
+                 queue.name, reaped.returned, reaped.dead)
+    step = watch.observe(reaped, sent, answered) if watch is not None else 0
+    if step and watch is not None:
+        clock.report(queue, step, reaped.server_ms,
+                     "against this master's own clock since its last tick" if watch.ticks > 1
+                     else "behind the latest time a reap of the queue saw")
 
 
 def promote(queue: Queue) -> tuple[float | None, bool]:

@@ -140,6 +140,17 @@ class Runner:
         except SerializationError as exc:
             return Executed(None, self.cannot_run(ctx, qi, exc), ctx)
 
+    def acked(self, lease: Lease, qi: int, acked: bool, ctx: JobContext | None) -> None:
+        """After a success's ack: its hook, or, for a stale ack, one log line (the lease had
+        expired and the job was handed on; nothing of this run was stored). The server
+        counts stale acks for stats()."""
+        if not acked:
+            log.warning("job %s (%s, queue %s) finished, but its ack was stale: its lease "
+                        "had expired and the job was handed on; this run's result was not "
+                        "stored", lease.id, _brief(lease.task, 120), self.queues[qi].name)
+        elif ctx is not None:
+            self.fire("task_succeeded", ctx)
+
     def cannot_run(self, ctx: JobContext, qi: int, exc: BaseException) -> Outcome:
         """A job that can never run (unknown task, bad payload or result): dead at once."""
         ctx.exception = exc
@@ -213,8 +224,7 @@ class Runner:
         if outcome is not None:
             return outcome
         acked, _ = self.queue.ack(leases[0], result or "null")
-        if acked and ctx is not None:
-            self.fire("task_succeeded", ctx)
+        self.acked(leases[0], 0, bool(acked), ctx)
         return Outcome(leases[0].id, "done" if acked else "stale")
 
 

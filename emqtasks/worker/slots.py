@@ -6,7 +6,10 @@ at its start and clears it at the end, so the master can renew leases, enforce t
 and fail the jobs of a dead child without a message per job. Each slot is guarded by a
 sequence counter (odd while a write is under way) so the master never acts on a torn read.
 The master writes one thing back per child: the nonce of a job it found past its time
-limit, just before it sends the child SIGTERM.
+limit, just before it sends the child SIGTERM. And one for all: its heartbeat, the monotonic
+time of its main loop's last turn (the loop that renews the leases). A child claims only
+while it is fresh, so a master frozen (SIGSTOP, a debugger, a VM pause) stops its children
+claiming work that nobody would renew.
 """
 
 from __future__ import annotations
@@ -21,7 +24,11 @@ from ..queue import Lease
 # seq, running, kind, queue, started (monotonic), time_limit, retry_delay, lease_ms,
 # attempts, id, nonce
 _SLOT = struct.Struct("=QBBBdddqq128s48s")
-_HEADER = struct.Struct("=B")   # the pool-wide stop flag
+_HEADER = struct.Struct("=B7xd")   # the pool-wide stop flag, the master's heartbeat
+#: A master whose loop has not turned for this long is taken as frozen: its children claim
+#: nothing more until it turns again. The loop turns every 0.1 s while a child is busy, and
+#: writes the heartbeat before it wakes an idle child (an idle master may wait 1 s).
+MASTER_SILENT_AFTER = 1.0
 _LIMIT = struct.Struct("=48s")  # master -> child: nonce of the job past its time limit
 
 SYNC, ASYNC = 0, 1              # kinds of job: a sync one is stopped by SIGTERM at its limit
@@ -123,3 +130,14 @@ class Slots:
 
     def set_stopping(self) -> None:
         self.mem[0] = 1
+
+    def beat(self) -> None:
+        """Master side: its main loop turned now (the time is the system's monotonic
+        clock, the same in every process)."""
+        struct.pack_into("=d", self.mem, 8, time.monotonic())
+
+    def master_silent(self) -> float:
+        """Child side: seconds since the master's loop last turned, when that is longer
+        than MASTER_SILENT_AFTER (else 0.0)."""
+        silent = time.monotonic() - struct.unpack_from("=d", self.mem, 8)[0]
+        return silent if silent > MASTER_SILENT_AFTER else 0.0

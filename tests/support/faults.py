@@ -136,12 +136,13 @@ def quiet(queue: Queue) -> bool:
 
 
 def reaped_then_completed(queue: Queue, job_id: str) -> None:
-    """An orphaned lease (its holder never heard of it) expires, the reaper returns it, and
-    its second attempt runs to completion; the queue is whole after each step."""
+    """An orphaned lease (its holder never heard of it) expires, the reaper returns it with
+    its attempt given back (nobody was seen running it), and its next claim, the first
+    attempt again, runs to completion; the queue is whole after each step."""
     time.sleep(0.4)   # the server clock must pass the short lease these tests use
     assert queue.reap() == (1, 0)
     (lease,) = queue.claim()
-    assert (lease.id, lease.attempts) == (job_id, 2)
+    assert (lease.id, lease.attempts, lease.fence) == (job_id, 1, 2)
     assert queue.ack(lease, "null") == (True, None)
     assert_clean(queue)
 

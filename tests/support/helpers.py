@@ -39,8 +39,8 @@ def count_keys(queue: Queue) -> int:
 def data_keys(queue: Queue) -> int:
     """count_keys less the observability keys: the minutes of history (``h:<minute>``) and
     the workers' heartbeats, which live their own lives (expiry after the retention, or a
-    few ticks)."""
-    skip = tuple(queue.keys.base + k for k in ("h:", "worker:", "workers"))
+    few ticks), and the queue's clock mark and tally, which last as long as the queue."""
+    skip = tuple(queue.keys.base + k for k in ("h:", "worker:", "workers", "clock", "tally"))
     return sum(1 for key in queue.scan(queue.keys.all_pattern) if not key.startswith(skip))
 
 

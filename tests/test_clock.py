@@ -79,6 +79,9 @@ def test_a_clock_stepped_back_is_reported_by_the_master_stats_doctor_and_dashboa
     clock = q.stats()["clock"]
     assert 3_590 < clock["behind_s"] <= 3_600 and clock["step_s"] < -3_590, clock
     assert "behind the latest time" in clock["warning"]
+    # `emqtasks stats` says it in a line
+    out = _cli("stats", "--redis-url", app.settings.redis_url, "-Q", q.name).stdout
+    assert any(ln.startswith("server clock:") and "behind" in ln for ln in out.splitlines())
     # the doctor warns (exit 0: nothing is lost)
     found = _doctor(app.settings.redis_url, q.name)
     assert found["server clock"]["status"] == "warn" and "behind" in \
@@ -94,10 +97,14 @@ def test_a_clock_stepped_back_is_reported_by_the_master_stats_doctor_and_dashboa
     assert _doctor(app.settings.redis_url, q.name)["server clock"]["status"] == "ok"
 
 
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "emqtasks.cli", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
 def _doctor(url: str, queue: str) -> dict[str, dict[str, str]]:
-    out = subprocess.run([sys.executable, "-m", "emqtasks.cli", "doctor", "--redis-url", url,
-                          "-Q", queue, "--json", "--skip", "acl", "--skip", "invariants"],
-                         capture_output=True, text=True, timeout=60)
+    out = _cli("doctor", "--redis-url", url, "-Q", queue, "--json", "--skip", "acl",
+               "--skip", "invariants")
     return {f["name"]: f for f in json.loads(out.stdout)["findings"]}
 
 

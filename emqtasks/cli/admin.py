@@ -336,7 +336,11 @@ def _stats_lines(data: dict[str, Any]) -> list[str]:
     out = [f"queue {data['queue']}{' (PAUSED)' if data['paused'] else ''}: "
            f"{data['pending']} pending, {data['active']} active, "
            f"{data['delayed']} delayed, {data['dead']} dead, {data['ring']} on the ring"
-           f"{', fair by time' if timed else ''}"]
+           f"{', fair by time' if timed else ''}"
+           f"{f', {stale} stale acks' if (stale := data.get('stale_acks')) else ''}"]
+    warning = (data.get("clock") or {}).get("warning")
+    if warning:
+        out.append(f"server clock: {warning}")
     if data["groups"]:
         out.append(f"{'group':<24} {'state':<13} {'pending':>8} {'active':>7} {'limit':>6} "
                    f"{'weight':>6} {'rate':>9}  paused"

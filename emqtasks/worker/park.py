@@ -160,11 +160,10 @@ def reap(queue: Queue, beat: Beat | None = None, ttl_ms: int = 0,
     if reaped.returned or reaped.dead:
         log.info("reaped expired leases of queue %s: %d back to their lanes, %d dead",
                  queue.name, reaped.returned, reaped.dead)
-    step = watch.observe(reaped, sent, answered) if watch is not None else 0
-    if step and watch is not None:
-        clock.report(queue, step, reaped.server_ms,
-                     "against this master's own clock since its last tick" if watch.ticks > 1
-                     else "behind the latest time a reap of the queue saw")
+    if watch is not None:
+        step = watch.observe(reaped, sent, answered)
+        if step:
+            clock.report(queue, step, reaped.server_ms, first=watch.ticks == 1)
 
 
 def promote(queue: Queue) -> tuple[float | None, bool]:

@@ -25,6 +25,8 @@ from ..queue import Lease
 # attempts, id, nonce
 _SLOT = struct.Struct("=QBBBdddqq128s48s")
 _HEADER = struct.Struct("=B7xd")   # the pool-wide stop flag, the master's heartbeat
+_BEAT = struct.Struct("=d")        # the heartbeat, at _BEAT_AT (8-aligned: never torn)
+_BEAT_AT = 8
 #: A master whose loop has not turned for this long is taken as frozen: its children claim
 #: nothing more until it turns again. The loop turns every 0.1 s while a child is busy, and
 #: writes the heartbeat before it wakes an idle child (an idle master may wait 1 s).
@@ -134,10 +136,10 @@ class Slots:
     def beat(self) -> None:
         """Master side: its main loop turned now (the time is the system's monotonic
         clock, the same in every process)."""
-        struct.pack_into("=d", self.mem, 8, time.monotonic())
+        _BEAT.pack_into(self.mem, _BEAT_AT, time.monotonic())
 
     def master_silent(self) -> float:
         """Child side: seconds since the master's loop last turned, when that is longer
         than MASTER_SILENT_AFTER (else 0.0)."""
-        silent = time.monotonic() - struct.unpack_from("=d", self.mem, 8)[0]
+        silent = time.monotonic() - _BEAT.unpack_from(self.mem, _BEAT_AT)[0]
         return silent if silent > MASTER_SILENT_AFTER else 0.0

@@ -68,11 +68,9 @@ class AsyncDrain:
         self._maybe_finish()
 
     def _report_idle(self) -> None:
-        from .child import IDLE
-
         if not self.idle_reported and not self._should_stop():
             self.idle_reported = True
-            self.child.pipe.send_bytes(IDLE)
+            self.child.pipe.send_bytes(self.child.idle_message())
 
     def _should_stop(self) -> bool:
         return self.stop_claiming or self.child._should_stop()

@@ -27,15 +27,16 @@ from .resilience import Outage
 from .runner import LOG_TEXT_MAX, Outcome, Runner, every_hook, every_task
 from .slots import Slots
 
-__all__ = ["GO", "STOP", "GOT_WORK", "IDLE", "LOG_TEXT_MAX", "Child", "ChildConfig",
+__all__ = ["GO", "STOP", "GOT_WORK", "HELD", "IDLE", "LOG_TEXT_MAX", "Child", "ChildConfig",
            "Outcome", "Runner", "every_hook", "every_task"]
 
 log = logging.getLogger("emqtasks.child")
 
 GO, STOP = b"go", b"stop"          # master -> child
 #: child -> master: "claimed, and more is waiting" (+ one byte: the queue's index) / "I
-#: accept a go" (idle, or an async child with room for more jobs)
-GOT_WORK, IDLE = b"g", b"i"
+#: accept a go" (idle, or an async child with room for more jobs) / "I stopped claiming
+#: because you were silent": a master that reads it is alive again and answers GO
+GOT_WORK, IDLE, HELD = b"g", b"i", b"h"
 
 
 @dataclass
@@ -125,7 +126,7 @@ class Child:
             self._drain()
             if self._spent():
                 return
-            self.pipe.send_bytes(IDLE)
+            self.pipe.send_bytes(self.idle_message())
 
     def _on_term(self, _signum: int, _frame: Any) -> None:
         runner: Runner | None = getattr(self, "runner", None)
@@ -162,6 +163,11 @@ class Child:
                         "nothing until it does", self.index, silent)
         self._said_silent = bool(silent)
         return not silent
+
+    def idle_message(self) -> bytes:
+        """What to tell the master when the drain stops: IDLE, or HELD when it stopped
+        because the master was silent (work may wait: the master answers it with a go)."""
+        return HELD if self._said_silent else IDLE
 
     def got_work(self, qi: int) -> None:
         """Tell the master more is waiting on queue qi: it recruits a sibling."""

@@ -31,7 +31,7 @@ from ..hooks import Hooks
 from ..queue import WAKE_DUE, Lease, Queue
 from ..registry import Registry
 from . import park
-from .child import GO, GOT_WORK, IDLE, STOP, Child, ChildConfig
+from .child import GO, GOT_WORK, HELD, IDLE, STOP, Child, ChildConfig
 from .resilience import TRANSIENT, Outage
 from .scheduler import Scheduler
 from .slots import ASYNC, Running, Slots
@@ -291,6 +291,7 @@ class Master:
         costs one claim, and a burst still has every child busy within a few claims.
         False when no child was idle."""
         woken = False
+        self.slots.beat()   # a go means this loop is alive: the child may claim
         for h in self.children:
             if h is not None and h.idle and h.process.is_alive():
                 if woken:
@@ -313,7 +314,10 @@ class Master:
         except (EOFError, OSError):
             self.selector.unregister(h.pipe)
             return
-        if message == IDLE:
+        if message == HELD and not self._stopping:
+            # It stopped claiming while this loop was silent; the loop turns again: go on.
+            _send(h.pipe, GO)
+        elif message in (IDLE, HELD):
             h.idle = True
             if self._stopping:
                 _send(h.pipe, STOP)
@@ -379,6 +383,7 @@ class Master:
             child = self.children[index]
             assert child is not None
             child.idle = False
+            self.slots.beat()
             _send(child.pipe, GO)
             self._note_idle()
 

@@ -11,7 +11,8 @@
 --     server, as for a claim whose reply was lost) is given back, at most `max` times per
 --     job (`unrun` counts them): attempts-1, state pending, back in its lane;
 --   - else its attempt is spent: state pending and back in its lane, or, out of attempts,
---     state dead with error "lease expired" in `dead` (counted in the minute's history).
+--     state dead with error "lease expired" in `dead`;
+--   counted in the minute's history as retried (a lease the reaper took back) or dead.
 --   A returned job keeps its original enqueue time as score (ahead of newer work); groups
 --   rejoin the ring with a wake. A job claimed in time mode: its group pays its
 --   claim-to-deadline time (no estimate fed). A dead workflow step fails its workflow
@@ -41,6 +42,7 @@ for _, id in ipairs(ids) do
       redis.call('HINCRBY', jk, 'unrun', 1)
       redis.call('HSET', jk, 'state', 'pending', 'error', UNRUN)
       lane_push(row[1], id, lane_score(row[6], tonumber(row[4])), now)
+      hist_failed(now, row[10] or '', row[1], false)
       returned = returned + 1
     elseif tonumber(row[2]) >= tonumber(row[3]) then
       redis.call('HSET', jk, 'state', 'dead', 'error', 'lease expired', 'finished', now)

@@ -2379,6 +2379,7 @@ static int reap_one(Q *q, RMS *id) {
                                   S_UNRUN);
             rc = lane_push(q, g, id, lane_score(prio, created));
         }
+        if (rc == 0) rc = hist_failed(q, task, g, 0);
         if (rc == 0) rc = 1;
     } else if (rc == 0 && g && att >= max) {
         RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);

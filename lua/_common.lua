@@ -37,6 +37,9 @@ local K_gvt = BASE .. 'gvt'               -- zset: time mode's ring, score = vir
 local K_gvrun = BASE .. 'gvrun'           -- hash: group -> virtual time (us); '' -> the floor
 local K_gcost = BASE .. 'gcost'           -- hash: group -> estimated job cost (us); '' queue's
 local K_busy = BASE .. 'busy'             -- hash: 10 s slot -> busy ms of the whole queue
+-- The queue's own marks (emqtasks/clock.py, stats()):
+local K_clock = BASE .. 'clock'           -- hash: seen (latest server ms a reap saw), step, at
+local K_tally = BASE .. 'tally'           -- hash: stale_acks (acks the fence refused)
 
 local WAKE_CAP = 16
 local WAKE_TTL = 60
@@ -45,6 +48,18 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+
+-- The queue's clock mark: the latest server time (ms) a reap saw, raised to now, never
+-- lowered; returns the mark before (nil for none: never set, or unreadable).
+local function clock_mark(now)
+  local seen = tonumber(redis.call('HGET', K_clock, 'seen'))
+  if seen and not (seen > -1e15 and seen < 1e15) then seen = nil end
+  if not seen or now > seen then redis.call('HSET', K_clock, 'seen', now) end
+  return seen
+end
+
+-- One more of a queue counter (stats()).
+local function tally(counter) redis.call('HINCRBY', K_tally, counter, 1) end
 
 local function job_key(id) return BASE .. 'job:' .. id end
 local function lane_key(g) return BASE .. 'g:' .. g .. ':pending' end

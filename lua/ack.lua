@@ -8,7 +8,7 @@
 -- ARGV[4]  result (JSON text)
 -- ARGV[5]  next: '' for none, else the nonce for the next claim
 -- Reply: {verdict, next_job}: verdict 1 done, 0 stale (nothing of the job was written: no
---   result, no books; the queue's tally counts it, hash BASE .. 'tally' field `stale_acks`);
+--   result, no books; the queue's tally counts it: `stale_acks`, tally in _common.lua);
 --   next_job as in claim.lua, or false when none was asked or none is serviceable.
 -- Side effects: counts the success in the minute's history; removes the id from `active`, state done with result and finish time; the
 --   row expires after its ttl (deleted at once when ttl is 0); gactive-1, and a group held
@@ -39,7 +39,7 @@ if row then
   if row[11] then wf_handover(row[11], row[12], ARGV[4], now) end
   verdict = 1
 else
-  redis.call('HINCRBY', BASE .. 'tally', 'stale_acks', 1)
+  tally('stale_acks')
 end
 local next_job = false
 if ARGV[5] ~= '' and redis.call('EXISTS', K_paused) == 0 then

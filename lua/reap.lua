@@ -16,15 +16,12 @@
 --   A returned job keeps its original enqueue time as score (ahead of newer work); groups
 --   rejoin the ring with a wake. A job claimed in time mode: its group pays its
 --   claim-to-deadline time (no estimate fed). A dead workflow step fails its workflow
---   (wf_fail in _common.lua). The clock mark (hash BASE .. 'clock', field `seen`) moves up
---   to now, never back.
+--   (wf_fail in _common.lua). The clock mark (clock_mark in _common.lua) moves up to now,
+--   never back.
 
 local UNRUN = 'lease expired before the job was seen running (attempt not counted)'
 local now = now_ms()
-local clock = BASE .. 'clock'
-local seen = tonumber(redis.call('HGET', clock, 'seen'))
-if seen and not (seen > -1e15 and seen < 1e15) then seen = nil end   -- unreadable: none
-if not seen or now > seen then redis.call('HSET', clock, 'seen', now) end
+local seen = clock_mark(now)
 local ids = redis.call('ZRANGEBYSCORE', K_active, '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 local returned, dead = 0, 0
 for _, id in ipairs(ids) do

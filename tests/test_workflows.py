@@ -356,6 +356,7 @@ def test_a_step_whose_last_lease_expires_fails_its_workflow(app: App) -> None:
     assert h.status() == "running"
     for _ in range(2):                   # boom: max_attempts 2, both leases expire
         (lease,) = q.claim(1)
+        q.extend([lease])                # it ran (its renewal marked it): the expiry counts
         expire_now(q, lease.id)
         q.reap()
         q.promote()

@@ -11,6 +11,7 @@ as a counter reset.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -27,8 +28,24 @@ STATES = ("pending", "active", "delayed", "dead")
 FIRST_SPAN = 24 * 60
 
 
+#: Characters a reader may take for the end of a line, or choke on, besides the LF the
+#: format escapes: the other C0 and C1 controls, DEL, U+2028/2029, and lone surrogates (a
+#: name that was not valid UTF-8; see app.connect).
+_UNSAFE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
 def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    r"""A label value as the text format writes it: backslash, double quote and line feed
+    escaped (\\, \", \n), and the other characters of _UNSAFE as the visible text ``\xHH``
+    or ``\uHHHH`` behind an escaped backslash (a parser reads it back as that text), so the
+    exposition is printable lines whatever a task or group is named."""
+    value = value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return _UNSAFE.sub(_visible, value)
+
+
+def _visible(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\\\x{code:02x}" if code < 0x100 else f"\\\\u{code:04x}"
 
 
 def _labels(**labels: str) -> str:

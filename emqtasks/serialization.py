@@ -30,11 +30,59 @@ _decode_args = json.JSONDecoder(parse_constant=_refuse_constant,
                                 parse_float=_finite_float).decode
 
 
+#: What a container may hold without anything inside to look at.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _key_not_text(value: Any, path: str) -> str | None:
+    """Where in ``value`` a dict has a key that is not a string, or None. Iterative (a
+    structure nested too deeply is the encoder's to refuse); the types of a container's
+    items are read in one pass in C, so a container of plain values costs next to nothing,
+    and a path is spelled out only for the key it names."""
+    stack: list[tuple[Any, Any]] = [(value, path)]
+    containers = (dict, list, tuple)
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, dict):
+            if not set(map(type, item)) <= {str}:
+                for k in item:
+                    if not isinstance(k, str):
+                        return f"{_path(where)} has the key {k!r} ({type(k).__name__})"
+            if not set(map(type, item.values())) <= _SCALARS:
+                stack += [(v, (where, k)) for k, v in item.items()
+                          if isinstance(v, containers)]
+        elif not set(map(type, item)) <= _SCALARS:
+            stack += [(v, (where, i)) for i, v in enumerate(item)
+                      if isinstance(v, containers)]
+    return None
+
+
+def _path(where: Any) -> str:
+    """``args[0]['x']`` from the chain ((("args", 0), "x")) _key_not_text keeps."""
+    keys: list[str] = []
+    while isinstance(where, tuple):
+        where, key = where
+        keys.append(f"[{key!r}]")
+    return str(where) + "".join(reversed(keys))
+
+
+def _refuse_keys_not_text(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> None:
+    """Raise SerializationError, naming where, if a dict of the call has a key that is not
+    a string: JSON writes the key 1 as "1", silently, and {1: 'a', '1': 'b'} as one key
+    twice, which a reader takes as one."""
+    where = _key_not_text(args, "args") or _key_not_text(kwargs, "kwargs")
+    if where is not None:
+        raise SerializationError(f"task arguments: a dict key is not a string: the dict at "
+                                 f"{where}; JSON keys are strings (convert it, e.g. str(key))")
+
+
 def dumps_args(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any], limit: int) -> str:
     """Encode a call; raises SerializationError or PayloadTooLarge, having written nothing."""
     try:
         text = _encode({"v": VERSION, "a": list(args), "k": kwargs})
     except (TypeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, TypeError):   # a key the encoder refuses (a tuple): say where
+            _refuse_keys_not_text(args, kwargs)
         raise SerializationError(f"task arguments are not JSON-encodable: {exc}") from None
     if len(text) > limit:   # a character is at least one byte: refused without encoding
         raise PayloadTooLarge(f"payload of at least {len(text)} bytes is over the {limit}-byte "
@@ -47,6 +95,7 @@ def dumps_args(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any], limit:
     if size > limit:
         raise PayloadTooLarge(f"payload of {size} bytes is over the {limit}-byte limit "
                               f"(max_payload_bytes)")
+    _refuse_keys_not_text(args, kwargs)   # the keys it wrote as strings
     return text
 
 

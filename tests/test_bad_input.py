@@ -9,6 +9,7 @@ are the ones it does not cover, each checked for a single attempt and an unchang
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -321,6 +322,31 @@ def test_arguments_that_are_not_json_text_are_refused_at_the_producer(solo: App,
     with pytest.raises(SerializationError):
         t.delay(nested)
     assert _server_keys(app.client) == before
+
+
+@pytest.mark.parametrize("args, kwargs, path", [
+    (({1: "a", "1": "b"},), {}, "args[0]"),
+    (({1: "a"},), {}, "args[0]"),
+    (([{"x": {None: 1}}],), {}, "args[0][0]['x']"),
+    ((), {"opts": {"x": [{2.5: 1}]}}, "kwargs['opts']['x'][0]"),
+    ((({True: 1},),), {}, "args[0][0]"),
+    (({("a",): 1},), {}, "args[0]"),
+], ids=["int-and-str", "int", "none-deep", "float-in-kwargs", "bool-in-tuple", "tuple"])
+def test_a_dict_key_that_is_not_a_string_is_refused_with_its_path(
+        solo: App, args: tuple[Any, ...], kwargs: dict[str, Any], path: str) -> None:
+    # JSON keys are strings: {1: 'a', '1': 'b'} would arrive as one key, {1: 'a'} as '1'
+    app = solo
+    t = app.task(_noop, name="tests.bad.noop")
+    app.send_task("sec.add", (1, 2))
+    before = _server_keys(app.client)
+    with pytest.raises(SerializationError, match=re.escape(f"at {path}")):
+        t.delay(*args, **kwargs)
+    if args:   # a batch: refused whole
+        with pytest.raises(SerializationError, match="not a string"):
+            t.map([(1,), args])
+    assert _server_keys(app.client) == before
+    with pytest.raises(SerializationError, match=re.escape("at kwargs")):
+        t.apply_async((), {1: "a"})   # type: ignore[dict-item]
 
 
 # -- group names -----------------------------------------------------------------------------

@@ -36,3 +36,14 @@ def test_the_chaos_command_refuses_a_server_it_would_not_own() -> None:
                           "--redis-url", "redis://127.0.0.1:1/0"], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode != 0 and "private server of its own" in out.stderr
+
+
+@pytest.mark.parametrize("seconds", ["nan", "inf", "-inf", "0", "-5", "4", "3601", "soon"])
+def test_a_chaos_duration_that_is_not_a_finite_span_is_one_line_and_exit_2(
+        seconds: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "emqtasks.cli", "bench", "--chaos", seconds],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("emqtasks: error: "), \
+        out.stderr
+    assert "--chaos" in out.stderr and out.stdout == ""

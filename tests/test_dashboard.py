@@ -38,12 +38,10 @@ def test_a_token_is_required_on_every_request(queue: Queue) -> None:
         assert d.request("/lanes", headers={"Authorization": "Bearer wrong"})[0] == 401
         assert d.request("/lanes", headers={"Authorization": "Bearer s3cret"})[0] == 200
         assert d.request("/metrics", headers={"Authorization": "Bearer s3cret"})[0] == 200
-        # People: the login form (with its CSRF token) sets a cookie
-        status, body, _ = d.request("/login", {"token": "wrong", "csrf": d.dash.csrf})
+        # People: the login form sets a cookie
+        status, body, _ = d.request("/login", {"token": "wrong"})
         assert status == 401 and "wrong token" in body
-        assert d.request("/login", {"token": "s3cret"})[0] == 403        # no CSRF token
-        status, _, headers = d.request("/login", {"token": "s3cret", "csrf": d.dash.csrf,
-                                                  "next": "/lanes"})
+        status, _, headers = d.request("/login", {"token": "s3cret", "next": "/lanes"})
         assert status == 303 and headers["Location"] == "/lanes"
         cookie = headers["Set-Cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
@@ -58,13 +56,13 @@ def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(app: App,
         assert status == 403 and "CSRF" in body
         assert d.request("/action/pause", {"group": "acme", "csrf": "guess"})[0] == 403
         assert not queue.lane("acme")["paused"]
-        status, _, headers = d.request("/action/pause", {"group": "acme", "csrf": d.dash.csrf})
+        status, _, headers = d.request("/action/pause", {"group": "acme", "csrf": d.csrf()})
         assert status == 303 and queue.lane("acme")["paused"]
-        d.request("/action/limit", {"group": "acme", "value": "3", "csrf": d.dash.csrf})
-        d.request("/action/weight", {"group": "acme", "value": "2", "csrf": d.dash.csrf})
+        d.request("/action/limit", {"group": "acme", "value": "3", "csrf": d.csrf()})
+        d.request("/action/weight", {"group": "acme", "value": "2", "csrf": d.csrf()})
         assert (queue.lane("acme")["limit"], queue.lane("acme")["weight"]) == (3, 2)
         assert d.request("/action/limit", {"group": "acme", "value": "x",
-                                           "csrf": d.dash.csrf})[0] == 400
+                                           "csrf": d.csrf()})[0] == 400
 
 
 def test_a_hostile_group_name_and_error_text_are_escaped(app: App, queue: Queue) -> None:
@@ -102,7 +100,7 @@ def test_a_workflow_page_shows_its_steps_a_page_at_a_time_and_cancels_them(
         last = d.request(f"/workflow?id={wide.id}&page=3")[1]
         assert last.count('class="step"') == 21 and 'id="wf-total">121<' in last
         # When the cancel button is pressed, Then the steps not started are cancelled
-        status, _, _ = d.request("/workflow/cancel", {"id": line.id, "csrf": d.dash.csrf})
+        status, _, _ = d.request("/workflow/cancel", {"id": line.id, "csrf": d.csrf()})
         assert status == 303 and line.status() == "cancelled"
         body = d.request(f"/workflow?id={line.id}&done=3")[1]
         assert 'id="done">3 step(s) cancelled' in body
@@ -110,7 +108,7 @@ def test_a_workflow_page_shows_its_steps_a_page_at_a_time_and_cancels_them(
         # And bad or unknown ids are a clear refusal
         assert d.request("/workflow?id=no-such-workflow")[0] == 404
         assert d.request("/workflow?id=bad%20id")[0] == 400
-        assert d.request("/workflow/cancel", {"id": "bad id", "csrf": d.dash.csrf})[0] == 400
+        assert d.request("/workflow/cancel", {"id": "bad id", "csrf": d.csrf()})[0] == 400
     assert wide.status() == "running"
 
 
@@ -137,13 +135,13 @@ def test_dead_letters_requeue_and_cancel_by_filter_with_a_count(app: App,
         body = d.request("/dead?text=timeout")[1]
         assert "6 match" in body and "requeue all 6 that match" in body
         status, _, headers = d.request("/dead/requeue", {
-            "scope": "filter", "text": "timeout", "csrf": d.dash.csrf,
+            "scope": "filter", "text": "timeout", "csrf": d.csrf(),
             "back": "/dead?text=timeout"})
         assert status == 303 and headers["Location"].endswith("done=6")
         assert queue.client.zcard(queue.keys.dead) == 4 and queue.stats()["pending"] == 6
         ids = queue.client.zrange(queue.keys.dead, 0, 1)
         status, _, headers = d.request("/dead/cancel", [("id", ids[0]), ("id", ids[1]),
-                                                        ("csrf", d.dash.csrf)])
+                                                        ("csrf", d.csrf())])
         assert status == 303 and headers["Location"].endswith("done=2")
         assert queue.client.zcard(queue.keys.dead) == 2
         assert "2 match" in d.request("/dead")[1]
@@ -157,9 +155,9 @@ def test_read_only_hides_and_refuses_the_actions(app: App, queue: Queue) -> None
         for path in ("/", "/lanes", "/dead"):
             body = d.request(path)[1]
             assert 'method="post"' not in body and "read-only" in body, path
-        status, body, _ = d.request("/action/pause", {"group": "acme", "csrf": d.dash.csrf})
+        status, body, _ = d.request("/action/pause", {"group": "acme", "csrf": "any"})
         assert status == 403 and "read-only" in body
-        assert d.request("/dead/requeue", {"scope": "filter", "csrf": d.dash.csrf})[0] == 403
+        assert d.request("/dead/requeue", {"scope": "filter", "csrf": "any"})[0] == 403
         assert not queue.lane("acme")["paused"] and queue.client.zcard(queue.keys.dead) == 1
 
 
@@ -253,3 +251,58 @@ def test_the_metrics_command_serves_metrics_only(redis_url: str, queue_name: str
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_metrics_label_values_stay_on_their_line_whatever_the_names(app: App,
+                                                                    queue: Queue) -> None:
+    import unicodedata
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    # Given groups and a task whose names hold every kind of character a line reader trips on
+    odd = {"a\rb": "a\\x0db", "a\x00b": "a\\x00b", "a\x1bb": "a\\x1bb", "a\x7fb": "a\\x7fb",
+           "a\x85b": "a\\x85b", "a\u2028b": "a\\u2028b", "a\nb": "a\nb", 'a"b': 'a"b',
+           "a\\b": "a\\b", "a\tb": "a\\x09b", "caf\u00e9": "caf\u00e9"}
+    for group in odd:
+        make_task(app, name="t.cr\r", group=group).map([(1,), (2,)])
+    (lease,) = queue.claim()
+    queue.ack(lease)
+    with DashServer([queue]) as d:
+        text = d.request("/metrics")[1]
+    # Then the exposition is printable text in lines: LF ends a line, nothing else breaks one
+    assert text.splitlines() == text.split("\n")[:-1]
+    assert not [c for c in text if c != "\n" and unicodedata.category(c) in ("Cc", "Zl", "Zp")]
+    # and it parses, each name written as the format escapes it (\\, \", \n) or, for the
+    # other control characters, as the visible text \xHH / \uHHHH
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    groups = {s.labels["group"] for s in families["emqtasks_group_pending"].samples}
+    assert groups == set(odd.values())
+    tasks = {s.labels["task"] for s in families["emqtasks_jobs_started"].samples}
+    assert tasks == {"t.cr\\x0d"}
+
+
+@pytest.mark.parametrize("path", ["/dead", "/jobs?state=dead", "/jobs?state=pending",
+                                  "/jobs?state=dead&text=x", "/lanes", "/workflow?id=w"])
+def test_a_page_number_out_of_range_is_a_400_not_a_500(app: App, queue: Queue,
+                                                       path: str) -> None:
+    _dead(app, queue, ["boom"])
+    sep = "&" if "?" in path else "?"
+    with DashServer([queue]) as d:
+        for page in ("99999999999999999999", str(2 ** 63), "1" + "0" * 400):
+            status, body, _ = d.request(f"{path}{sep}page={page}")
+            assert status == 400 and "page" in body, (page, status)
+        assert d.request(f"{path}{sep}page=2")[0] in (200, 404)   # in range: the page
+
+
+@pytest.mark.parametrize("args", [["metrics", "--port", "99999"],
+                                  ["dashboard", "--port", "-1"],
+                                  ["dashboard", "--port", "http"],
+                                  ["metrics", "--metrics-groups", "-3"],
+                                  ["dashboard", "--bogus"]])
+def test_bad_options_of_dashboard_and_metrics_are_one_line_and_exit_2(
+        redis_url: str, args: list[str]) -> None:
+    out = _cli(redis_url, *args)
+    assert out.returncode == 2, out
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("emqtasks: error: "), \
+        out.stderr
+    assert args[1] in out.stderr

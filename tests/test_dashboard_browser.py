@@ -167,6 +167,43 @@ def test_read_only_hides_and_refuses_actions_in_a_browser(app: App, queue: Queue
         status = browser.execute_script(
             "var f = new FormData(); f.append('group', 'acme'); f.append('csrf', arguments[0]);"
             "return fetch('/action/pause', {method: 'POST', body: new URLSearchParams(f)})"
-            ".then(function (r) { return r.status; });", d.dash.csrf)
+            ".then(function (r) { return r.status; });", "any")
         assert status == 403    # answered: nothing is still on its way
         assert not queue.lane("acme")["paused"]
+
+
+def test_sign_in_stays_on_the_dashboard_and_its_csrf_token_is_its_own_in_a_browser(
+        app: App, queue: Queue, browser: Any) -> None:
+    from urllib.parse import quote, urlsplit
+
+    from selenium.webdriver.common.by import By
+
+    make_task(app, name="t.x", group="acme").delay(1)
+    with DashServer([queue], token="tok") as d:
+        # A link to the login form whose next page is another site, or smuggles a header
+        for target in ("/x\r\nSet-Cookie: injected=1", "/\\evil.example/phish",
+                       "//evil.example/phish", "/x%0d%0aSet-Cookie:%20injected=1"):
+            browser.delete_all_cookies()
+            browser.get(f"{d.base}/login?next={quote(target, safe='')}")
+            assert "csrf" not in browser.page_source.lower()   # nothing handed out yet
+            browser.find_element(By.ID, "token").send_keys("tok")
+            browser.find_element(By.ID, "login").click()
+            _wait(browser, lambda b: not b.current_url.startswith(d.base + "/login")
+                  and b.execute_script("return document.readyState") == "complete")
+            # signing in lands on the dashboard's own root, with its cookie only
+            where = urlsplit(browser.current_url)
+            assert (where.netloc, where.path) == (urlsplit(d.base).netloc, "/"), target
+            assert [c["name"] for c in browser.get_cookies()] == ["emq_session"], target
+        # The page's CSRF token is this session's: another session's is refused
+        _, other = d.sign_in("tok")
+        status = browser.execute_script(
+            "var f = new URLSearchParams(); f.append('group', 'acme');"
+            "f.append('csrf', arguments[0]);"
+            "return fetch('/action/pause', {method: 'POST', body: f})"
+            ".then(function (r) { return r.status; });", other)
+        assert status == 403 and not queue.lane("acme")["paused"]
+        own = browser.find_element(By.CSS_SELECTOR, "input[name=csrf]").get_attribute("value")
+        assert own != other
+        browser.find_element(By.ID, "queue-toggle").click()   # the page's own token
+        _wait(browser, lambda b: b.find_element(By.ID, "queue-toggle").text
+              == "resume the queue")

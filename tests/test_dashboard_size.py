@@ -133,7 +133,7 @@ def test_a_filtered_dead_search_is_bounded_and_all_that_match_is_counted_first(
         assert body.count('name="id"') == 50
         # Asking for all that match counts them all first, and writes nothing
         status, body, _ = d.request("/dead/confirm", {"verb": "requeue", "text": "alpha",
-                                                      "csrf": d.dash.csrf, "back": "/dead"})
+                                                      "csrf": d.csrf(), "back": "/dead"})
         assert status == 200 and "10 dead jobs match" in body
         bound = re.search(r'name="bound" value="([^"]+)"', body)
         assert bound and queue.client.zcard(queue.keys.dead) == 310
@@ -141,19 +141,19 @@ def test_a_filtered_dead_search_is_bounded_and_all_that_match_is_counted_first(
         late = _dead(queue, ["KeyError: alpha again"], prefix="late")
         status, _, headers = d.request("/dead/requeue", {
             "scope": "filter", "text": "alpha", "bound": bound.group(1),
-            "csrf": d.dash.csrf, "back": "/dead"})
+            "csrf": d.csrf(), "back": "/dead"})
         assert status == 303 and headers["Location"].endswith("done=10")
         assert {queue.status(i) for i in alpha} == {"pending"}
         assert queue.status(late[0]) == "dead"
         # Cancel all 300 that match, counted the same way (the cancels pipelined)
         _, body, _ = d.request("/dead/confirm", {"verb": "cancel", "text": "BETA",
-                                                 "csrf": d.dash.csrf, "back": "/dead"})
+                                                 "csrf": d.csrf(), "back": "/dead"})
         assert "300 dead jobs match" in body
         bound = re.search(r'name="bound" value="([^"]+)"', body)
         assert bound
         status, _, headers = d.request("/dead/cancel", {
             "scope": "filter", "text": "BETA", "bound": bound.group(1),
-            "csrf": d.dash.csrf, "back": "/dead"})
+            "csrf": d.csrf(), "back": "/dead"})
         assert headers["Location"].endswith("done=300")
         assert {queue.status(i) for i in beta} == {"cancelled"}
     # A small set is searched to its end: the count is exact and the action direct

@@ -13,7 +13,7 @@ import click
 from ..config import parse_queues
 from ..errors import EmqError
 from ..queue import Queue
-from .common import CliError, open_queue, settings_for
+from .common import AdminCommand, CliError, open_queue, settings_for
 
 DEFAULT_PORT = 8765
 
@@ -90,7 +90,7 @@ def _warm(dash: Any) -> None:
         logging.getLogger("emqtasks.dashboard").debug("metrics warm-up failed", exc_info=True)
 
 
-@click.command()
+@click.command(cls=AdminCommand)
 @_options
 @click.option("--read-only", is_flag=True, help="show everything, change nothing")
 def dashboard(host: str, port: int, queue: str | None, redis_url: str | None,
@@ -99,7 +99,7 @@ def dashboard(host: str, port: int, queue: str | None, redis_url: str | None,
     _run(host, port, token, _queues(redis_url, queue), read_only, False, metrics_groups)
 
 
-@click.command()
+@click.command(cls=AdminCommand)
 @_options
 def metrics(host: str, port: int, queue: str | None, redis_url: str | None,
             token: str | None, metrics_groups: int) -> None:

@@ -6,11 +6,16 @@ template engine, never pasted into HTML by hand. Assets are files of the package
 
 Auth: with a token, every request must carry it, as ``Authorization: Bearer <token>``
 (programs, Prometheus) or by the ``emq_session`` cookie that the login form sets (people:
-an HMAC of the token, see guard.py); anything else is answered 401. CSRF: every POST
-carries the page's CSRF token (a form field or the ``X-CSRF-Token`` header), a random value
-of this process that only a reader of the pages can know, and no Origin but its own; the
-cookie is SameSite=Strict and HttpOnly besides. Without a token, only a loopback Host name
-is answered (no DNS rebinding).
+a signed session, see guard.py); anything else is answered 401. CSRF: every POST of a
+session carries that session's CSRF token (a form field or the ``X-CSRF-Token`` header),
+which only its pages show, and no Origin but its own; the cookie is SameSite=Strict and
+HttpOnly besides. A Bearer POST needs no CSRF token: a browser never adds that header of
+its own accord. Without a token, only a loopback Host name is answered (no DNS
+rebinding), and the CSRF token is one of this process.
+
+A POST is checked (Host, Origin, auth, read-only, its declared length: at most 64 KB)
+before a byte of its body is read; a refusal then closes the connection. A client that
+stalls for ``Handler.timeout`` seconds loses its connection.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 import secrets
 import threading
 import time
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,17 +41,23 @@ from ..keys import check_job_id
 from ..metrics import CONTENT_TYPE, Exporter
 from ..queue import Queue
 from . import guard, views
+from .guard import Refused
 
 log = logging.getLogger("emqtasks.dashboard")
 COOKIE = "emq_session"
 _STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                  ".svg": "image/svg+xml"}
+#: Pages past this are refused (400): an offset the server could not take.
+MAX_PAGE = 1_000_000_000
+_DIGITS = re.compile(r"[0-9]+")
 
 
-class Refused(Exception):
-    def __init__(self, status: HTTPStatus, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+@dataclass(frozen=True)
+class Caller:
+    """Who an authorized request comes from, as far as CSRF goes: the token its POSTs must
+    carry, or None where none is needed (the Bearer token)."""
+
+    csrf: str | None
 
 
 class Dashboard:
@@ -59,7 +72,9 @@ class Dashboard:
         self.token = token or None
         self.read_only = read_only
         self.metrics_only = metrics_only
-        self.csrf = secrets.token_urlsafe(24)
+        # Signs the sessions and CSRF tokens: derived from the token (every process with it
+        # agrees), or, without one, a key of this process.
+        self.key = guard.session_key(token) if token else secrets.token_bytes(32)
         self.exporter = Exporter(queues, top_groups)
         self.stopping = threading.Event()
         self._env: Any = None
@@ -78,24 +93,30 @@ class Dashboard:
             self._env.filters["q"] = lambda v: quote(str(v), safe="")
         return self._env
 
-    def render(self, name: str, **values: Any) -> str:
+    def render(self, name: str, csrf: str = "", **values: Any) -> str:
+        """A page; ``csrf``: the CSRF token of the caller's session, for its forms."""
         return str(self.env.get_template(name).render(
-            read_only=self.read_only, csrf=self.csrf, queues=list(self.queues),
+            read_only=self.read_only, csrf=csrf, queues=list(self.queues),
             auth=self.token is not None, **values))
 
-    def authorized(self, headers: Any) -> bool:
+    def caller(self, headers: Any) -> Caller | None:
+        """Who the request comes from, or None: not authorized."""
         if self.token is None:
-            return True
+            return Caller(guard.csrf_token(self.key, ""))
         auth = headers.get("Authorization", "")
         if auth.startswith("Bearer "):
             given = auth[len("Bearer "):].strip()
-            return hmac.compare_digest(given.encode(), self.token.encode())
+            return Caller(None) if self.token_ok(given) else None
         try:
             cookie = SimpleCookie(headers.get("Cookie", ""))
         except CookieError:
-            return False
-        value = cookie[COOKIE].value if COOKIE in cookie else ""
-        return hmac.compare_digest(value.encode(), guard.session_value(self.token).encode())
+            return None
+        sid = guard.session_id(self.key, cookie[COOKIE].value) if COOKIE in cookie else None
+        return None if sid is None else Caller(guard.csrf_token(self.key, sid))
+
+    def token_ok(self, given: str) -> bool:
+        return self.token is not None and hmac.compare_digest(given.encode(),
+                                                              self.token.encode())
 
 
 def serve(dashboard: Dashboard, host: str, port: int) -> ThreadingHTTPServer:
@@ -110,6 +131,9 @@ class Handler(BaseHTTPRequestHandler):
     dash: Dashboard
     server_version = "emqtasks-dashboard"
     protocol_version = "HTTP/1.1"
+    timeout = 30.0              # seconds a client may stall (socket timeout, StreamRequestHandler)
+    body_unread = False         # a POST's body not read yet: an answer closes the connection
+    csrf = ""                   # the caller's CSRF token, for the forms of the pages
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
@@ -129,6 +153,8 @@ class Handler(BaseHTTPRequestHandler):
                          "img-src 'self' data:; frame-ancestors 'none'")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
+        if self.body_unread:   # or the rest of the body would be read as the next request
+            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
@@ -139,12 +165,31 @@ class Handler(BaseHTTPRequestHandler):
     def _query(self) -> dict[str, str]:
         return {k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()}
 
+    def _render(self, name: str, **values: Any) -> str:
+        return self.dash.render(name, csrf=self.csrf, **values)
+
+    def handle_expect_100(self) -> bool:
+        return True   # "100 Continue" only once the headers passed: see _form
+
     def _form(self) -> dict[str, list[str]]:
-        size = int(self.headers.get("Content-Length") or 0)
-        if size > 1_000_000:
-            raise Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "request too large")
-        raw = self.rfile.read(size).decode("utf-8", "replace") if size else ""
-        return parse_qs(raw, keep_blank_values=True)
+        """The POST's form, once its headers passed (guard.body_size: at most MAX_BODY)."""
+        size = guard.body_size(self.headers)
+        if self.headers.get("Expect", "").lower() == "100-continue":
+            self.send_response_only(HTTPStatus.CONTINUE)
+            self.end_headers()
+        try:
+            raw = self.rfile.read(size) if size else b""
+        except TimeoutError:
+            raise Refused(HTTPStatus.REQUEST_TIMEOUT, "the request body did not come") from None
+        if len(raw) < size:
+            raise Refused(HTTPStatus.BAD_REQUEST, "the request body ended early")
+        self.body_unread = False
+        return parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
+
+    def _check_csrf(self, caller: Caller, given: str) -> None:
+        if caller.csrf is not None and not hmac.compare_digest(given.encode(),
+                                                               caller.csrf.encode()):
+            raise Refused(HTTPStatus.FORBIDDEN, "refused: missing or wrong CSRF token")
 
     def _queue(self, name: str | None) -> tuple[Queue, views.QueueView]:
         name = name or self.dash.first
@@ -153,7 +198,7 @@ class Handler(BaseHTTPRequestHandler):
         return self.dash.queues[name], self.dash.views[name]
 
     def _unauthorized(self) -> None:
-        nxt = self.path if self.command == "GET" and self.path.startswith("/") else "/"
+        nxt = guard.local_path(self.path) if self.command == "GET" else "/"
         body = self.dash.render("login.html", error=None, next=nxt)
         self._send(HTTPStatus.UNAUTHORIZED, body,
                    headers={"WWW-Authenticate": 'Bearer realm="emqtasks"'})
@@ -163,15 +208,15 @@ class Handler(BaseHTTPRequestHandler):
         argument as 400, a vanished client as nothing, anything else (a script's failure
         too) as a logged 500."""
         if isinstance(exc, Refused):
-            self._send(exc.status, self.dash.render("error.html", message=str(exc)))
+            self._send(exc.status, self._render("error.html", message=str(exc)))
         elif isinstance(exc, EmqError) and not isinstance(exc, ScriptError):
-            self._send(HTTPStatus.BAD_REQUEST, self.dash.render("error.html", message=str(exc)))
+            self._send(HTTPStatus.BAD_REQUEST, self._render("error.html", message=str(exc)))
         elif isinstance(exc, (BrokenPipeError, ConnectionResetError)):
             pass
         else:
             log.error("%s %s failed", method, path, exc_info=exc)
             self._send(HTTPStatus.INTERNAL_SERVER_ERROR,
-                       self.dash.render("error.html", message="internal error (see the log)"))
+                       self._render("error.html", message="internal error (see the log)"))
 
     # -- GET ---------------------------------------------------------------------------
     def do_HEAD(self) -> None:
@@ -188,17 +233,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
+        self.csrf = ""   # a kept-alive connection may carry another caller's next request
         if self._host_refused():
             return
         try:
             if path == "/login" and not self.dash.metrics_only:
-                self._send(HTTPStatus.OK, self.dash.render("login.html", error=None,
-                                                           next=self._query().get("next",
-                                                                                  "/")))
+                nxt = guard.local_path(self._query().get("next"))
+                self._send(HTTPStatus.OK, self.dash.render("login.html", error=None, next=nxt))
                 return
-            if not self.dash.authorized(self.headers):
+            caller = self.dash.caller(self.headers)
+            if caller is None:
                 self._unauthorized()
                 return
+            self.csrf = caller.csrf or ""
             if path == "/metrics":
                 self._send(HTTPStatus.OK, self.dash.exporter.render(), CONTENT_TYPE)
                 return
@@ -217,33 +264,32 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/events":
             self._events(view)
         elif path == "/":
-            self._send(HTTPStatus.OK, self.dash.render("overview.html", page="overview",
-                                                       o=view.overview(), **common))
+            self._send(HTTPStatus.OK, self._render("overview.html", page="overview",
+                                                   o=view.overview(), **common))
         elif path == "/lanes":
             lanes = view.lanes(qs.get("sort", "-pending"), qs.get("state", ""),
-                               qs.get("q", ""), _int(qs.get("page"), 1))
+                               qs.get("q", ""), _page(qs.get("page")))
             name = "_lanes_table.html" if qs.get("fragment") else "lanes.html"
-            self._send(HTTPStatus.OK, self.dash.render(name, page="lanes", lanes=lanes,
-                                                       **common))
+            self._send(HTTPStatus.OK, self._render(name, page="lanes", lanes=lanes, **common))
         elif path in ("/jobs", "/dead"):
             self._jobs(path, queue, qs, common)
         elif path == "/job":
             detail = views.job_detail(queue, qs.get("id", "")) if qs.get("id") else None
             if detail is None:
                 raise Refused(HTTPStatus.NOT_FOUND, "no such job (or its row expired)")
-            self._send(HTTPStatus.OK, self.dash.render("job.html", page="jobs", job=detail,
-                                                       **common))
+            self._send(HTTPStatus.OK, self._render("job.html", page="jobs", job=detail,
+                                                   **common))
         elif path == "/workflow":
-            page = _int(qs.get("page"), 1)
+            page = _page(qs.get("page"))
             wf = views.workflow_detail(queue, qs.get("id", ""), page)
             if wf is None:
                 raise Refused(HTTPStatus.NOT_FOUND, "no such workflow (or it expired)")
-            self._send(HTTPStatus.OK, self.dash.render(
+            self._send(HTTPStatus.OK, self._render(
                 "workflow.html", page="jobs", wf=wf, pg=page,
                 pages=views.page_count(wf["total"]), done=_count(qs.get("done")),
                 **common))
         elif path == "/workers":
-            self._send(HTTPStatus.OK, self.dash.render(
+            self._send(HTTPStatus.OK, self._render(
                 "workers.html", page="workers", workers=queue.workers(),
                 schedules=_schedules(queue), now=time.time(), **common))
         else:
@@ -258,7 +304,7 @@ class Handler(BaseHTTPRequestHandler):
         if state not in views.JOB_STATES:
             raise Refused(HTTPStatus.BAD_REQUEST, "unknown state")
         f = views.JobFilter(state, qs.get("group", ""), qs.get("task", ""), qs.get("text", ""))
-        page = _int(qs.get("page"), 1)
+        page = _page(qs.get("page"))
         groups = (list(self.dash.views[queue.name].stats.get()["groups"])
                   if f.state == "pending" and not f.group else None)
         rows, total, complete = views.find_jobs(queue, f, (page - 1) * views.PAGE,
@@ -267,7 +313,7 @@ class Handler(BaseHTTPRequestHandler):
         name = "dead.html" if dead else "jobs.html"
         if qs.get("fragment"):
             name = "_jobs_table.html"
-        self._send(HTTPStatus.OK, self.dash.render(
+        self._send(HTTPStatus.OK, self._render(
             name, page="dead" if dead else "jobs", rows=rows, total=total, f=f, pg=page,
             pages=pages, complete=complete, done=_count(qs.get("done")),
             bound=views.dead_bound(queue) if dead else "", **common))
@@ -302,48 +348,50 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- POST --------------------------------------------------------------------------
     def do_POST(self) -> None:
+        """Everything the headers can tell is checked before the body is read: a request
+        refused on them costs a few hundred bytes, whatever body it declares."""
         path = urlsplit(self.path).path
+        self.body_unread, self.csrf = True, ""
         if self._host_refused():
             return
         try:
             if not guard.origin_ok(self.headers.get("Origin"), self.headers.get("Host")):
                 raise Refused(HTTPStatus.FORBIDDEN, "refused: a request from another site")
-            form = self._form()
-            one = {k: v[-1] for k, v in form.items()}
-            given = one.get("csrf") or self.headers.get("X-CSRF-Token") or ""
-            if not hmac.compare_digest(given.encode(), self.dash.csrf.encode()):
-                raise Refused(HTTPStatus.FORBIDDEN, "refused: missing or wrong CSRF token")
             if path == "/login" and not self.dash.metrics_only:
-                self._login(one)
+                self._login({k: v[-1] for k, v in self._form().items()})
                 return
-            if not self.dash.authorized(self.headers):
+            caller = self.dash.caller(self.headers)
+            if caller is None:
                 self._unauthorized()
                 return
             if self.dash.read_only:
                 raise Refused(HTTPStatus.FORBIDDEN, "refused: the dashboard is read-only")
+            header_token = self.headers.get("X-CSRF-Token")
+            if header_token is not None:
+                self._check_csrf(caller, header_token)
+            form = self._form()
+            one = {k: v[-1] for k, v in form.items()}
+            if header_token is None:   # a plain HTML form carries it in the body
+                self._check_csrf(caller, one.get("csrf", ""))
+            self.csrf = caller.csrf or ""
             queue, _ = self._queue(one.get("queue"))
             self._act(path, queue, one, form)
         except Exception as exc:
             self._answer_failure(exc, "POST", path)
 
     def _login(self, one: dict[str, str]) -> None:
-        token = one.get("token", "")
-        nxt = one.get("next", "/")
-        if not nxt.startswith("/") or nxt.startswith("//"):
-            nxt = "/"
-        if self.dash.token is None or not hmac.compare_digest(token.encode(),
-                                                              self.dash.token.encode()):
+        nxt = guard.local_path(one.get("next"))
+        if not self.dash.token_ok(one.get("token", "")):
             self._send(HTTPStatus.UNAUTHORIZED, self.dash.render(
                 "login.html", error="wrong token", next=nxt))
             return
-        cookie = f"{COOKIE}={guard.session_value(token)}; HttpOnly; SameSite=Strict; Path=/"
+        cookie = (f"{COOKIE}={guard.new_session(self.dash.key)}; HttpOnly; SameSite=Strict; "
+                  f"Path=/")
         self._redirect(nxt, {"Set-Cookie": cookie})
 
     def _act(self, path: str, queue: Queue, one: dict[str, str],
              form: dict[str, list[str]]) -> None:
-        back = one.get("back", "/lanes")
-        if not back.startswith("/") or back.startswith("//"):
-            back = "/lanes"
+        back = guard.local_path(one.get("back"))
         group = one.get("group", "")
         view = self.dash.views[queue.name]
         if path == "/action/pause":
@@ -367,7 +415,7 @@ class Handler(BaseHTTPRequestHandler):
                                 one.get("text", ""))
             bound = views.dead_bound(queue)
             n = len(views.matching_ids(queue, f, bound=bound))
-            self._send(HTTPStatus.OK, self.dash.render(
+            self._send(HTTPStatus.OK, self._render(
                 "dead_confirm.html", page="dead", queue=queue.name, verb=verb, f=f,
                 count=n, bound=bound, back=back))
             return
@@ -411,11 +459,15 @@ def _schedules(queue: Queue) -> list[Any]:
         return []
 
 
-def _int(text: str | None, default: int) -> int:
-    try:
-        return max(1, int(text or default))
-    except ValueError:
-        return default
+def _page(text: str | None) -> int:
+    """A page number from the query: the first page when absent or not a number."""
+    digits = (text or "").strip()
+    if not _DIGITS.fullmatch(digits):
+        return 1
+    if len(digits) > len(str(MAX_PAGE)) or int(digits) > MAX_PAGE:
+        raise Refused(HTTPStatus.BAD_REQUEST, f"page {digits[:24]} is out of range "
+                                              f"(at most {MAX_PAGE:,})")
+    return max(1, int(digits))
 
 
 def _count(text: str | None) -> int | None:

@@ -14,6 +14,7 @@ from typing import Any
 import click
 import redis
 
+from ...cli.common import AdminCommand, Seconds
 from ...cluster import is_cluster_url
 from ...config import redacted
 from ...connection import connect
@@ -23,7 +24,7 @@ from .core import Bench, BenchError, Sizes, median, say
 from .scenarios import Row, render, run_all
 
 
-@click.command()
+@click.command(cls=AdminCommand)
 @click.option("--redis-url", default=None,
               help="benchmark this server (default: a private redis-server on a free port)")
 @click.option("-c", "--concurrency", type=click.IntRange(1, 512), default=8, show_default=True,
@@ -58,7 +59,7 @@ from .scenarios import Row, render, run_all
 @click.option("--async", "async_", is_flag=True,
               help="only async jobs: 1,000 (--jobs) that each await sleep(0.2), on -c 2 "
                    "--async-concurrency 100: wall time, jobs/s, most at once")
-@click.option("--chaos", "chaos_seconds", type=click.FloatRange(5, 3600), default=None,
+@click.option("--chaos", "chaos_seconds", type=Seconds(5, 3600), default=None,
               metavar="SECONDS",
               help="instead of the figures, the chaos soak for SECONDS: jobs keep coming "
                    "while children, masters, connections and a private AOF server are "

@@ -87,6 +87,18 @@ def _nonce() -> str:
     return os.urandom(8).hex()
 
 
+def _sendable(text: str) -> str:
+    """An error text the client can encode: a lone surrogate (an exception message may hold
+    one) has no UTF-8 form, and would fail the write of the failure it describes; it is
+    escaped (``\\ud800``). Clients encode with ``surrogateescape``, so what came from the
+    server as undecodable bytes goes back as those bytes."""
+    try:
+        text.encode("utf-8", "surrogateescape")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def job_view(job_id: str, row: dict[str, str]) -> dict[str, Any]:
     """What Queue.job shows of a job's row (its hash, read whole)."""
     view: dict[str, Any] = {"id": job_id}
@@ -155,16 +167,16 @@ class Queue:
         delay = optional_seconds(delay, "a retry delay")
         delay_arg = "" if delay is None else int(delay * 1000)
         return RetryVerdict(self.hot.call(
-            "retry", self._k, [lease.id, lease.attempts, lease.nonce, error, delay_arg,
-                               "1" if final else "0"]))
+            "retry", self._k, [lease.id, lease.attempts, lease.nonce, _sendable(error),
+                               delay_arg, "1" if final else "0"]))
 
     def release(self, lease: Lease, reason: str = "released by a stopping worker",
                 backoff: float = 0.0) -> ReleaseVerdict:
         """Hand a job back unrun (fenced), attempt rolled back: RELEASED, or STALE. With
         ``backoff`` seconds, its whole group sits out that long (RateLimited)."""
         off = int(seconds(backoff, "a back-off") * 1000)
-        return ReleaseVerdict(self.hot.call("release", self._k, [lease.id, lease.attempts,
-                                                                 lease.nonce, reason, off]))
+        return ReleaseVerdict(self.hot.call("release", self._k, [
+            lease.id, lease.attempts, lease.nonce, _sendable(reason), off]))
 
     def extend(self, leases: Iterable[Lease],
                lease_ms: int | None = None) -> list[ExtendVerdict]:

@@ -10,6 +10,7 @@ retried after a delay, or dead-lettered with the reason. With an async concurren
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -104,6 +105,7 @@ class Child:
         self.runner = Runner(queues, self.config.registry, self.config.default_time_limit,
                              self.config.hooks)
         self.runner.call = self.outage.call
+        self.runner.noting = functools.partial(self.slots.failing, self.index)
         self.outage.call(queues[0].ping)   # connect now: the first wake pays no handshake
         self.runner.fire("child_started")
         if self.config.runs_async:

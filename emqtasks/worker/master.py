@@ -30,6 +30,7 @@ from ..heartbeat import Beat
 from ..hooks import Hooks
 from ..queue import WAKE_DUE, Lease, Queue
 from ..registry import Registry
+from ..retry_policy import bounded
 from . import park
 from .child import GO, GOT_WORK, IDLE, STOP, Child, ChildConfig
 from .resilience import TRANSIENT, Outage
@@ -398,16 +399,26 @@ class Master:
                         "ok" if ok else "already settled")
             return
         self.stats["died"] += 1
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        final = False
         if reason is not None:
             error = reason
+            delay = running.retry_delay
+        elif running.failure:
+            # The job had failed and its child died writing that: the real reason, the
+            # delay and the verdict (dead at once or not) the child had decided
+            first, _, rest = running.failure.partition("\n")
+            error = (f"{first} (written by the master: its child pid {h.process.pid} died "
+                     f"({how}) while writing this failure)\n{rest}")
+            delay, final = running.failure_delay, running.final
         else:
-            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
             error = (f"{WorkerLost.__name__}: child pid {h.process.pid} died "
                      f"({how}) while running the job")
-        delay = running.retry_delay if running.retry_delay >= 0 else None
-        verdict = self._call(queue.retry, lease, error, delay, False)
-        log.warning("job %s failed, %s: %s", lease.id,
-                    verdict.outcome, error)
+            delay = running.retry_delay
+        verdict = self._call(queue.retry, lease, error, bounded(delay) if delay >= 0 else None,
+                             final)
+        log.warning("job %s failed, %s: %s", lease.id, verdict.outcome,
+                    error.partition("\n")[0])
 
     # -- leases and limits --------------------------------------------------------------
     def _supervise_running(self) -> None:

@@ -71,6 +71,9 @@ class Runner:
         self._plans: dict[str, tuple[TaskSpec | None, float, int]] = {}
         #: How Redis calls are made; a child routes them through its Outage.
         self.call: Callable[..., Any] = lambda fn, *args: fn(*args)
+        #: Told of a failure just before it is written (lease, error, delay, final): a
+        #: child notes it in the job's slot, for its master to write should the child die.
+        self.noting: Callable[[Lease, str, float | None, bool], None] = lambda *_: None
         #: The sync job of the last execute(), and whether its task function is running now
         #: (a time-limit SIGTERM raises into the task only then).
         self.current: Lease | None = None
@@ -162,6 +165,7 @@ class Runner:
     def _settle(self, ctx: JobContext, qi: int, error: str, delay: float | None,
                 final: bool) -> Outcome:
         lease = ctx._lease
+        self.noting(lease, error, delay, final)
         verdict = self.call(self.queues[qi].retry, lease, error, delay, final)
         name = verdict.outcome
         log.warning("job %s (%s, queue %s) failed, %s: %s", lease.id,

@@ -44,6 +44,16 @@ class PayloadTooLarge(SerializationError):
     """An encoded payload over the configured size limit (default 1 MB)."""
 
 
+class ResultTooLarge(SerializationError):
+    """A task's result whose JSON is over its size limit (max_result_bytes, default 1 MB):
+    the attempt fails, retried or dead by the task's retry policy."""
+
+
+class AckRefused(EmqError):
+    """The server refused to store a job's result for good (an error reply, or the connection
+    cut on that call alone, as for a result over its proto-max-bulk-len): the attempt fails."""
+
+
 class LaneFull(EmqError):
     """``delay()`` / ``apply_async()`` into a lane that holds its cap of waiting jobs."""
 

@@ -105,6 +105,8 @@ class Child:
         self.runner = Runner(queues, self.config.registry, self.config.default_time_limit,
                              self.config.hooks)
         self.runner.call = self.outage.call
+        # A connection cut while the server answers this is a call it refuses (see Outage)
+        self.outage.probe = queues[0].ping
         self.runner.noting = functools.partial(self.slots.failing, self.index)
         self.outage.call(queues[0].ping)   # connect now: the first wake pays no handshake
         self.runner.fire("child_started")
@@ -173,8 +175,10 @@ class Child:
             # between has its job retried through the fence (stale if the ack landed).
             self.done += 1
             more = not self._should_stop()
-            if outcome is None:
-                acked, claimed = self.outage.call(qs.ack, qi, lease, result or "null", more)
+            settled = None if outcome is not None else runner.ack(
+                functools.partial(qs.ack, qi, lease, result or "null", more), ctx, qi, plan)
+            if settled is not None:
+                acked, claimed = settled
                 if acked and ctx is not None:
                     runner.fire("task_succeeded", ctx)
             elif more:

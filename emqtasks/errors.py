@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from redis.exceptions import OutOfMemoryError
+
 
 class EmqError(Exception):
     """Base class of every error emqtasks raises on purpose."""
@@ -62,6 +64,16 @@ class LaneFull(EmqError):
         self.job_id = job_id
         super().__init__(f"lane {group!r} is full (its max_size of waiting jobs): job "
                          f"{job_id} was not enqueued")
+
+
+class ServerFull(EmqError, OutOfMemoryError):
+    """The server is full (maxmemory, policy noeviction) and refused to take new work: nothing
+    was written (also a redis OutOfMemoryError); what runs or settles work goes on."""
+
+    @classmethod
+    def of(cls, exc: Exception) -> ServerFull:
+        return cls(f"the server is full (used memory over its maxmemory, policy noeviction) "
+                   f"and refused the write: nothing was written ({exc})")
 
 
 class UnknownTask(EmqError):

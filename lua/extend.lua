@@ -6,6 +6,7 @@
 -- Reply: an array, per job 1 extended or 0 stale (nothing was written for it).
 -- Side effects: `active` score of each fenced id set to now + lease.
 
+runs_when_full()
 local now = now_ms()
 local lease = tonumber(ARGV[1])
 local out = {}

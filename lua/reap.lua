@@ -9,6 +9,7 @@
 --   in time mode: its group pays its claim-to-deadline time (no estimate fed). A dead
 --   workflow step fails its workflow (wf_fail in _common.lua).
 
+runs_when_full()
 local now = now_ms()
 local ids = redis.call('ZRANGEBYSCORE', K_active, '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 local returned, dead = 0, 0

@@ -100,3 +100,41 @@ class Outage:
                 self.down = False
                 self.log.warning("Redis is back (%s)", self.what)
             return result
+
+
+class FullServer:
+    """A full server (used memory over maxmemory, policy noeviction) said once: one line
+    when it starts refusing what a master writes on its own account — its heartbeat, a
+    periodic schedule's job, a wake token handed on — and one when it takes them again, not
+    one per tick. Jobs still run and settle meanwhile: the verbs that do so run on a full
+    server (lua/_common.lua, runs_when_full)."""
+
+    def __init__(self, log: logging.Logger, what: str) -> None:
+        self.log = log
+        self.what = what
+        self.full = False
+
+    def refused(self, exc: BaseException) -> None:
+        if not self.full:
+            self.full = True
+            self.log.warning("the server is full (%s): %s; jobs still run and settle, while "
+                             "heartbeats, schedules and new work wait for room", self.what,
+                             exc)
+
+    def took(self) -> None:
+        if self.full:
+            self.full = False
+            self.log.warning("the server has room again (%s)", self.what)
+
+    def call(self, fn: Callable[..., T], *args: Any, always_writes: bool = True) -> T | None:
+        """fn(*args), a call that writes on the master's own account; None when a full
+        server refused it. Its success shows the server has room again only if it always
+        writes (a heartbeat does; a look for due schedules mostly does not)."""
+        try:
+            result = fn(*args)
+        except rex.OutOfMemoryError as exc:
+            self.refused(exc)
+            return None
+        if always_writes:
+            self.took()
+        return result

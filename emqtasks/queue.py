@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from . import heartbeat, history, lanes
 from .cluster import node_kwargs, scan_keys
+from .connection import MAX_BLOCK, PoolBusy, pool_wait
 from .errors import InvalidArgument, InvalidJobId, ScriptError
 from .heartbeat import Beat
 from .keys import QueueKeys, check_group, check_job_id
@@ -47,6 +49,21 @@ class NewJob(NamedTuple):
     ttl: int
     countdown_ms: int = 0
     priority: int = 0     # -100..100, lower first within the lane
+
+
+class Outcome(NamedTuple):
+    """What Queue.wait_outcome saw of a job: its state (None once its row is gone; "unseen"
+    when no connection was free to ask), its result JSON and error, and whether it ended
+    (done, dead, cancelled, skipped or gone) or the deadline came first."""
+
+    state: str | None
+    result: str | None
+    error: str | None
+    ended: bool
+
+
+#: The states a job ends in (a row that is gone counts too).
+ENDED = ("done", "dead", "cancelled", "skipped")
 
 
 class Acked(NamedTuple):
@@ -384,6 +401,30 @@ class Queue:
         """Block until the job's end is announced or timeout passes (one BLPOP)."""
         return self.client.blpop([self.keys.done(job_id)],
                                  timeout=_block_seconds(timeout)) is not None
+
+    def wait_outcome(self, job_id: str, deadline: float | None,
+                     chunk: float = MAX_BLOCK) -> Outcome:
+        """Follow a job until it ends or ``deadline`` (time.monotonic(); None: for ever)
+        passes: one BLPOP on its done key per ``chunk`` seconds at most. A caller that finds
+        every connection of a threaded client busy waits for one within its deadline."""
+        registered = False
+        seen: str | None = "unseen"
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            try:
+                with pool_wait(left):
+                    seen, result, error = self.outcome(job_id, register=not registered)
+                    registered = True
+                    if seen is None or seen in ENDED:
+                        return Outcome(seen, result, error, True)
+                    wait = chunk if deadline is None else min(chunk,
+                                                              deadline - time.monotonic())
+                    if wait <= 0:
+                        return Outcome(seen, None, None, False)
+                    self.wait_done(job_id, wait)
+            except PoolBusy:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return Outcome(seen, None, None, False)
 
     def holds(self, lease: Lease) -> bool:
         """Whether this lease is still the current claim of its job (one HMGET, no verb):

@@ -5,6 +5,7 @@ from .canvas import Chain, Chord, Group, Signature, WorkflowHandle, chain, chord
 from .context import JobContext, JobLogFilter, current_job
 from .cron import Cron, Every, cron, every
 from .errors import (
+    AckRefused,
     ClusterUrlError,
     ConfigError,
     DuplicateTaskName,
@@ -25,10 +26,12 @@ from .errors import (
     PayloadTooLarge,
     RateLimited,
     ResultTimeout,
+    ResultTooLarge,
     Retry,
     ScheduleError,
     ScriptError,
     SerializationError,
+    ServerFull,
     TaskFailed,
     TimeLimitExceeded,
     UnknownSchedule,
@@ -69,6 +72,7 @@ __all__ = [
     "EmqError", "ConfigError", "ClusterUrlError", "InvalidQueueName", "NativeUnavailable",
     "InvalidJobId",
     "InvalidGroup", "InvalidArgument", "SerializationError", "PayloadTooLarge",
+    "ResultTooLarge", "AckRefused", "ServerFull",
     "UnknownTask", "DuplicateTaskName", "ScriptError", "TaskFailed", "ResultTimeout",
     "LaneFull", "WorkflowError", "EmptyGroup", "NestingTooDeep", "WorkflowTooLarge",
     "TimeLimitExceeded", "WorkerLost", "NoCurrentJob", "ScheduleError", "InvalidCron",

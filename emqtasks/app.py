@@ -45,11 +45,15 @@ class App:
     """
 
     def __init__(self, redis_url: str | None = None, queue: str | None = None,
-                 max_payload_bytes: int | None = None) -> None:
+                 max_payload_bytes: int | None = None,
+                 max_result_bytes: int | None = None) -> None:
         if max_payload_bytes is not None:   # checked now; the rest of Settings on first use
             validate.integer(max_payload_bytes, "max_payload_bytes")
+        if max_result_bytes is not None:
+            validate.result_bytes(max_result_bytes)
         self._explicit: dict[str, Any] = {"redis_url": redis_url, "queue": queue,
-                                          "max_payload_bytes": max_payload_bytes}
+                                          "max_payload_bytes": max_payload_bytes,
+                                          "max_result_bytes": max_result_bytes}
         self._settings: Settings | None = None
         self._client: Any = None
         self._queues: dict[str, Queue] = {}
@@ -130,7 +134,7 @@ class App:
              result_ttl: int = 86_400, retry_backoff: bool | float = False,
              retry_backoff_max: float = 600.0, retry_jitter: bool = True,
              retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
-             schedule: ScheduleSpec = None,
+             schedule: ScheduleSpec = None, max_result_bytes: int | None = None,
              ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     @overload
@@ -140,7 +144,7 @@ class App:
              result_ttl: int = 86_400, retry_backoff: bool | float = False,
              retry_backoff_max: float = 600.0, retry_jitter: bool = True,
              retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
-             schedule: ScheduleSpec = None,
+             schedule: ScheduleSpec = None, max_result_bytes: int | None = None,
              ) -> Task[P, R]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
@@ -149,9 +153,12 @@ class App:
              result_ttl: int = 86_400, retry_backoff: bool | float = False,
              retry_backoff_max: float = 600.0, retry_jitter: bool = True,
              retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
-             schedule: ScheduleSpec = None) -> Any:
+             schedule: ScheduleSpec = None, max_result_bytes: int | None = None) -> Any:
         """Register a function (or an ``async def`` coroutine function) as a task; usable
         as ``@app.task`` or ``@app.task(...)``.
+
+        ``max_result_bytes`` caps the JSON of its result (None: the App's, 1 MB by default);
+        a larger result fails the attempt with ResultTooLarge.
 
         ``schedule`` (a task that takes no arguments) runs it periodically under a schedule
         named after the task, stored when a worker starts: ``emqtasks.cron(...)``,
@@ -169,7 +176,8 @@ class App:
                             else name, fn=f, group=group, max_attempts=max_attempts,
                             retry_delay=retry_delay, lease=lease, queue=queue,
                             time_limit=time_limit, result_ttl=result_ttl, policy=policy,
-                            is_async=inspect.iscoroutinefunction(f))
+                            is_async=inspect.iscoroutinefunction(f),
+                            max_result_bytes=max_result_bytes)
             declared = None
             if timing is not None:   # checked before the task is registered
                 declared = _sched.make_schedule(spec.name, spec.name, timing=timing, fn=f)
@@ -419,7 +427,8 @@ def task(fn: None = None, /, *, name: str | None = None, group: GroupSpec = None
          result_ttl: int = 86_400, retry_backoff: bool | float = False,
          retry_backoff_max: float = 600.0, retry_jitter: bool = True,
          retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
-         schedule: ScheduleSpec = None) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+         schedule: ScheduleSpec = None, max_result_bytes: int | None = None,
+         ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
 def task(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:

@@ -20,7 +20,6 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import serialization, validate
-from .connection import MAX_BLOCK
 from .errors import (
     EmptyGroup,
     InvalidArgument,
@@ -440,20 +439,13 @@ class WorkflowHandle:
         return results if meta.get("kind") == "group" else results[0]
 
     def _wait(self, job_id: str, deadline: float | None, timeout: float | None) -> Any:
-        q = self._queue
-        registered = False
-        while True:
-            state, result, error = q.outcome(job_id, register=not registered)
-            registered = True
-            if state == "done":
-                return serialization.loads_result(result)
-            if state in ("dead", "cancelled", "skipped") or state is None:
-                self._raise_failed(job_id, state, error)
-            left = MAX_BLOCK if deadline is None else min(MAX_BLOCK, deadline - time.monotonic())
-            if left <= 0:
-                raise ResultTimeout(f"workflow {self.id}: step {job_id} still {state} after "
-                                    f"{timeout}s")
-            q.wait_done(job_id, left)
+        state, result, error, ended = self._queue.wait_outcome(job_id, deadline)
+        if not ended:
+            raise ResultTimeout(f"workflow {self.id}: step {job_id} still {state} after "
+                                f"{timeout}s")
+        if state != "done":
+            self._raise_failed(job_id, state, error)
+        return serialization.loads_result(result)
 
     def _raise_failed(self, job_id: str, state: str | None, error: str | None) -> None:
         meta = self._queue.client.hgetall(self._queue.keys.workflow(self.id))

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .errors import ConfigError
 from .keys import check_queue_name
-from .validate import integer
+from .validate import integer, result_bytes
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_QUEUE = "default"
@@ -47,10 +47,12 @@ class Settings:
     redis_url: str = DEFAULT_REDIS_URL
     queue: str = DEFAULT_QUEUE
     max_payload_bytes: int = 1_000_000
+    max_result_bytes: int = 1_000_000   # a task's result, its JSON; @task may set its own
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
         integer(self.max_payload_bytes, "max_payload_bytes")
+        result_bytes(self.max_result_bytes)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

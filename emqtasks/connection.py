@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import queue
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,6 +24,12 @@ MAX_BLOCK = 20.0
 #: the TLS handshake and redis-py's connect-time commands all run under it.
 CONNECT_TIMEOUT = 5.0
 ENCODING_ERRORS = "surrogateescape"
+#: The most connections a client of many threads (an App's) opens, unless its URL says
+#: ``?max_connections=N``: a thread that finds them all busy waits for one, up to
+#: POOL_WAIT (longer than any blocking call emqtasks makes), or less where the caller has
+#: a timeout of its own (JobHandle.get). redis-py's own default cap, kept as a bound.
+POOL_SIZE = 100
+POOL_WAIT = SOCKET_TIMEOUT
 #: What a ``rediss://`` client checks unless its URL says otherwise (redis-py's own defaults
 #: today, stated here so a change of library default cannot turn them off).
 TLS_DEFAULTS = {"ssl_cert_reqs": "required", "ssl_check_hostname": True}
@@ -31,7 +41,9 @@ def connect(url: str, single_thread: bool = False) -> Any:
     ``embedded`` / ``embedded:PATH`` start (or reuse) the embedded development server;
     ``redis+cluster://host:port[,host:port...]`` gives a Redis Cluster client (cluster.py).
     ``single_thread`` keeps one connection instead of a pool checkout per command (about a
-    sixth of a worker child's time per job); only for a client one thread uses.
+    sixth of a worker child's time per job); only for a client one thread uses. Otherwise
+    the client has a bounded pool (POOL_SIZE, or the URL's ``max_connections``) that a
+    thread finding it busy waits on (see pool_wait).
 
     Replies decode with ``surrogateescape``: a row holding bytes that are not UTF-8 (written
     by something other than emqtasks) reads back with them as lone surrogates instead of
@@ -46,13 +58,57 @@ def connect(url: str, single_thread: bool = False) -> Any:
                                socket_connect_timeout=CONNECT_TIMEOUT,
                                encoding_errors=ENCODING_ERRORS, **tls)
     url = embedded.resolve(url)
-    return redis.Redis.from_url(url, decode_responses=True,
-                                encoding_errors=ENCODING_ERRORS,
-                                socket_timeout=SOCKET_TIMEOUT,
-                                socket_connect_timeout=CONNECT_TIMEOUT,
-                                connection_class=_connection_class(url),
-                                redis_connect_func=_handshake,
-                                single_connection_client=single_thread, **tls)
+    options: dict[str, Any] = dict(
+        decode_responses=True, encoding_errors=ENCODING_ERRORS, socket_timeout=SOCKET_TIMEOUT,
+        socket_connect_timeout=CONNECT_TIMEOUT, connection_class=_connection_class(url),
+        redis_connect_func=_handshake, **tls)
+    if single_thread:
+        return redis.Redis.from_url(url, single_connection_client=True, **options)
+    # Many threads: a bounded pool they wait on (redis-py's BlockingConnectionPool), so a
+    # thread per request never opens a connection per thread nor fails for want of one.
+    pool = redis.BlockingConnectionPool.from_url(
+        url, max_connections=POOL_SIZE, timeout=POOL_WAIT, queue_class=_FreeConnections,
+        **options)
+    client = redis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True
+    return client
+
+
+class PoolBusy(redis.exceptions.ConnectionError):
+    """Every connection of a client's pool stayed in use for as long as the caller could
+    wait for one (a ConnectionError: nothing was sent)."""
+
+
+_wait = threading.local()
+
+
+@contextmanager
+def pool_wait(seconds: float | None) -> Iterator[None]:
+    """Within the block, a call of this thread that finds its client's pool busy waits at
+    most ``seconds`` for a connection (None: the pool's own POOL_WAIT), then raises
+    PoolBusy."""
+    before = getattr(_wait, "seconds", None)
+    _wait.seconds = seconds
+    try:
+        yield
+    finally:
+        _wait.seconds = before
+
+
+class _FreeConnections(queue.LifoQueue):  # type: ignore[type-arg]
+    """The free connections of a BlockingConnectionPool (its ``queue_class``): a wait that
+    runs out is PoolBusy, and a thread inside ``pool_wait`` waits no longer than it says."""
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        limit = getattr(_wait, "seconds", None)
+        if limit is not None:
+            timeout = limit if timeout is None else min(timeout, limit)
+        try:
+            return super().get(block, timeout)
+        except queue.Empty:
+            waited = "" if timeout is None else f" for {timeout:g}s"
+            raise PoolBusy(f"every connection of the pool ({self.maxsize}) stayed "
+                           f"busy{waited}") from None
 
 
 class _ShortHandshake:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from redis.exceptions import OutOfMemoryError
+
 
 class EmqError(Exception):
     """Base class of every error emqtasks raises on purpose."""
@@ -44,6 +46,16 @@ class PayloadTooLarge(SerializationError):
     """An encoded payload over the configured size limit (default 1 MB)."""
 
 
+class ResultTooLarge(SerializationError):
+    """A task's result whose JSON is over its size limit (max_result_bytes, default 1 MB):
+    the attempt fails, retried or dead by the task's retry policy."""
+
+
+class AckRefused(EmqError):
+    """The server refused to store a job's result for good (an error reply, or the connection
+    cut on that call alone, as for a result over its proto-max-bulk-len): the attempt fails."""
+
+
 class LaneFull(EmqError):
     """``delay()`` / ``apply_async()`` into a lane that holds its cap of waiting jobs."""
 
@@ -52,6 +64,16 @@ class LaneFull(EmqError):
         self.job_id = job_id
         super().__init__(f"lane {group!r} is full (its max_size of waiting jobs): job "
                          f"{job_id} was not enqueued")
+
+
+class ServerFull(EmqError, OutOfMemoryError):
+    """The server is full (maxmemory, policy noeviction) and refused to take new work: nothing
+    was written (also a redis OutOfMemoryError); what runs or settles work goes on."""
+
+    @classmethod
+    def of(cls, exc: Exception) -> ServerFull:
+        return cls(f"the server is full (used memory over its maxmemory, policy noeviction) "
+                   f"and refused the write: nothing was written ({exc})")
 
 
 class UnknownTask(EmqError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -11,6 +12,7 @@ from redis.exceptions import ReadOnlyError, ResponseError
 
 from . import clock, heartbeat, history, lanes
 from .cluster import node_kwargs, scan_keys
+from .connection import MAX_BLOCK, PoolBusy, pool_wait
 from .errors import InvalidArgument, InvalidJobId, ScriptError
 from .heartbeat import Beat
 from .keys import QueueKeys, check_group, check_job_id
@@ -50,6 +52,21 @@ class NewJob(NamedTuple):
     ttl: int
     countdown_ms: int = 0
     priority: int = 0     # -100..100, lower first within the lane
+
+
+class Outcome(NamedTuple):
+    """What Queue.wait_outcome saw of a job: its state (None once its row is gone; "unseen"
+    when no connection was free to ask), its result JSON and error, and whether it ended
+    (done, dead, cancelled, skipped or gone) or the deadline came first."""
+
+    state: str | None
+    result: str | None
+    error: str | None
+    ended: bool
+
+
+#: The states a job ends in (a row that is gone counts too).
+ENDED = ("done", "dead", "cancelled", "skipped")
 
 
 class Acked(NamedTuple):
@@ -130,6 +147,18 @@ def _nonce() -> str:
     return os.urandom(8).hex()
 
 
+def _sendable(text: str) -> str:
+    """An error text the client can encode: a lone surrogate (an exception message may hold
+    one) has no UTF-8 form, and would fail the write of the failure it describes; it is
+    escaped (``\\ud800``). Clients encode with ``surrogateescape``, so what came from the
+    server as undecodable bytes goes back as those bytes."""
+    try:
+        text.encode("utf-8", "surrogateescape")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def job_view(job_id: str, row: dict[str, str]) -> dict[str, Any]:
     """What Queue.job shows of a job's row (its hash, read whole)."""
     view: dict[str, Any] = {"id": job_id}
@@ -198,16 +227,16 @@ class Queue:
         delay = optional_seconds(delay, "a retry delay")
         delay_arg = "" if delay is None else int(delay * 1000)
         return RetryVerdict(self.hot.call(
-            "retry", self._k, [lease.id, lease.attempts, lease.nonce, error, delay_arg,
-                               "1" if final else "0"]))
+            "retry", self._k, [lease.id, lease.attempts, lease.nonce, _sendable(error),
+                               delay_arg, "1" if final else "0"]))
 
     def release(self, lease: Lease, reason: str = "released by a stopping worker",
                 backoff: float = 0.0) -> ReleaseVerdict:
         """Hand a job back unrun (fenced), attempt rolled back: RELEASED, or STALE. With
         ``backoff`` seconds, its whole group sits out that long (RateLimited)."""
         off = int(seconds(backoff, "a back-off") * 1000)
-        return ReleaseVerdict(self.hot.call("release", self._k, [lease.id, lease.attempts,
-                                                                 lease.nonce, reason, off]))
+        return ReleaseVerdict(self.hot.call("release", self._k, [
+            lease.id, lease.attempts, lease.nonce, _sendable(reason), off]))
 
     def extend(self, leases: Iterable[Lease],
                lease_ms: int | None = None) -> list[ExtendVerdict]:
@@ -422,6 +451,30 @@ class Queue:
     def wait_done(self, job_id: str, timeout: float) -> bool:
         """Block until the job's end is announced or timeout passes (one BLPOP)."""
         return _blpop(self.client, [self.keys.done(job_id)], timeout) is not None
+
+    def wait_outcome(self, job_id: str, deadline: float | None,
+                     chunk: float = MAX_BLOCK) -> Outcome:
+        """Follow a job until it ends or ``deadline`` (time.monotonic(); None: for ever)
+        passes: one BLPOP on its done key per ``chunk`` seconds at most. A caller that finds
+        every connection of a threaded client busy waits for one within its deadline."""
+        registered = False
+        seen: str | None = "unseen"
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            try:
+                with pool_wait(left):
+                    seen, result, error = self.outcome(job_id, register=not registered)
+                    registered = True
+                    if seen is None or seen in ENDED:
+                        return Outcome(seen, result, error, True)
+                    wait = chunk if deadline is None else min(chunk,
+                                                              deadline - time.monotonic())
+                    if wait <= 0:
+                        return Outcome(seen, None, None, False)
+                    self.wait_done(job_id, wait)
+            except PoolBusy:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return Outcome(seen, None, None, False)
 
     def holds(self, lease: Lease) -> bool:
         """Whether this lease is still the current claim of its job (one HMGET, no verb):

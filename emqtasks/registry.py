@@ -29,6 +29,7 @@ class TaskSpec:
     result_ttl: int = 86_400
     policy: RetryPolicy = DEFAULT_POLICY
     is_async: bool = False          # a coroutine function: a worker runs it on its loop
+    max_result_bytes: int | None = None   # None: the App's
 
     def __post_init__(self) -> None:
         # Every option is checked here, when the task is defined, so a bad one never
@@ -42,6 +43,8 @@ class TaskSpec:
             "time_limit": validate.time_limit(self.time_limit),
             "result_ttl": validate.integer(self.result_ttl, "result_ttl", 0, validate.MAX_TTL),
         }
+        if self.max_result_bytes is not None:
+            checked["max_result_bytes"] = validate.result_bytes(self.max_result_bytes)
         for field, value in checked.items():
             object.__setattr__(self, field, value)
         if isinstance(self.group, str):

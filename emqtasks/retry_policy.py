@@ -5,15 +5,19 @@ The default is the mission's: every exception is retried after the task's fixed
 base in seconds) makes the delay of the retry after attempt n ``min(retry_backoff_max,
 base * 2 ** (n - 1))``, drawn uniformly from [0, that] with ``retry_jitter`` (full jitter).
 An exception outside ``retry_for``, or inside ``dont_retry_for``, goes to ``dead`` at once.
-A ``Retry(delay=...)`` the task raises always retries, after its own delay.
+A ``Retry(delay=...)`` the task raises always retries, after its own delay. The base and the
+cap are numbers of seconds checked as every number is (validate.py: finite, at most a year),
+so a computed delay is always one the verbs take.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Any
 
+from . import validate
 from .errors import InvalidArgument, Retry, TimeLimitExceeded, WorkerLost
 
 ExceptionTypes = tuple[type[BaseException], ...]
@@ -30,6 +34,10 @@ class RetryPolicy:
     retry_for: ExceptionTypes = (Exception,)
     dont_retry_for: ExceptionTypes = ()
 
+    def __post_init__(self) -> None:
+        validate.seconds(self.backoff, "retry_backoff")
+        validate.seconds(self.backoff_max, "retry_backoff_max")
+
     @classmethod
     def of(cls, retry_backoff: bool | float = False, retry_backoff_max: float = 600.0,
            retry_jitter: bool = True, retry_for: Any = (Exception,),
@@ -37,19 +45,12 @@ class RetryPolicy:
         """A policy from @task options, checked: InvalidArgument names what is wrong."""
         if isinstance(retry_backoff, bool):
             base = 1.0 if retry_backoff else 0.0
-        elif isinstance(retry_backoff, (int, float)) and retry_backoff > 0:
-            base = float(retry_backoff)
-        else:
-            raise InvalidArgument(f"retry_backoff is True, False or a number of seconds > 0, "
-                                  f"not {retry_backoff!r}")
-        if isinstance(retry_backoff_max, bool) or not isinstance(retry_backoff_max,
-                                                                 (int, float)) \
-                or retry_backoff_max < 0:
-            raise InvalidArgument(f"retry_backoff_max is a number of seconds >= 0, "
-                                  f"not {retry_backoff_max!r}")
+        else:   # True, False or the base: a number of seconds above 0, at most a year
+            base = validate.seconds(retry_backoff, "retry_backoff", above_low=True)
+        cap = validate.seconds(retry_backoff_max, "retry_backoff_max")
         if not isinstance(retry_jitter, bool):
             raise InvalidArgument(f"retry_jitter is True or False, not {retry_jitter!r}")
-        return cls(base, float(retry_backoff_max), retry_jitter,
+        return cls(base, cap, retry_jitter,
                    _exception_types("retry_for", retry_for),
                    _exception_types("dont_retry_for", dont_retry_for))
 
@@ -75,6 +76,14 @@ class RetryPolicy:
             return None
         ceiling = min(self.backoff_max, self.backoff * 2.0 ** min(max(attempt, 1) - 1, 60))
         return random.uniform(0.0, ceiling) if self.jitter else ceiling
+
+
+def bounded(delay: float | None) -> float | None:
+    """A retry delay the verbs take: within 0 .. a year; None (the row's fixed delay) for
+    one that is not a number at all (NaN)."""
+    if delay is None or math.isnan(delay):
+        return None
+    return min(max(delay, 0.0), validate.MAX_DURATION)
 
 
 def _exception_types(what: str, value: Any) -> ExceptionTypes:

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
-from .errors import ConfigError
+from .errors import ConfigError, ServerFull
 from .keys import FIXED
 
 VERBS = (
@@ -70,9 +70,15 @@ def source(name: str) -> str:
     return _prelude(name) + (folder / "_common.lua").read_text() + "\n" + text
 
 
+#: A full server's refusal inside a script: its own reply (OOM) from Redis 7 on, the text of
+#: a script error on 6.2 ("Error running script ...: -OOM command not allowed ...").
+_OOM = "OOM command not allowed"
+
+
 class Verb(Script):
     """A redis-py ``Script`` whose NOSCRIPT fallback is EVAL of the source: no window
-    between a reload and the run for another SCRIPT FLUSH to fail the call."""
+    between a reload and the run for another SCRIPT FLUSH to fail the call. A full server's
+    refusal is ServerFull (the script was stopped at its first write: nothing written)."""
 
     def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
         from redis.client import Pipeline
@@ -82,9 +88,14 @@ class Verb(Script):
             return super().__call__(keys, args, client)
         keys, args = list(keys or ()), list(args or ())
         try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            return client.eval(self.script, len(keys), *keys, *args)
+            try:
+                return client.evalsha(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                return client.eval(self.script, len(keys), *keys, *args)
+        except ResponseError as exc:
+            if isinstance(exc, OutOfMemoryError) or _OOM in str(exc):
+                raise ServerFull.of(exc) from None   # refused at its first write: no write
+            raise
 
 
 class Scripts:

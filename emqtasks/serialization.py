@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from .errors import PayloadTooLarge, SerializationError
+from .errors import PayloadTooLarge, ResultTooLarge, SerializationError
 
 VERSION = 1
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
@@ -127,12 +127,15 @@ def loads_args(text: str) -> tuple[list[Any], dict[str, Any]]:
     return env["a"], env["k"]
 
 
-def dumps_result(value: Any) -> str:
+def dumps_result(value: Any, limit: int) -> str:
+    """Encode a task's result; SerializationError, or ResultTooLarge over ``limit`` bytes."""
     try:
-        text = _encode(value)
-        text.encode("utf-8")   # a lone surrogate in a str would fail the ack's write
-    except (TypeError, ValueError, RecursionError) as exc:
+        size = len((text := _encode(value)).encode("utf-8"))   # a lone surrogate fails here,
+    except (TypeError, ValueError, RecursionError) as exc:     # not in the ack's write
         raise SerializationError(f"task result is not JSON-encodable: {exc}") from None
+    if size > limit:
+        raise ResultTooLarge(f"result of {size} bytes is over the {limit}-byte limit "
+                             f"(max_result_bytes)")
     return text
 
 

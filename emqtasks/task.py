@@ -67,27 +67,20 @@ class JobHandle(Generic[R_co]):
         Blocks on the job's own notification key (one BLPOP per ``poll`` seconds, default
         5), so a waiting client costs the server next to nothing.
         """
-        q = self._queue
         timeout = validate.optional_seconds(timeout, "timeout", high=math.inf)
         poll = validate.optional_seconds(poll, "poll", high=math.inf, above_low=True)
         deadline = None if timeout is None else time.monotonic() + timeout
-        chunk = min(poll or 5.0, MAX_BLOCK)
-        registered = False
-        while True:
-            state, result, error = q.outcome(self.id, register=not registered)
-            registered = True
-            if state == "done":
-                value: R_co = serialization.loads_result(result)
-                return value
-            if state in ("dead", "cancelled", "skipped"):
-                raise TaskFailed(self.id, "cancelled" if state == "cancelled" else error)
-            if state is None:
-                raise TaskFailed(self.id, "the job row is gone (expired, purged, never "
-                                          "existed, or result_ttl=0)")
-            left = chunk if deadline is None else min(chunk, deadline - time.monotonic())
-            if left <= 0:
-                raise ResultTimeout(f"job {self.id} still {state} after {timeout}s")
-            q.wait_done(self.id, left)
+        state, result, error, ended = self._queue.wait_outcome(
+            self.id, deadline, min(poll or 5.0, MAX_BLOCK))
+        if not ended:
+            raise ResultTimeout(f"job {self.id} still {state} after {timeout}s")
+        if state == "done":
+            value: R_co = serialization.loads_result(result)
+            return value
+        if state is None:
+            raise TaskFailed(self.id, "the job row is gone (expired, purged, never "
+                                      "existed, or result_ttl=0)")
+        raise TaskFailed(self.id, "cancelled" if state == "cancelled" else error)
 
     def __repr__(self) -> str:
         return f"<JobHandle {self.id}{'' if self.verdict == 'enqueued' else ' ' + self.verdict}>"

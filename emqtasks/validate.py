@@ -28,6 +28,9 @@ MAX_ATTEMPTS = 1_000_000
 #: The longest result_ttl (seconds) and the biggest count an admin verb takes.
 MAX_TTL = int(MAX_COUNTDOWN)
 MAX_COUNT = 2**31 - 1
+#: The largest result limit: 512 MiB, the server's default proto-max-bulk-len (the largest
+#: argument it takes; a bigger one is refused by closing the connection).
+MAX_RESULT_BYTES = 512 * 1024 * 1024
 
 
 def _shown(value: Any) -> str:
@@ -82,6 +85,11 @@ def task_name(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgument(f"a task name is a non-empty string, not {_shown(value)}")
     return value
+
+
+def result_bytes(value: Any) -> int:
+    """``max_result_bytes``: an integer number of bytes, 1 to 512 MiB."""
+    return integer(value, "max_result_bytes", 1, MAX_RESULT_BYTES)
 
 
 def lease(value: Any) -> float:

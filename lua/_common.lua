@@ -61,6 +61,17 @@ end
 -- One more of a queue counter (stats()).
 local function tally(counter) redis.call('HINCRBY', K_tally, counter, 1) end
 
+-- A full server (used memory over maxmemory, policy noeviction) refuses a script at its
+-- first write of a command that may grow memory (HSET, ZADD...: flagged deny-oom) and lets
+-- everything after a first write through, so that no script stops half-way. The verbs that
+-- settle, free or move work (claim, ack, retry, release, extend, reap, promote) must run on
+-- a full server: a worker that ran a job must be able to say so, and draining is how the
+-- server gets room again. Each makes this its first write: a DEL, which cannot grow memory,
+-- of the guard key, which is never written, so it changes and replicates nothing. Their
+-- twins in the module carry no deny-oom flag; enqueue is refused at its first HSET, and so
+-- is the module's (OOM_REFUSED in its C source).
+local function runs_when_full() redis.call('DEL', K_guard) end
+
 local function job_key(id) return BASE .. 'job:' .. id end
 local function lane_key(g) return BASE .. 'g:' .. g .. ':pending' end
 local function starts_key(g) return BASE .. 'g:' .. g .. ':starts' end

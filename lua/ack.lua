@@ -17,6 +17,7 @@
 --   workflow step (a row with `next`) releases its waiting children in the same call: see
 --   wf_handover in _common.lua.
 
+runs_when_full()
 local id = ARGV[1]
 local verdict = 0
 local now = now_ms()

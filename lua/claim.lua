@@ -11,6 +11,7 @@
 --   an empty lane leaves the ring. In time mode each claim is served from the group of least
 --   virtual time and charged to it (time_charge, _common.lua).
 
+runs_when_full()
 if redis.call('EXISTS', K_paused) == 1 then return {} end
 local now = now_ms()
 local out = {}

@@ -8,6 +8,7 @@
 --   the claim's nonce: the job was seen running (its master renews at first sight), so an
 --   expiry of this claim spends its attempt (reap.lua).
 
+runs_when_full()
 local now = now_ms()
 local lease = tonumber(ARGV[1])
 local out = {}

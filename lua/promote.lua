@@ -13,6 +13,7 @@
 --   already waiting, within its priority); per due group, back on the ring (or in gwait
 --   again until its new ready time); groups join the ring with a wake.
 
+runs_when_full()
 local now = now_ms()
 local limit = tonumber(ARGV[1])
 local ids = redis.call('ZRANGEBYSCORE', K_delayed, '-inf', now, 'LIMIT', 0, limit)

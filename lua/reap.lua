@@ -20,6 +20,8 @@
 --   never back.
 
 local UNRUN = 'lease expired before the job was seen running (attempt not counted)'
+
+runs_when_full()
 local now = now_ms()
 local seen = clock_mark(now)
 local ids = redis.call('ZRANGEBYSCORE', K_active, '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))

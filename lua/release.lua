@@ -14,6 +14,7 @@
 --   back-off, `gbackoff` holds the group until then and it waits in `gwait`, off the ring.
 --   A job claimed in time mode: its group pays the time it held a worker (no estimate fed).
 
+runs_when_full()
 local id = ARGV[1]
 local row = fenced(id, ARGV[2], ARGV[3])
 if not row then return 0 end

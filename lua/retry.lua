@@ -15,6 +15,7 @@
 --   group's time (time_settle in _common.lua). A dead workflow step fails its workflow
 --   (wf_fail in _common.lua).
 
+runs_when_full()
 local id = ARGV[1]
 local row = fenced(id, ARGV[2], ARGV[3])
 if not row then return 0 end

@@ -1378,3 +1378,51 @@ def test_build_command_line(module: Path, tmp_path: Path) -> None:
                           capture_output=True, text=True, check=True)
     assert Path(proc.stdout.strip()) == tmp_path / "emq.so"
     assert (tmp_path / "emq.so").stat().st_size > 0
+
+
+@pytest.mark.parametrize("mode", ["turns", "time"])
+def test_a_full_server(server: Server, mode: str) -> None:
+    """maxmemory reached, policy noeviction: both paths refuse an enqueue that would write
+    (an OOM error, nothing written) and answer one that writes nothing (a duplicate); both
+    run every verb that settles, frees or moves work, with the same replies and state."""
+    p = Pair(server, "ol", "on")
+    try:
+        def job(i: str, g: str = "g", countdown: int = 0) -> list[Any]:
+            return [i, "t", "p", g, 3, 10**7, 0, 60, countdown, 0]
+
+        p.admin("fairness", [mode])
+        p.verb("enqueue", [8, *(x for i in range(8) for x in job(f"a{i}", f"g{i % 3}"))])
+        held = [(j[0].decode(), j[3], j[4].decode()) for j in p.verb("claim", [6, "n1"])]
+        t0 = now_ms() - 10**6
+
+        def ran(k: QueueKeys) -> None:
+            # each lease ran the same time on both queues (time mode charges it), and has
+            # expired (the one left to the reaper: the others are settled first)
+            for n, (job_id, _, _) in enumerate(held):
+                p.r.hset(k.job(job_id), "started", t0 + n * 1000)
+                p.r.zadd(k.active, {job_id: t0 + n * 1000 + 77}, xx=True)
+        p.both(ran)
+        p.r.config_set("maxmemory-policy", "noeviction")
+        p.r.config_set("maxmemory", 1)
+        try:
+            for args in ([1, *job("new")], [2, *job("a0"), *job("new2")],
+                         [1, *job("later", countdown=5000)]):
+                _, va = p.raw.call("EVALSHA", p.sha["enqueue"], len(FIXED), *p.ka.fixed, *args)
+                _, vb = p.raw.call(COMMANDS["enqueue"], *p.kb.fixed, *args)
+                assert isinstance(va, RespError) and isinstance(vb, RespError), (va, vb)
+                assert "OOM command not allowed" in va and vb.startswith("OOM "), (va, vb)
+            assert p.verb("enqueue", [1, *job("a1")]) == [0]              # a duplicate
+            p.verb("ack", [*held[0], '"ok"', ""])
+            p.verb("ack", [*held[1], '"ok"', "n2"])                       # and claim the next
+            p.verb("retry", [*held[2], "boom", 0, "0"])
+            p.verb("release", [*held[3], "released", 0])
+            p.verb("extend", [10**7, *held[4]])
+            p.verb("reap", [100])
+            p.verb("promote", [100])
+            p.verb("claim", [2, "n3"])
+        finally:
+            p.r.config_set("maxmemory", 0)
+        p.compare()
+        p.checked()
+    finally:
+        p.close()

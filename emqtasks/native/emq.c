@@ -147,11 +147,25 @@ typedef struct {
     RMS *hpend[2 * 32];    /* its writes not yet replicated: field, new value */
     int hn;
     long long hexp;        /* its expiry set in this call, not yet replicated (0: none) */
+    int full;              /* enqueue on a full server: its first write is refused (OOM) */
 } Q;
 
 static int fail(Q *q, const char *msg) {
     if (!q->err) q->err = msg;
     return -1;
+}
+
+/* A full server (used memory over maxmemory, policy noeviction). A script there is refused
+ * at its first write of a command that may grow memory (deny-oom), and nothing after a first
+ * write is refused, so no script stops half-way. The twins behave the same: EMQ.ENQUEUE
+ * answers OOM before it writes its first job, as enqueue.lua's first HSET is refused (a
+ * batch of duplicates only writes nothing and answers); the verbs that settle, free or move
+ * work run, as their scripts do (their first write is one that cannot grow memory, see
+ * runs_when_full in _common.lua): no command is flagged deny-oom. */
+#define OOM_REFUSED "OOM command not allowed when used memory > 'maxmemory'."
+
+static int full(RedisModuleCtx *ctx) {
+    return (RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_OOM) != 0;
 }
 
 static void sfree(Q *q, RMS *s) {
@@ -1958,6 +1972,8 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, long long *verdict) {
         }
         if (rc == 0 && cap_s && (double)vlen(lane) >= cap) {
             *verdict = 2;
+        } else if (rc == 0 && q->full) {
+            rc = fail(q, OOM_REFUSED);
         } else if (rc == 0) {
             RMS *state = countdown > 0 ? S_DELAYED : S_PENDING;
             RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_TASK, f[1], F_PAYLOAD, f[2],
@@ -2012,8 +2028,11 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
     }
     long long *out = RedisModule_Alloc(sizeof(long long) * (size_t)(n ? n : 1));
     RMS *now_s = RedisModule_CreateStringFromLongLong(ctx, q.now);
-    for (long long i = 0; i < n; i++)
+    q.full = full(ctx);
+    for (long long i = 0; i < n; i++) {
         if (enqueue_one(&q, a + i * 10, now_s, &out[i]) < 0) break;
+        if (out[i] == 1) q.full = 0;   /* written: a script is not stopped half-way */
+    }
     sfree(&q, now_s);
     if (!q.err) {
         RedisModule_ReplyWithArray(ctx, (long)n);
@@ -2580,7 +2599,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         /* Keys 1..12 so that Cluster routes the call and refuses it while the slot moves
          * (the guard key is never written, as with the scripts). */
-        if (RedisModule_CreateCommand(ctx, cmds[i].name, cmds[i].fn, "write deny-oom", 1,
+        if (RedisModule_CreateCommand(ctx, cmds[i].name, cmds[i].fn, "write", 1,
                                       NFIXED, 1) != REDISMODULE_OK)
             return REDISMODULE_ERR;
     return REDISMODULE_OK;

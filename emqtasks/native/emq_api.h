@@ -46,6 +46,7 @@
 /* A HashSet value meaning "delete this field". */
 #define REDISMODULE_HASH_DELETE ((RedisModuleString *)(long)1)
 #define REDISMODULE_NO_EXPIRE -1
+#define REDISMODULE_CTX_FLAGS_OOM (1 << 10)
 
 typedef long long mstime_t;
 typedef struct RedisModuleCtx RedisModuleCtx;
@@ -100,6 +101,7 @@ typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
     X(RedisModuleString *, CreateStringFromCallReply, (RedisModuleCallReply *reply)) \
     X(int, Replicate, (RedisModuleCtx *ctx, const char *cmd, const char *fmt, ...)) \
     X(long long, Milliseconds, (void)) \
+    X(int, GetContextFlags, (RedisModuleCtx *ctx)) \
     X(void *, Alloc, (size_t bytes)) \
     X(void *, Realloc, (void *ptr, size_t bytes)) \
     X(void, Free, (void *ptr))

@@ -17,10 +17,16 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from redis.exceptions import NoPermissionError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import (
+    NoPermissionError,
+    NoScriptError,
+    OutOfMemoryError,
+    RedisError,
+    ResponseError,
+)
 
 from ..cluster import is_cluster
-from ..errors import ConfigError, NativeUnavailable
+from ..errors import ConfigError, NativeUnavailable, ServerFull
 from . import COMMANDS, module_path
 from .wire import Wire, WireBroken
 
@@ -93,6 +99,8 @@ class HotVerbs:
             return getattr(self.scripts, verb)(keys, args)
         try:
             reply = self._send(COMMANDS[verb], keys, args)
+        except OutOfMemoryError as exc:   # EMQ.ENQUEUE on a full server: nothing written
+            raise ServerFull.of(exc) from None
         except RedisError as exc:
             if not _module_missing(exc):
                 raise

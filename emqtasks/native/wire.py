@@ -3,11 +3,13 @@
 A module command's name and its 12 keys never change for a queue, so their RESP encoding
 is made once; a call packs only its ARGV (hiredis) and writes the lot on a connection of
 the client: the single connection of a single-thread client (a worker child), else one
-connection per thread taken from the client's pool and kept. That skips, per call, the
-pool checkout and return, the argument filtering and the observability records of
-redis-py's ``execute_command`` (about a third of a child's CPU per job, see the README's
-"where the time goes"). Replies and errors come from the connection's own parser, so they
-are what ``execute_command`` would give. A connection error closes the connection and is
+taken from the client's pool for the call and given back (so the connections of a client
+of many threads stay bounded by its pool, however many threads call, and a thread that
+finds them all busy waits as ``execute_command`` would). That skips, per call, the
+argument filtering and the observability records of redis-py's ``execute_command``, and
+for a worker child the pool checkout too (about a third of a child's CPU per job, see the
+README's "where the time goes"). Replies and errors come from the connection's own parser,
+so they are what ``execute_command`` would give. A connection error closes the connection and is
 raised as ``WireBroken``: the caller sends the call again through ``execute_command``,
 which has redis-py's retries (a verb is safe to send twice: enqueue is idempotent by job
 id and every lease verb is fenced).
@@ -15,8 +17,6 @@ id and every lease verb is fenced).
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,17 +47,6 @@ class Wire:
         self.usable = not is_cluster(client) and (
             self.single or isinstance(self.pool, redis.ConnectionPool))
         self._prefixes: dict[tuple[str, tuple[str, ...]], bytes] = {}
-        self._local = threading.local()
-
-    def _connection(self) -> Any:
-        if self.single:
-            return self.client.connection
-        local = self._local
-        conn = getattr(local, "conn", None)
-        if conn is None or local.pid != os.getpid():
-            conn = local.conn = self.pool.get_connection()
-            local.pid = os.getpid()
-        return conn
 
     def call(self, command: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         head = (command, tuple(keys))
@@ -67,11 +56,21 @@ class Wire:
             prefix = self._prefixes[head] = _body(hiredis.pack_command(words))
         tail = _body(hiredis.pack_command(tuple[Any, ...](args))) if args else b""
         packed = b"*%d\r\n" % (1 + len(keys) + len(args)) + prefix + tail
-        conn = self._connection()
+        if self.single:
+            return _exchange(self.client.connection, packed)
+        conn = self.pool.get_connection()   # waits while the pool is busy (PoolBusy)
         try:
-            conn.send_packed_command([packed], check_health=False)
-            return conn.read_response()
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-                OSError) as exc:
-            conn.disconnect()
-            raise WireBroken(str(exc)) from exc
+            return _exchange(conn, packed)
+        finally:
+            self.pool.release(conn)
+
+
+def _exchange(conn: Any, packed: bytes) -> Any:
+    """One packed command written and its reply read on a connection."""
+    try:
+        conn.send_packed_command([packed], check_health=False)
+        return conn.read_response()
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+            OSError) as exc:
+        conn.disconnect()
+        raise WireBroken(str(exc)) from exc

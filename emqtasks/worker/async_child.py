@@ -13,6 +13,7 @@ and blocks the loop while it runs. Redis calls stay synchronous (they are short)
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Any
 
 from ..context import JobContext, reset_current, set_current
@@ -116,12 +117,13 @@ class AsyncDrain:
                 task.add_done_callback(self.tasks.discard)
                 claimed = self._claim_more()
             else:
-                claimed = self._settle(slot, qi, lease, self.runner.execute(lease, qi, plan))
+                claimed = self._settle(slot, qi, lease, plan,
+                                       self.runner.execute(lease, qi, plan))
 
     # -- running and settling -------------------------------------------------------------------
     async def _run_async(self, slot: int, qi: int, lease: Lease, plan: Plan) -> None:
         executed = await self._execute(lease, qi, plan)
-        self._drive(self._settle(slot, qi, lease, executed))
+        self._drive(self._settle(slot, qi, lease, plan, executed))
 
     async def _execute(self, lease: Lease, qi: int, plan: Plan) -> Executed:
         runner = self.runner
@@ -140,9 +142,10 @@ class AsyncDrain:
             return Executed(None, runner.failed(ctx, qi, exc, plan), ctx)
         finally:
             reset_current(token)
-        return runner.encode(ctx, qi, value)
+        return runner.encode(ctx, qi, value, plan)
 
-    def _settle(self, slot: int, qi: int, lease: Lease, executed: Executed) -> Claimed | None:
+    def _settle(self, slot: int, qi: int, lease: Lease, plan: Plan,
+                executed: Executed) -> Claimed | None:
         """Ack a success (claiming the next job in the same call when the order allows);
         returns the next job to start, if one was claimed. The slot holds the lease until
         the outcome is written."""
@@ -151,8 +154,10 @@ class AsyncDrain:
         more = not self._should_stop()
         claim = more and self.child.may_claim()
         nxt: Claimed | None = None
-        if outcome is None:
-            acked, nxt = self.call(self.qs.ack, qi, lease, result or "null", claim)
+        settled = None if outcome is not None else self.runner.ack(
+            functools.partial(self.qs.ack, qi, lease, result or "null", claim), ctx, qi, plan)
+        if settled is not None:
+            acked, nxt = settled
             self.runner.acked(lease, qi, acked, ctx)
         elif claim:
             nxt = self.call(self.qs.claim)

@@ -10,6 +10,7 @@ retried after a delay, or dead-lettered with the reason. With an async concurren
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -106,6 +107,9 @@ class Child:
         self.runner = Runner(queues, self.config.registry, self.config.default_time_limit,
                              self.config.hooks)
         self.runner.call = self.outage.call
+        # A connection cut while the server answers this is a call it refuses (see Outage)
+        self.outage.probe = queues[0].ping
+        self.runner.noting = functools.partial(self.slots.failing, self.index)
         self.outage.call(queues[0].ping)   # connect now: the first wake pays no handshake
         self.runner.fire("child_started")
         if self.config.runs_async:
@@ -192,8 +196,10 @@ class Child:
             # between has its job retried through the fence (stale if the ack landed).
             self.done += 1
             more = self.may_claim()
-            if outcome is None:
-                acked, claimed = self.outage.call(qs.ack, qi, lease, result or "null", more)
+            settled = None if outcome is not None else runner.ack(
+                functools.partial(qs.ack, qi, lease, result or "null", more), ctx, qi, plan)
+            if settled is not None:
+                acked, claimed = settled
                 runner.acked(lease, qi, acked, ctx)
             elif more:
                 claimed = self.outage.call(qs.claim)

@@ -30,9 +30,10 @@ from ..heartbeat import Beat
 from ..hooks import Hooks
 from ..queue import WAKE_DUE, Lease, Queue
 from ..registry import Registry
+from ..retry_policy import bounded
 from . import park
 from .child import GO, GOT_WORK, HELD, IDLE, STOP, Child, ChildConfig
-from .resilience import TRANSIENT, Outage
+from .resilience import TRANSIENT, FullServer, Outage
 from .scheduler import Scheduler
 from .slots import ASYNC, Running, Slots
 
@@ -75,6 +76,9 @@ class Master:
         self._hard_stop = False
         self._term_at = 0.0   # when the first SIGTERM / SIGINT arrived (set by the handler)
         self.outage = Outage(log, "master", stop=self._give_up)
+        #: A full server refuses what the master writes on its own account (heartbeats,
+        #: schedules' jobs, wake tokens): one line per outage, for its threads together.
+        self.full = FullServer(log, "master")
         # Through the outage: a server that went down just after the start-up probe must
         # not crash the master (a single-connection client connects as it is made).
         self.queues = self.outage.call(make_queues)
@@ -109,7 +113,8 @@ class Master:
         # scheduled earlier may have been taken by a master that has since stopped.
         first_due: dict[int, float | None] = {}
         for i, q in enumerate(self.queues):
-            self._call(park.reap, q, self._beat(), park.beat_ttl(self.settings.tick))
+            self.full.call(self._call, park.reap, q, self._beat(),
+                           park.beat_ttl(self.settings.tick))
             first_due[i] = self._call(park.promote, q)[0]
         for index in range(self.settings.concurrency):
             self._spawn(index)
@@ -122,7 +127,7 @@ class Master:
             while self._alive_children():
                 try:
                     self._step()
-                except Exception:   # e.g. an OOM reply to a renewal: keep supervising
+                except Exception:   # an error reply to a renewal: keep supervising
                     log.exception("master loop error; carrying on")
                     time.sleep(0.5)
         finally:
@@ -157,7 +162,7 @@ class Master:
         # The periodic schedules live on the first queue of the list: its Parker keeps them.
         return [park.Parker(self.make_queues, g, self.settings.tick, self.has_idle,
                             self.park_stop, wake, first_due,
-                            self.scheduler if n == 0 else None, self._beat)
+                            self.scheduler if n == 0 else None, self._beat, self.full)
                 for n, g in enumerate(groups)]
 
     def _install_signals(self) -> None:
@@ -273,7 +278,7 @@ class Master:
             # not through the outage: a stop must not wait for the server (tokens are
             # hints; the peers' ticks read `delayed` anyway).
             try:
-                self.queues[i].push_wake(WAKE_DUE)
+                self.full.call(self.queues[i].push_wake, WAKE_DUE)
             except TRANSIENT:
                 log.info("could not hand on the due-time token: Redis unavailable")
 
@@ -283,8 +288,8 @@ class Master:
         except BlockingIOError:
             return
         for qi in tokens:   # one byte per token: the index of its queue
-            if self._stopping or not self._fan():
-                self._call(self.queues[qi].push_wake)   # not ours to use: hand it on
+            if self._stopping or not self._fan():   # not ours to use: hand it on
+                self.full.call(self._call, self.queues[qi].push_wake)
 
     def _fan(self) -> bool:
         """Wake one idle child; it recruits the next by reporting GOT_WORK, so a lone job
@@ -326,7 +331,7 @@ class Master:
         elif message[:1] == GOT_WORK and not self._stopping and not self._fan():
             # More work than this pool can take: let another master have a look too.
             qi = message[1] if len(message) > 1 else 0
-            self._call(self.queues[qi].push_wake)
+            self.full.call(self._call, self.queues[qi].push_wake)
 
     def _on_exit(self, index: int) -> None:
         h = self.children[index]
@@ -406,16 +411,26 @@ class Master:
                         "ok" if ok else "already settled")
             return
         self.stats["died"] += 1
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        final = False
         if reason is not None:
             error = reason
+            delay = running.retry_delay
+        elif running.failure:
+            # The job had failed and its child died writing that: the real reason, the
+            # delay and the verdict (dead at once or not) the child had decided
+            first, _, rest = running.failure.partition("\n")
+            error = (f"{first} (written by the master: its child pid {h.process.pid} died "
+                     f"({how}) while writing this failure)\n{rest}")
+            delay, final = running.failure_delay, running.final
         else:
-            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
             error = (f"{WorkerLost.__name__}: child pid {h.process.pid} died "
                      f"({how}) while running the job")
-        delay = running.retry_delay if running.retry_delay >= 0 else None
-        verdict = self._call(queue.retry, lease, error, delay, False)
-        log.warning("job %s failed, %s: %s", lease.id,
-                    verdict.outcome, error)
+            delay = running.retry_delay
+        verdict = self._call(queue.retry, lease, error, bounded(delay) if delay >= 0 else None,
+                             final)
+        log.warning("job %s failed, %s: %s", lease.id, verdict.outcome,
+                    error.partition("\n")[0])
 
     # -- leases and limits --------------------------------------------------------------
     def _supervise_running(self) -> None:

@@ -21,7 +21,7 @@ from .. import clock
 from ..clock import ClockWatch
 from ..heartbeat import BEAT_TICKS, Beat
 from ..queue import WAKE_DUE, Queue
-from .resilience import TRANSIENT, Outage
+from .resilience import TRANSIENT, FullServer, Outage
 from .scheduler import Scheduler
 
 log = logging.getLogger("emqtasks.worker")
@@ -38,7 +38,8 @@ class Parker:
                  tick: float, has_idle: threading.Event, stop: threading.Event,
                  wake: Callable[[int], None], first_due: dict[int, float | None],
                  scheduler: Scheduler | None = None,
-                 beat: Callable[[], Beat] | None = None) -> None:
+                 beat: Callable[[], Beat] | None = None,
+                 full: FullServer | None = None) -> None:
         self.make_queues = make_queues
         self.indexes = indexes
         self.tick = tick
@@ -62,6 +63,8 @@ class Parker:
         self.beat = beat
         #: Per queue, the server's clock as this master's ticks saw it (clock.py).
         self.watches = [ClockWatch() for _ in indexes]
+        #: A full server refuses the heartbeat and schedules' jobs: said once (resilience.py)
+        self.full = full if full is not None else FullServer(log, "park")
 
     def due_to_hand_on(self) -> list[int]:
         """The master's queue indexes whose 'd' token this Parker may be holding."""
@@ -91,12 +94,15 @@ class Parker:
         if ticked:
             beat = self.beat() if self.beat is not None else None
             for q, watch in zip(queues, self.watches):
-                outage.call(reap, q, beat, beat_ttl(self.tick), watch)
+                # the reap runs on a full server; the heartbeat beside it is refused there
+                self.full.call(outage.call, reap, q, beat, beat_ttl(self.tick), watch,
+                               always_writes=beat is not None)
             self.next_reap = now + self.tick
         if self.scheduler is not None and (ticked or now >= self.next_sched):
             # Due slots of periodic schedules; on the tick, a look for changed ones.
-            slot_in = outage.call(self.scheduler.run_due, queues[0], ticked)
-            self.next_sched = now + min(self.tick, slot_in)
+            slot_in = self.full.call(outage.call, self.scheduler.run_due, queues[0], ticked,
+                                     always_writes=False)
+            self.next_sched = now + min(self.tick, 1.0 if slot_in is None else slot_in)
         for j, q in enumerate(queues):
             if now >= self.next_promote[j] and self._promote(j, q, now, outage):
                 return
@@ -108,8 +114,8 @@ class Parker:
         if got is None:
             return
         j, token = got
-        if self.stop.is_set():
-            outage.call(queues[j].push_wake, token)   # not ours to use: hand it on
+        if self.stop.is_set():   # not ours to use: hand it on
+            self.full.call(outage.call, queues[j].push_wake, token)
         elif token == WAKE_DUE:
             self.due_held[j] = True   # until a promote acts on it
             self.next_promote[j] = 0.0

@@ -13,19 +13,32 @@ import logging
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
+
+from redis.exceptions import ResponseError
 
 from .. import serialization
 from ..callshape import misfit
+from ..config import Settings
 from ..context import JobContext, reset_current, set_current
-from ..errors import RateLimited, Retry, SerializationError, TimeLimitExceeded, UnknownTask
+from ..errors import (
+    AckRefused,
+    RateLimited,
+    ResultTooLarge,
+    Retry,
+    SerializationError,
+    TimeLimitExceeded,
+    UnknownTask,
+)
 from ..hooks import Hooks
 from ..queue import Lease, Queue
 from ..registry import Registry, TaskSpec
 from ..retry_policy import DEFAULT_POLICY
+from .resilience import TRANSIENT, Refused
 from .slots import ASYNC, SYNC
 
 log = logging.getLogger("emqtasks.child")
+T = TypeVar("T")
 
 #: The most of an error message (or task name) a failure log line quotes.
 LOG_TEXT_MAX = 300
@@ -47,6 +60,7 @@ class Plan(NamedTuple):
     time_limit: float
     kind: int                    # SYNC or ASYNC
     retry_delay: float | None    # the delay a retry after this attempt gets (None: fixed)
+    max_result: int = Settings.max_result_bytes   # the most bytes of result JSON it may give
 
 
 class Executed(NamedTuple):
@@ -68,9 +82,12 @@ class Runner:
         self.registry = registry if registry is not None else every_task()
         self.hooks = hooks if hooks is not None else every_hook()
         self.default_time_limit = default_time_limit
-        self._plans: dict[str, tuple[TaskSpec | None, float, int]] = {}
+        self._plans: dict[str, tuple[TaskSpec | None, float, int, int]] = {}
         #: How Redis calls are made; a child routes them through its Outage.
         self.call: Callable[..., Any] = lambda fn, *args: fn(*args)
+        #: Told of a failure just before it is written (lease, error, delay, final): a
+        #: child notes it in the job's slot, for its master to write should the child die.
+        self.noting: Callable[[Lease, str, float | None, bool], None] = lambda *_: None
         #: The sync job of the last execute(), and whether its task function is running now
         #: (a time-limit SIGTERM raises into the task only then).
         self.current: Lease | None = None
@@ -82,14 +99,16 @@ class Runner:
     def plan(self, lease: Lease) -> Plan:
         known = self._plans.get(lease.task)
         if known is None:
-            spec = self.registry.get(lease.task).spec if lease.task in self.registry else None
+            task = self.registry.get(lease.task) if lease.task in self.registry else None
+            spec = task.spec if task is not None else None
             limit = float(spec.time_limit) if spec is not None and spec.time_limit else \
                 self.default_time_limit
             kind = ASYNC if spec is not None and spec.is_async else SYNC
-            known = self._plans[lease.task] = (spec, limit, kind)
-        spec, limit, kind = known
+            known = self._plans[lease.task] = (spec, limit, kind, _result_limit(task))
+        spec, limit, kind, max_result = known
         policy = spec.policy if spec is not None else DEFAULT_POLICY
-        return Plan(spec, limit, kind, policy.delay(lease.attempts) if policy.backoff else None)
+        return Plan(spec, limit, kind, policy.delay(lease.attempts) if policy.backoff else None,
+                    max_result)
 
     def prepare(self, lease: Lease) -> tuple[Callable[..., Any], list[Any], dict[str, Any]]:
         """Look the task up and decode its arguments; raises for a job that can never run."""
@@ -132,11 +151,16 @@ class Runner:
             return Executed(None, self.failed(ctx, qi, exc, plan), ctx)
         finally:
             reset_current(token)
-        return self.encode(ctx, qi, value)
+        return self.encode(ctx, qi, value, plan)
 
-    def encode(self, ctx: JobContext, qi: int, value: Any) -> Executed:
+    def encode(self, ctx: JobContext, qi: int, value: Any, plan: Plan) -> Executed:
+        """The result's JSON, to acknowledge. One JSON cannot encode makes the job dead at
+        once (it would fail again); one over the size limit fails the attempt, retried or
+        dead by the retry policy (a later run may return less)."""
         try:
-            return Executed(serialization.dumps_result(value), None, ctx)
+            return Executed(serialization.dumps_result(value, plan.max_result), None, ctx)
+        except ResultTooLarge as exc:
+            return Executed(None, self.failed(ctx, qi, exc, plan), ctx)
         except SerializationError as exc:
             return Executed(None, self.cannot_run(ctx, qi, exc), ctx)
 
@@ -150,6 +174,23 @@ class Runner:
                         "stored", lease.id, _brief(lease.task, 120), self.queues[qi].name)
         elif ctx is not None:
             self.fire("task_succeeded", ctx)
+
+    def ack(self, ack: Callable[[], T], ctx: JobContext | None, qi: int,
+            plan: Plan) -> T | None:
+        """Acknowledge a success by ``ack`` (through ``call``). An ack the server refuses for
+        good — an error reply, or a call it keeps cutting off while it answers others (a
+        result over its proto-max-bulk-len) — is not sent again and again: the attempt
+        fails with AckRefused, by the retry policy, and None is returned."""
+        try:
+            return self.call(ack)   # type: ignore[no-any-return]
+        except TRANSIENT:
+            raise          # only when the child gives up (its master is gone)
+        except (Refused, ResponseError) as exc:
+            if ctx is None:
+                raise
+            self.failed(ctx, qi, AckRefused(f"the server refused the job's result: {exc}"),
+                        plan)
+            return None
 
     def cannot_run(self, ctx: JobContext, qi: int, exc: BaseException) -> Outcome:
         """A job that can never run (unknown task, bad payload or result): dead at once."""
@@ -173,6 +214,7 @@ class Runner:
     def _settle(self, ctx: JobContext, qi: int, error: str, delay: float | None,
                 final: bool) -> Outcome:
         lease = ctx._lease
+        self.noting(lease, error, delay, final)
         verdict = self.call(self.queues[qi].retry, lease, error, delay, final)
         name = verdict.outcome
         log.warning("job %s (%s, queue %s) failed, %s: %s", lease.id,
@@ -263,6 +305,15 @@ def every_hook() -> Hooks:
     from ..app import all_apps
 
     return Hooks.merged(app.hooks for app in all_apps())
+
+
+def _result_limit(task: Any) -> int:
+    """The result limit of a registered task: its own, else its App's."""
+    own = task.spec.max_result_bytes if task is not None else None
+    if own is not None:
+        return int(own)
+    app = getattr(task, "app", None)
+    return int(app.settings.max_result_bytes) if app is not None else Settings.max_result_bytes
 
 
 def _brief(text: str, limit: int = LOG_TEXT_MAX) -> str:

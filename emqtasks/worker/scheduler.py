@@ -25,7 +25,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from ..errors import EmqError
+from ..errors import EmqError, ServerFull
 from ..queue import NewJob, Queue
 from ..registry import Registry
 from ..schedules import (
@@ -198,6 +198,9 @@ class Scheduler:
                 entry.next = timing.next_after(max(slot, fired.last))
         except TRANSIENT:
             raise   # the park thread's Outage retries the whole call
+        except ServerFull:
+            entry.hold = self.server_now() + _HOLD
+            raise   # the park thread says so, once for the whole outage
         except Exception:
             log.exception("schedule %r: could not enqueue a slot; trying again in %.0fs",
                           entry.schedule.name, _HOLD)

@@ -9,7 +9,9 @@ The master writes one thing back per child: the nonce of a job it found past its
 limit, just before it sends the child SIGTERM. And one for all: its heartbeat, the monotonic
 time of its main loop's last turn (the loop that renews the leases). A child claims only
 while it is fresh, so a master frozen (SIGSTOP, a debugger, a VM pause) stops its children
-claiming work that nobody would renew.
+claiming work that nobody would renew. A child that is about to write a job's
+failure notes it in the slot first (the error, its delay, whether it is final): a child
+that dies writing it leaves the master the real reason to write (see Master).
 """
 
 from __future__ import annotations
@@ -21,9 +23,14 @@ from typing import NamedTuple
 
 from ..queue import Lease
 
+#: The most of a failure's error text a slot keeps (bytes): its first line and the start of
+#: its traceback, enough for the master to write the real reason.
+FAILURE_TEXT_MAX = 1000
+
 # seq, running, kind, queue, started (monotonic), time_limit, retry_delay, lease_ms,
-# attempts, id, nonce
-_SLOT = struct.Struct("=QBBBdddqq128s48s")
+# attempts, id, nonce; then the failure being written: 0 none / 1 a retry / 2 final, its
+# delay (< 0: the row's), the start of its error text (UTF-8)
+_SLOT = struct.Struct(f"=QBBBdddqq128s48sBd{FAILURE_TEXT_MAX}s")
 _HEADER = struct.Struct("=B7xd")   # the pool-wide stop flag, the master's heartbeat
 _BEAT = struct.Struct("=d")        # the heartbeat, at _BEAT_AT (8-aligned: never torn)
 _BEAT_AT = 8
@@ -45,6 +52,9 @@ class Running(NamedTuple):
     kind: int = SYNC
     queue: int = 0              # index of the job's queue in the worker's -Q list
     retry_delay: float = -1.0   # the delay its policy gives a retry now; < 0: the row's
+    failure: str = ""           # the failure its child was writing when it died, if any
+    final: bool = False         # ... into dead at once
+    failure_delay: float = -1.0  # ... its retry delay; < 0: the row's
 
 
 class Slots:
@@ -57,6 +67,8 @@ class Slots:
         self.mem = mmap.mmap(-1, _HEADER.size + _SLOT.size * self.count
                              + _LIMIT.size * children)
         self._seq = [0] * self.count
+        #: Child side: the job fields last written to each slot (failing() rewrites them).
+        self._job: list[tuple[object, ...]] = [(0,) * 10] * self.count
 
     def of_child(self, child: int) -> range:
         """The slot indexes of one child."""
@@ -76,15 +88,30 @@ class Slots:
         _SLOT.pack_into(self.mem, off, seq, *values)
         self._seq[index] = seq + 1
         struct.pack_into("=Q", self.mem, off, seq + 1)
+        self._job[index] = values[:10]
 
     def start(self, index: int, lease: Lease, time_limit: float, kind: int = SYNC,
               queue: int = 0, retry_delay: float | None = None) -> None:
         self._write(index, (1, kind, queue, time.monotonic(), time_limit,
                             -1.0 if retry_delay is None else retry_delay, lease.lease_ms,
-                            lease.attempts, lease.id.encode(), lease.nonce.encode()))
+                            lease.attempts, lease.id.encode(), lease.nonce.encode(),
+                            0, -1.0, b""))
+
+    def failing(self, child: int, lease: Lease, error: str, delay: float | None,
+                final: bool) -> None:
+        """Note the failure a child is about to write for one of its jobs (found by its
+        nonce), so the master can write it should the child die first."""
+        nonce = lease.nonce.encode()
+        for index in self.of_child(child):
+            job = self._job[index]
+            if job[0] and job[9] == nonce:
+                text = error.encode("utf-8", "backslashreplace")[:FAILURE_TEXT_MAX]
+                self._write(index, (*job, 2 if final else 1,
+                                    -1.0 if delay is None else delay, text))
+                return
 
     def clear(self, index: int) -> None:
-        self._write(index, (0, 0, 0, 0.0, 0.0, -1.0, 0, 0, b"", b""))
+        self._write(index, (0, 0, 0, 0.0, 0.0, -1.0, 0, 0, b"", b"", 0, -1.0, b""))
 
     def take_time_limit(self, child: int, nonce: str) -> bool:
         """Whether the master flagged the job with this nonce as past its time limit; the
@@ -108,14 +135,16 @@ class Slots:
         """The job in a slot, or None when free (or mid-write: ask again later)."""
         off = self._offset(index)
         (seq, running, kind, queue, started, limit, retry_delay, lease_ms, attempts, raw_id,
-         raw_nonce) = _SLOT.unpack_from(self.mem, off)
+         raw_nonce, failing, failure_delay, failure) = _SLOT.unpack_from(self.mem, off)
         if seq % 2 or not running:
             return None
         if struct.unpack_from("=Q", self.mem, off)[0] != seq:
             return None
         lease = Lease(raw_id.rstrip(b"\0").decode(), "", "", attempts,
                       raw_nonce.rstrip(b"\0").decode(), "", lease_ms)
-        return Running(lease, started, limit, kind, queue, retry_delay)
+        text = failure.rstrip(b"\0").decode("utf-8", "ignore") if failing else ""
+        return Running(lease, started, limit, kind, queue, retry_delay, text, failing == 2,
+                       failure_delay)
 
     def running(self, child: int) -> list[Running]:
         """Every job a child runs now."""

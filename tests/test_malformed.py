@@ -1,0 +1,205 @@
+"""A malformed row or a wrongly typed key costs that job or that group, never the queue
+(issue #24), on both paths: a claim buries a row it cannot read in `dead` with the reason and
+goes on, a group whose books it cannot read leaves the ring, a queue-wide key of the wrong
+type fails the call with nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from helpers import make_task
+
+from emqtasks import App, Queue
+from emqtasks.check import check, repair
+from emqtasks.errors import NativeUnavailable
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(params=["lua", "native"])
+def path_app(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, redis_url: str,
+             queue_name: str) -> Iterator[App]:
+    """An app whose hot verbs run the scripts, or the module's commands."""
+    monkeypatch.setenv("EMQ_NATIVE", "off" if request.param == "lua" else "require")
+    application = App(redis_url=redis_url, queue=queue_name)
+    try:
+        application.queue().claim(1)
+    except NativeUnavailable:
+        application.close()
+        pytest.skip("the server has no emq module")
+    yield application
+    application.purge()
+    application.close()
+
+
+def _lanes(app: App) -> tuple[Queue, str]:
+    """A queue holding the job to spoil at the head of lane `bad`, one more job behind it,
+    and one job in each of three healthy groups; returns the spoilt job's id."""
+    t = make_task(app, name="tests.malformed", group=lambda g, i: g)
+    bad = t.delay("bad", 0).id
+    t.delay("bad", 1)
+    t.map([(f"ok{i}", i) for i in range(3)])
+    return app.queue(), bad
+
+
+ROW_FAULTS: dict[str, tuple[Callable[[Any, str], Any], str]] = {
+    "attempts not an integer": (lambda r, k: r.hset(k, "attempts", "abc"),
+                                "attempts is not an integer"),
+    "lease not an integer": (lambda r, k: r.hset(k, "lease", "1.5"), "lease is not an integer"),
+    "no max": (lambda r, k: r.hdel(k, "max"), "no max"),
+    "no group": (lambda r, k: r.hdel(k, "group"), "no group"),
+    "fence not an integer": (lambda r, k: r.hset(k, "fence", " 3"), "fence is not an integer"),
+    "a string for a row": (lambda r, k: (r.delete(k), r.set(k, "x")),
+                           "the key holds a string, not a hash"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(ROW_FAULTS))
+def test_a_row_a_claim_cannot_read_goes_dead_and_the_claim_goes_on(path_app: App,
+                                                                     fault: str) -> None:
+    # Given the head of lane `bad` spoilt
+    q, bad = _lanes(path_app)
+    spoil, reason = ROW_FAULTS[fault]
+    spoil(q.client, q.keys.job(bad))
+    # When a worker claims
+    leases = q.claim(10)
+    # Then every healthy job is leased, the next one of lane `bad` included
+    assert sorted(lease.group for lease in leases) == ["bad", "ok0", "ok1", "ok2"]
+    assert bad not in {lease.id for lease in leases}
+    # And the spoilt one is dead with the reason, under its lane's group, and nothing is lost
+    row = q.client.hgetall(q.keys.job(bad))
+    assert row["state"] == "dead" and row["group"] == "bad"
+    assert row["error"] == f"unreadable job row: {reason}"
+    assert q.client.zscore(q.keys.dead, bad) is not None
+    assert check(q).ok, check(q).violations
+
+
+GROUP_FAULTS: dict[str, Callable[[Queue], Any]] = {
+    "its lane is a string": lambda q: (q.client.delete(q.keys.lane("bad")),
+                                       q.client.set(q.keys.lane("bad"), "x")),
+    "its gactive is not an integer": lambda q: q.client.hset(q.keys.gactive, "bad", "abc"),
+    "its limit is not an integer": lambda q: q.client.hset(q.keys.glimit, "bad", "two"),
+    "its weight is 0": lambda q: q.client.hset(q.keys.gweight, "bad", "0"),
+    "its turn count is not an integer": lambda q: (
+        q.client.hset(q.keys.gweight, "bad", "3"),
+        q.client.hset(q.keys.base + "gturn", "bad", "x")),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(GROUP_FAULTS))
+def test_a_group_whose_books_a_claim_cannot_read_leaves_the_ring(path_app: App,
+                                                                  fault: str) -> None:
+    # Given group `bad` on the ring with broken books
+    q, bad = _lanes(path_app)
+    GROUP_FAULTS[fault](q)
+    rows = {k: q.client.hgetall(k) for k in (q.keys.job(bad),)}
+    # When a worker claims, again and again
+    leases = q.claim(10) + q.claim(10)
+    # Then the other groups are served, `bad` left the ring and its jobs wait untouched
+    assert sorted(lease.group for lease in leases) == ["ok0", "ok1", "ok2"]
+    assert "bad" not in q.client.lrange(q.keys.ring, 0, -1)
+    assert {k: q.client.hgetall(k) for k in rows} == rows
+    # And the checker says what is wrong with the group
+    assert not check(q).ok
+
+
+def test_a_queue_wide_key_of_the_wrong_type_fails_the_claim_with_nothing_written(
+        path_app: App) -> None:
+    # Given a queue whose `active` holds a string
+    q, bad = _lanes(path_app)
+    q.client.delete(q.keys.active)
+    q.client.set(q.keys.active, "x")
+    before = {key: q.client.type(key) for key in q.scan(q.keys.all_pattern)}
+    lanes = q.client.zrange(q.keys.lane("bad"), 0, -1)
+    # When a worker claims, Then the server refuses and names the key
+    with pytest.raises(Exception, match=f"WRONGTYPE emq: {q.keys.active} holds a string"):
+        q.claim(1)
+    # And nothing was written: every job still in its lane, pending
+    assert {key: q.client.type(key) for key in q.scan(q.keys.all_pattern)} == before
+    assert q.client.zrange(q.keys.lane("bad"), 0, -1) == lanes
+    assert q.client.hget(q.keys.job(bad), "state") == "pending"
+
+
+# -- emqtasks check and check --repair ---------------------------------------------------------
+
+def _spoil_everything(q: Queue, bad: str) -> str:
+    """Spoilt rows and books of every kind on one queue; returns the id of a running job
+    whose `active` entry is lost with the key."""
+    r, k = q.client, q.keys
+    first, held = q.claim(2)                           # a lease held while `active` breaks
+    assert first.id == bad and q.release(first)       # (lane `bad` back as it was)
+    running = held.id
+    r.hset(k.job(bad), "attempts", "abc")              # the head of lane `bad`: unreadable
+    second = r.zrange(k.lane("bad"), 1, 1)[0]
+    r.delete(k.job(second))
+    r.set(k.job(second), "x")                          # a job key holding a string
+    r.delete(k.active)
+    r.set(k.active, "x")                               # a derived key of the wrong type
+    r.hset(k.gactive, "ok1", "abc")                    # a derived book unreadable
+    r.hset(k.glimit, "ok2", "two")                     # a setting unreadable
+    r.set(k.gmax, "x")                                 # a setting of the wrong type
+    return running
+
+
+def test_check_names_every_unreadable_key_and_row_and_never_fails(path_app: App) -> None:
+    q, bad = _lanes(path_app)
+    second = q.client.zrange(q.keys.lane("bad"), 1, 1)[0]
+    _spoil_everything(q, bad)
+    # When checked, Then each problem is one line naming it, and nothing raises
+    report = check(q)
+    text = "\n".join(report.violations)
+    assert f"key {q.keys.active} holds a string, not a zset" in text
+    assert f"key {q.keys.gmax} holds a string, not a hash" in text
+    assert f"key {q.keys.job(second)} holds a string, not a hash" in text
+    assert f"job {bad}: unreadable row (attempts is not an integer)" in text
+    assert "group ok1: its jobs in flight (gactive) is 'abc'" in text
+    assert "group ok2: its limit (glimit) is 'two'" in text
+
+
+def test_repair_buries_unreadable_rows_rebuilds_derived_keys_and_names_the_rest(
+        path_app: App) -> None:
+    q, bad = _lanes(path_app)
+    second = q.client.zrange(q.keys.lane("bad"), 1, 1)[0]
+    running = _spoil_everything(q, bad)
+    # When repaired
+    mended = repair(q)
+    # Then the unreadable rows are dead with the reason, the derived keys rebuilt
+    assert mended.buried == 2
+    assert q.client.hget(q.keys.job(bad), "error") == "unreadable job row: attempts is not " \
+                                                      "an integer"
+    assert q.client.hget(q.keys.job(second), "error") == "unreadable job row: the key holds " \
+                                                         "a string, not a hash"
+    assert q.keys.active in mended.rebuilt
+    assert q.client.zscore(q.keys.active, running) is not None     # its lease restored
+    # And the settings, which only their owner can set, are named and left alone
+    assert any(q.keys.gmax in line for line in mended.not_repaired)
+    assert any("its limit (glimit) is 'two'" in line for line in mended.not_repaired)
+    left = check(q).violations
+    assert all("gmax" in v or "glimit" in v for v in left), left
+    # And once the owner mends them, the queue is whole and every healthy job is served
+    q.client.delete(q.keys.gmax)
+    q.client.hdel(q.keys.glimit, "ok2")
+    repair(q)
+    assert check(q).ok, check(q).violations
+    assert sorted(lease.group for lease in q.claim(10)) == ["ok1", "ok2"]   # ok0's runs
+
+
+def test_the_check_command_reports_a_wrongly_typed_key_in_one_line(path_app: App) -> None:
+    q, _bad = _lanes(path_app)
+    q.client.delete(q.keys.lane("ok0"))
+    q.client.set(q.keys.lane("ok0"), "x")
+    done = subprocess.run([sys.executable, "-m", "emqtasks.cli", "check", "--redis-url",
+                           path_app.settings.redis_url, "-Q", q.keys.name],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr == ""
+    assert f"violation: key {q.keys.lane('ok0')} holds a string, not a zset" in done.stdout
+    mended = subprocess.run([sys.executable, "-m", "emqtasks.cli", "check", "--repair",
+                             "--redis-url", path_app.settings.redis_url, "-Q", q.keys.name],
+                            capture_output=True, text=True, timeout=60)
+    assert mended.returncode == 0, mended.stdout + mended.stderr
+    assert "1 keys of the wrong type rebuilt" in mended.stdout

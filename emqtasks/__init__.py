@@ -7,6 +7,7 @@ from .cron import Cron, Every, cron, every
 from .errors import (
     ClusterUrlError,
     ConfigError,
+    CorruptKey,
     DuplicateTaskName,
     EmptyGroup,
     EmqError,
@@ -70,7 +71,7 @@ __all__ = [
     "InvalidJobId",
     "InvalidGroup", "InvalidArgument", "SerializationError", "PayloadTooLarge",
     "UnknownTask", "DuplicateTaskName", "ScriptError", "TaskFailed", "ResultTimeout",
-    "LaneFull", "WorkflowError", "EmptyGroup", "NestingTooDeep", "WorkflowTooLarge",
+    "LaneFull", "CorruptKey", "WorkflowError", "EmptyGroup", "NestingTooDeep", "WorkflowTooLarge",
     "TimeLimitExceeded", "WorkerLost", "NoCurrentJob", "ScheduleError", "InvalidCron",
     "UnknownTimezone", "InvalidInterval", "InvalidScheduleName", "InvalidSchedule",
     "UnknownSchedule",

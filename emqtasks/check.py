@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -209,7 +210,7 @@ def check(queue: Queue) -> Report:
     report.groups = len(groups)
     for name, (kind, want) in sorted(report.wrong_types.items()):
         report.add(f"key {queue.keys.base}{name} holds a {kind}, not a {want}")
-    _check_books(report, b, groups)
+    _check_books(report, b, groups, queue.keys.base)
     where: dict[str, list[str]] = {}
     for g, members in lanes.items():
         for i in members:
@@ -259,7 +260,7 @@ def check(queue: Queue) -> Report:
     return report
 
 
-def _check_books(report: Report, b: dict[str, Any], groups: list[str]) -> None:
+def _check_books(report: Report, b: dict[str, Any], groups: list[str], base: str) -> None:
     """What a claim reads of each group's books (lua/_common.lua group_seat): a group whose
     books it cannot read leaves the ring, so each is named here."""
     def bad(where: str, value: str, what: str, setting: bool = True) -> None:
@@ -271,28 +272,29 @@ def _check_books(report: Report, b: dict[str, Any], groups: list[str]) -> None:
     for name in ("limit", "weight", "max_size"):
         value = b["gdefaults"].get(name)
         if value is not None and not int_ok(value):
-            bad(f"the default {name} (gdefaults)", value, "an integer")
+            bad(f"the default {name} ({base}gdefaults)", value, "an integer")
     for g in groups:
         for book, what in (("gactive", "jobs in flight"), ("gturn", "turn count")):
             value = b[book].get(g)
             if value is not None and not int_ok(value):
-                bad(f"group {g}: its {what} ({book})", value, "an integer", setting=False)
+                bad(f"group {g}: its {what} ({base}{book})", value, "an integer",
+                    setting=False)
         for book, what in (("glimit", "limit"), ("gmax", "lane cap")):
             value = b[book].get(g)
             if value is not None and not int_ok(value):
-                bad(f"group {g}: its {what} ({book})", value, "an integer")
+                bad(f"group {g}: its {what} ({base}{book})", value, "an integer")
         weight = b["gweight"].get(g)
         if weight is not None and not (int_ok(weight) and int(weight) >= 1):
-            bad(f"group {g}: its weight (gweight)", weight, "an integer >= 1")
+            bad(f"group {g}: its weight ({base}gweight)", weight, "an integer >= 1")
         rate = b["grate"].get(g)
         numbers = re.fullmatch(r"([0-9]+):([0-9]+)", rate or "")
         if numbers and max(len(numbers[1]), len(numbers[2])) > 15:
-            bad(f"group {g}: its rate (grate)", rate or "", "at most 15 digits a number")
+            bad(f"group {g}: its rate ({base}grate)", rate or "", "at most 15 digits a number")
     for who, value in b["gcost"].items():
         if not int_ok(value):
             report.bad_books.add("gcost")
-            report.add(f"the cost estimate of {who or 'the queue'} (gcost) is {value!r}, not "
-                       "an integer: a time-fair claim skips the group")
+            report.add(f"the cost estimate of {who or 'the queue'} ({base}gcost) is "
+                       f"{value!r}, not an integer: a time-fair claim skips the group")
 
 
 def _check_ring(report: Report, groups: list[str], lanes: dict[str, list[str]],
@@ -351,6 +353,42 @@ def _check_workflows(queue: Queue, report: Report,
                 why = "is gone" if state is None else f"ended {state} without handing over"
                 report.add(f"workflow {wf}: step {step} waits for parent {parent}, which {why}")
                 report.orphans.append((wf, step, parent))
+
+
+def diagnose(queue: Queue, groups: Iterable[str] = ()) -> list[str]:
+    """Why a verb refused: the queue's fixed keys and books, and these groups' lanes and
+    start times, that are of the wrong type, and these groups' books a claim or an enqueue
+    cannot read; one line each (a producer's CorruptKey says them)."""
+    k, groups = queue.keys, sorted(set(groups))
+    names = [*TYPES, *(f"g:{g}:{tail}" for g in groups for tail in ("pending", "starts"))]
+    pipe = queue.client.pipeline(transaction=False)
+    for name in names:
+        pipe.type(k.base + name)
+    report = Report()
+    for name, kind in zip(names, pipe.execute()):
+        want = expected_type(name)
+        if want and kind not in (want, "none"):
+            report.wrong_types[name] = (kind, want)
+            report.add(f"key {k.base}{name} holds a {kind}, not a {want}")
+    books: dict[str, Any] = {"gcost": {}, "gdefaults": {}}
+    pipe = queue.client.pipeline(transaction=False)
+    reads = [b for b in ("gactive", "gturn", "glimit", "gmax", "gweight", "grate")
+             if b not in report.wrong_types]
+    for book in reads:
+        for g in groups:
+            pipe.hget(k.base + book, g)
+    if "gdefaults" not in report.wrong_types:
+        pipe.hgetall(k.gdefaults)
+    replies = pipe.execute()
+    for n, book in enumerate(reads):
+        values = replies[n * len(groups):(n + 1) * len(groups)]
+        books[book] = {g: v for g, v in zip(groups, values) if v is not None}
+    if "gdefaults" not in report.wrong_types:
+        books["gdefaults"] = replies[-1]
+    for book in ("gactive", "gturn", "glimit", "gmax", "gweight", "grate"):
+        books.setdefault(book, {})
+    _check_books(report, books, groups, k.base)
+    return report.violations
 
 
 class Repaired(NamedTuple):

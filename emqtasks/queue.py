@@ -6,9 +6,11 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+from redis.exceptions import ResponseError
+
 from . import heartbeat, history, lanes
 from .cluster import node_kwargs, scan_keys
-from .errors import InvalidArgument, InvalidJobId, ScriptError
+from .errors import CorruptKey, InvalidArgument, InvalidJobId, ScriptError
 from .heartbeat import Beat
 from .keys import QueueKeys, check_group, check_job_id
 from .lanes import parse_rate
@@ -126,10 +128,26 @@ class Queue:
             args: list[Any] = [len(chunk)]
             for job in chunk:
                 args.extend(job)
-            verdicts += [EnqueueVerdict(v) for v in self.hot.call("enqueue", self._k, args)]
+            try:
+                replies = self.hot.call("enqueue", self._k, args)
+            except ResponseError as exc:
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                raise self.corrupt([j.group for j in chunk], "nothing was enqueued") from None
+            verdicts += [EnqueueVerdict(v) for v in replies]
         if EnqueueVerdict.BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
             raise InvalidJobId("the server refused a malformed job id")
         return verdicts
+
+    def corrupt(self, groups: Iterable[str], outcome: str) -> CorruptKey:
+        """The error for a verb refused by a key of the wrong type (or a book it cannot
+        read), naming what the checker finds (emqtasks.check.diagnose)."""
+        from .check import diagnose
+
+        found = diagnose(self, groups)
+        what = "; ".join(found) if found else "a key of the queue holds the wrong type"
+        return CorruptKey(f"queue {self.name}: {outcome}: {what} (emqtasks check names every "
+                          "such key, emqtasks check --repair mends what it can)", tuple(found))
 
     # -- consumer ---------------------------------------------------------------------
     def claim(self, n: int = 1) -> list[Lease]:

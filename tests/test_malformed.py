@@ -5,6 +5,7 @@ type fails the call with nothing written."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ from helpers import make_task
 
 from emqtasks import App, Queue
 from emqtasks.check import check, repair
-from emqtasks.errors import NativeUnavailable
+from emqtasks.errors import CorruptKey, NativeUnavailable
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -156,8 +157,8 @@ def test_check_names_every_unreadable_key_and_row_and_never_fails(path_app: App)
     assert f"key {q.keys.gmax} holds a string, not a hash" in text
     assert f"key {q.keys.job(second)} holds a string, not a hash" in text
     assert f"job {bad}: unreadable row (attempts is not an integer)" in text
-    assert "group ok1: its jobs in flight (gactive) is 'abc'" in text
-    assert "group ok2: its limit (glimit) is 'two'" in text
+    assert f"group ok1: its jobs in flight ({q.keys.gactive}) is 'abc'" in text
+    assert f"group ok2: its limit ({q.keys.glimit}) is 'two'" in text
 
 
 def test_repair_buries_unreadable_rows_rebuilds_derived_keys_and_names_the_rest(
@@ -177,7 +178,7 @@ def test_repair_buries_unreadable_rows_rebuilds_derived_keys_and_names_the_rest(
     assert q.client.zscore(q.keys.active, running) is not None     # its lease restored
     # And the settings, which only their owner can set, are named and left alone
     assert any(q.keys.gmax in line for line in mended.not_repaired)
-    assert any("its limit (glimit) is 'two'" in line for line in mended.not_repaired)
+    assert any(f"its limit ({q.keys.glimit}) is 'two'" in line for line in mended.not_repaired)
     left = check(q).violations
     assert all("gmax" in v or "glimit" in v for v in left), left
     # And once the owner mends them, the queue is whole and every healthy job is served
@@ -203,3 +204,36 @@ def test_the_check_command_reports_a_wrongly_typed_key_in_one_line(path_app: App
                             capture_output=True, text=True, timeout=60)
     assert mended.returncode == 0, mended.stdout + mended.stderr
     assert "1 keys of the wrong type rebuilt" in mended.stdout
+
+
+# -- a producer on a wrongly typed key ---------------------------------------------------------
+
+def _keys(q: Queue) -> dict[str, str]:
+    return {key: q.client.type(key) for key in q.scan(q.keys.all_pattern)
+            if not key.startswith(q.keys.base + "h:")}
+
+
+@pytest.mark.parametrize("where", ["its lane", "the ring", "delayed", "its limit"])
+def test_delay_on_a_wrongly_typed_key_raises_a_named_error_and_writes_nothing(
+        path_app: App, where: str) -> None:
+    # Given a queue with one key of the job's way broken
+    t = make_task(path_app, name="tests.malformed", group=lambda g, i: g)
+    t.delay("ok", 0)
+    q = path_app.queue()
+    key = {"its lane": q.keys.lane("bad"), "the ring": q.keys.ring,
+           "delayed": q.keys.delayed, "its limit": q.keys.glimit}[where]
+    if where == "its limit":
+        q.client.hset(key, "bad", "two")
+    else:
+        q.client.delete(key)
+        q.client.set(key, "x")
+    before = _keys(q)
+    # When a producer enqueues into it, Then a named error says which key, nothing written
+    with pytest.raises(CorruptKey, match=re.escape(key)) as caught:
+        t.apply_async(("bad", 1), countdown=60 if where == "delayed" else None)
+    assert "emqtasks check" in str(caught.value)
+    assert _keys(q) == before
+    # And the other groups' producers go on (but the queue-wide keys' own)
+    if where in ("its lane", "its limit"):
+        assert t.delay("ok", 2).verdict == "enqueued"
+        assert [h.verdict for h in t.map([("bad", 3), ("ok", 4)])] == ["unreadable", "enqueued"]

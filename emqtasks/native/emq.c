@@ -1483,6 +1483,33 @@ static void type_name(Q *q, RMS *key, char *out, size_t size) {
     if (r) RedisModule_FreeCallReply(r);
 }
 
+static const char *const TYPE_NAMES[6] = {"", "string", "list", "hash", "set", "zset"};
+
+/* The first of n keys (NULL ones skipped) that is neither missing nor of its type: -2 with
+ * q->errbuf naming it as the scripts do ("WRONGTYPE emq: <key> holds a <t>, not a <want>";
+ * q->err is left to the caller), else 1. */
+static int types_fit(Q *q, RMS **keys, const int *types, int n) {
+    for (int i = 0; i < n; i++) {
+        if (!keys[i] || key_fits(q, keys[i], types[i])) continue;
+        size_t kl;
+        const char *kp = RedisModule_StringPtrLen(keys[i], &kl);
+        char t[64];
+        type_name(q, keys[i], t, sizeof t);
+        snprintf(q->errbuf, sizeof q->errbuf, "WRONGTYPE emq: %.*s holds a %s, not a %s",
+                 (int)kl, kp, t, TYPE_NAMES[types[i]]);
+        return -2;
+    }
+    return 1;
+}
+
+/* This minute's history hash, or NULL when the history is off (gdefaults read first). */
+static RMS *hist_key(Q *q) {
+    if (dflt_num(q->dflt[D_HISTORY], 24) <= 0) return NULL;
+    char name[48];
+    snprintf(name, sizeof name, "h:%lld", (long long)floor((double)q->now / 60000.0));
+    return book_key(q, name);
+}
+
 /* Once per call, before the first write: the queue-wide keys a claim may write (active,
  * gturn, dead, this minute's history hash, in time mode gvrun). 1 fine, -2 one is of the
  * wrong type (q->errbuf names it; q->err is left to the caller), -1 error. */
@@ -1491,31 +1518,14 @@ static int claim_books(Q *q) {
     if (read_defaults(q) < 0) return -1;         /* the scripts' hist(now) reads them first */
     int tf = time_fair(q);
     if (tf < 0) return -1;
-    RMS *hk = NULL, *gvrun = tf ? book_key(q, "gvrun") : NULL;
-    double hours = dflt_num(q->dflt[D_HISTORY], 24);
-    if (hours > 0) {
-        char name[48];
-        snprintf(name, sizeof name, "h:%lld", (long long)floor((double)q->now / 60000.0));
-        hk = book_key(q, name);
-    }
-    RMS *keys[5] = {q->k[K_ACTIVE], q->k[K_GTURN], q->k[K_DEAD], hk, gvrun};
+    RMS *keys[5] = {q->k[K_ACTIVE], q->k[K_GTURN], q->k[K_DEAD], hist_key(q),
+                    tf ? book_key(q, "gvrun") : NULL};
     const int types[5] = {REDISMODULE_KEYTYPE_ZSET, REDISMODULE_KEYTYPE_HASH,
                           REDISMODULE_KEYTYPE_ZSET, REDISMODULE_KEYTYPE_HASH,
                           REDISMODULE_KEYTYPE_HASH};
-    static const char *const names[6] = {"", "string", "list", "hash", "set", "zset"};
-    q->books = 1;
-    for (int i = 0; i < 5 && q->books == 1; i++) {
-        if (!keys[i] || key_fits(q, keys[i], types[i])) continue;
-        size_t kl;
-        const char *kp = RedisModule_StringPtrLen(keys[i], &kl);
-        char t[64];
-        type_name(q, keys[i], t, sizeof t);
-        snprintf(q->errbuf, sizeof q->errbuf, "WRONGTYPE emq: %.*s holds a %s, not a %s",
-                 (int)kl, kp, t, names[types[i]]);
-        q->books = -2;
-    }
-    sfree(q, hk);
-    sfree(q, gvrun);
+    q->books = types_fit(q, keys, types, 5);
+    sfree(q, keys[3]);
+    sfree(q, keys[4]);
     return q->books;
 }
 
@@ -2162,7 +2172,114 @@ static int need_group(Q *q, Row *r) {
     return fail(q, "ERR emq: an active row has no group");
 }
 
-static int enqueue_one(Q *q, RMS **f, RMS *now_s, long long *verdict) {
+/* A group whose lane a job of this call opens: what opening reads of its books (the
+ * scripts' enqueue_books, as group_seat reads them). 1 readable, 0 not, -1 error. */
+static int opening_ok(Q *q, RMS *g) {
+    int paused, has_lim;
+    double lim;
+    RMS *v;
+    if (group_paused(q, g, &paused) < 0 || book_get(q, "gbackoff", g, &v) < 0) return -1;
+    sfree(q, v);
+    int ok = seat_int(q, K_GLIMIT, NULL, g, D_LIMIT, &has_lim, &lim);
+    if (ok < 0) return -1;
+    if (ok && has_lim) {
+        RMK *ga = fx(q, K_GACTIVE, 0);
+        if (q->err) return -1;
+        v = hget(ga, g);
+        ok = !v || int_ok(v);
+        sfree(q, v);
+    }
+    if (!ok) return 0;
+    if (setting(q, -1, "grate", g, D_RATE, &v) < 0) return -1;
+    long long m, per;
+    int too_long, rated = v && rate_text(v, &m, &per, &too_long);
+    ok = !(v && too_long);
+    sfree(q, v);
+    if (ok && rated) {
+        RMS *sk = starts_key(q, g);
+        ok = key_fits(q, sk, REDISMODULE_KEYTYPE_LIST);
+        sfree(q, sk);
+    }
+    return ok;
+}
+
+/* enqueue_books (_common.lua): before the first write, what the call will write. refused[i]
+ * 1 for a job refused (its lane not a zset, its cap unreadable, or the books its opening
+ * reads unreadable). 1 fine, -2 a queue-wide key it writes of the wrong type (q->errbuf), -1
+ * error. */
+static int enqueue_books(Q *q, RMS **a, long long n, char *refused) {
+    int later = 0, rc = 1, tf;
+    long long nopen = 0;
+    long long *opening = RedisModule_Alloc(sizeof(long long) * (size_t)(n ? n : 1));
+    if (read_defaults(q) < 0) rc = -1;
+    RMS *keys[6] = {rc == 1 ? hist_key(q) : NULL, NULL, NULL, NULL, NULL, NULL};
+    int types[6] = {REDISMODULE_KEYTYPE_HASH};
+    for (long long i = 0; rc == 1 && i < n; i++) {
+        RMS **f = a + i * 10, *cap = NULL;
+        double countdown;
+        refused[i] = 0;
+        num(q, f[8], &countdown, "ERR emq: countdown must be a number");   /* checked */
+        if (countdown > 0) {
+            later = 1;
+            continue;
+        }
+        RMS *lk = lane_key(q, f[3]);
+        RMK *lane = RedisModule_OpenKey(q->ctx, lk, REDISMODULE_READ);
+        int lane_ok = type_ok(lane, REDISMODULE_KEYTYPE_ZSET);
+        size_t size = lane_ok ? vlen(lane) : 0;
+        if (lane) RedisModule_CloseKey(lane);
+        sfree(q, lk);
+        if (setting(q, -1, "gmax", f[3], D_MAX_SIZE, &cap) < 0) rc = -1;
+        else if (!lane_ok || (cap && !int_ok(cap))) refused[i] = 1;
+        else if (size == 0) opening[nopen++] = i;
+        sfree(q, cap);
+    }
+    int nk = 1;
+    if (rc == 1 && later) {
+        keys[nk] = q->k[K_DELAYED], types[nk++] = REDISMODULE_KEYTYPE_ZSET;
+        keys[nk] = q->k[K_WAKE], types[nk++] = REDISMODULE_KEYTYPE_LIST;
+    }
+    RMS *gvt = NULL, *gvrun = NULL, *gwait = NULL;
+    if (rc == 1 && nopen > 0) {
+        if ((tf = time_fair(q)) < 0) rc = -1;
+        else if (tf) {
+            keys[nk] = gvt = book_key(q, "gvt"), types[nk++] = REDISMODULE_KEYTYPE_ZSET;
+            keys[nk] = gvrun = book_key(q, "gvrun"), types[nk++] = REDISMODULE_KEYTYPE_HASH;
+        } else {
+            keys[nk] = q->k[K_RING], types[nk++] = REDISMODULE_KEYTYPE_LIST;
+        }
+    }
+    if (rc == 1 && (rc = types_fit(q, keys, types, nk)) == 1 && nopen > 0) {
+        RMS *more[3] = {q->k[K_GTURN], gwait = book_key(q, "gwait"), q->k[K_WAKE]};
+        const int mt[3] = {REDISMODULE_KEYTYPE_HASH, REDISMODULE_KEYTYPE_ZSET,
+                           REDISMODULE_KEYTYPE_LIST};
+        rc = types_fit(q, more, mt, 3);
+    }
+    /* each group whose lane a job opens, once (its first job's verdict for all of them) */
+    for (long long j = 0; rc == 1 && j < nopen; j++) {
+        long long i = opening[j], first = i;
+        for (long long k = 0; k < j; k++)
+            if (eq(a[opening[k] * 10 + 3], a[i * 10 + 3])) {
+                first = opening[k];
+                break;
+            }
+        if (first != i) {
+            refused[i] = refused[first];
+            continue;
+        }
+        int ok = opening_ok(q, a[i * 10 + 3]);
+        if (ok < 0) rc = -1;
+        else refused[i] = !ok;
+    }
+    sfree(q, keys[0]);
+    sfree(q, gvt);
+    sfree(q, gvrun);
+    sfree(q, gwait);
+    RedisModule_Free(opening);
+    return rc;
+}
+
+static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, long long *verdict) {
     RMS *id = f[0], *g = f[3], *cap_s = NULL;
     double countdown, prio = 0, cap = 0;
     num(q, f[8], &countdown, "ERR emq: countdown must be a number");
@@ -2178,6 +2295,12 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, long long *verdict) {
     RMK *job = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE), *lane = NULL;
     int rc = 0;
     *verdict = 0;
+    if (refused) {                               /* enqueue_books: its lane or books unreadable */
+        if (RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) *verdict = 3;
+        RedisModule_CloseKey(job);
+        sfree(q, jk);
+        return 0;
+    }
     if (countdown <= 0) {                        /* max_size_of: the cap on waiting jobs */
         rc = setting(q, -1, "gmax", g, D_MAX_SIZE, &cap_s);
         if (rc == 0 && cap_s) rc = num(q, cap_s, &cap, "ERR emq: a group max_size is not a number");
@@ -2243,10 +2366,14 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
             return finish(&q);
     }
     long long *out = RedisModule_Alloc(sizeof(long long) * (size_t)(n ? n : 1));
+    char *refused = RedisModule_Alloc((size_t)(n ? n : 1));
+    int books = enqueue_books(&q, a, n, refused);
+    if (books == -2) fail(&q, q.errbuf);
     RMS *now_s = RedisModule_CreateStringFromLongLong(ctx, q.now);
-    for (long long i = 0; i < n; i++)
-        if (enqueue_one(&q, a + i * 10, now_s, &out[i]) < 0) break;
+    for (long long i = 0; books == 1 && i < n; i++)
+        if (enqueue_one(&q, a + i * 10, now_s, refused[i], &out[i]) < 0) break;
     sfree(&q, now_s);
+    RedisModule_Free(refused);
     if (!q.err) {
         RedisModule_ReplyWithArray(ctx, (long)n);
         for (long long i = 0; i < n; i++) RedisModule_ReplyWithLongLong(ctx, out[i]);

@@ -75,7 +75,9 @@ class Lease(NamedTuple):
 
     @classmethod
     def from_reply(cls, row: Sequence[Any]) -> Lease:
-        return cls(row[0], row[1], row[2] or "", int(row[3]), row[4], row[5], int(row[6]),
+        # a row without a task name or payload (written by hand) is leased as "", so the
+        # runner dead-letters it with the reason (and logs it) like any job that cannot run
+        return cls(row[0], row[1] or "", row[2] or "", int(row[3]), row[4], row[5], int(row[6]),
                    bool(row[7]), int(row[8]) if len(row) > 8 else 0)
 
 

@@ -57,8 +57,9 @@ local function int_text(v) return string.format('%d', v) end
 -- and 1 to 15 digits without a leading zero (exact in a double, and what the module reads
 -- the same way). A row field or a book holding anything else is unreadable.
 local function int_ok(s)
+  if not s then return false end
   if s == '0' then return true end
-  local d = s and string.match(s, '^%-?([1-9]%d*)$')
+  local d = string.match(s, '^%-?([1-9]%d*)$')
   return d ~= nil and #d <= 15
 end
 -- The type of a key as TYPE names it ('none' when missing).
@@ -219,8 +220,10 @@ end
 
 -- A job reached an end (done, dead, cancelled): wake each client blocked in get() on it.
 -- `waiters` on the row counts them; a client registers before it looks, so none is missed.
+-- (A count that is not integer text, HINCRBY's, wakes none: the module reads it the same.)
 local function notify(id, waiters)
-  local n = math.min(tonumber(waiters or '0') or 0, 100)
+  local n = 0
+  if int_ok(waiters) then n = math.min(tonumber(waiters), 100) end
   if n > 0 then
     local key = BASE .. 'done:' .. id
     for _ = 1, n do redis.call('RPUSH', key, '1') end

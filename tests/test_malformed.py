@@ -8,11 +8,14 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import worker_tasks as wt
 from helpers import make_task
+from workerproc import WorkerProc
 
 from emqtasks import App, Queue
 from emqtasks.check import check, repair
@@ -237,3 +240,75 @@ def test_delay_on_a_wrongly_typed_key_raises_a_named_error_and_writes_nothing(
     if where in ("its lane", "its limit"):
         assert t.delay("ok", 2).verdict == "enqueued"
         assert [h.verdict for h in t.map([("bad", 3), ("ok", 4)])] == ["unreadable", "enqueued"]
+
+
+# -- a real worker ----------------------------------------------------------------------------
+
+def _worker(app: App, concurrency: int = 2) -> WorkerProc:
+    w = WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=concurrency,
+                   tick=0.2)
+    w.wait_ready()
+    return w
+
+
+@pytest.mark.timeout(90)
+def test_a_worker_runs_every_healthy_job_while_a_poisoned_row_sits_in_the_ring(
+        path_app: App) -> None:
+    # Given a row no claim can read at the head of the ring, and 100 jobs in 10 other groups
+    q = path_app.queue()
+    poisoned = path_app.send_task(wt.record, ("poison:0",)).id
+    q.client.hset(q.keys.job(poisoned), "attempts", "abc")
+    handles = [path_app.send_task(wt.record, (f"g{i % 10}:{i}",)) for i in range(100)]
+    with _worker(path_app) as w:
+        began = time.monotonic()
+        # When a worker runs, Then every healthy job runs, within seconds
+        assert [h.get(timeout=30) for h in handles] == [f"g{i % 10}:{i}" for i in range(100)]
+        assert time.monotonic() - began < 20, w.output(tail=30)
+        # And the poisoned one is dead with the reason, and no child crashed
+        row = q.client.hgetall(q.keys.job(poisoned))
+        assert row["state"] == "dead", row
+        assert row["error"] == "unreadable job row: attempts is not an integer"
+        assert "restarting it in" not in w.output() and "Traceback" not in w.output()
+        w.stop()
+    assert check(q).ok, check(q).violations
+
+
+@pytest.mark.timeout(90)
+def test_a_child_backs_off_on_a_refused_claim_and_never_crashes(path_app: App) -> None:
+    # Given a job, and a queue-wide key every claim refuses to write (`dead`, a string)
+    q = path_app.queue()
+    handle = path_app.send_task(wt.record, ("a:1",))
+    q.client.set(q.keys.dead, "x")
+    with _worker(path_app, concurrency=1) as w:
+        child = w.children()
+        # When claims are refused, Then the child says so once and backs off, alive
+        w.wait_for(lambda: "claims refused" in w.output(), timeout=10, what="the refusal")
+        time.sleep(2)    # a window in which a crash-looping child would restart
+        assert w.output().count("claims refused") == 1, w.output(tail=30)
+        assert q.keys.dead in w.output()
+        assert "restarting it in" not in w.output() and "Traceback" not in w.output()
+        assert w.children() == child
+        # And once the key is mended, the job runs (a bounded back-off)
+        q.client.delete(q.keys.dead)
+        assert handle.get(timeout=15) == "a:1"
+        w.wait_for(lambda: "claims are served again" in w.output(), timeout=5,
+                   what="the end of the refusals")
+        w.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_row_without_a_task_name_goes_dead_and_the_child_lives(path_app: App) -> None:
+    # Given a job whose row lost its task name, then a healthy one
+    q = path_app.queue()
+    nameless = path_app.send_task(wt.record, ("a:1",)).id
+    q.client.hdel(q.keys.job(nameless), "task")
+    after = path_app.send_task(wt.record, ("a:2",))
+    with _worker(path_app, concurrency=1) as w:
+        child = w.children()
+        # When the worker meets it, Then it is dead with the reason and the child goes on
+        assert after.get(timeout=15) == "a:2"
+        row = q.client.hgetall(q.keys.job(nameless))
+        assert row["state"] == "dead" and "no task name" in row["error"], row
+        assert w.children() == child
+        assert "restarting it in" not in w.output() and "Traceback" not in w.output()
+        w.stop()

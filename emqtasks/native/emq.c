@@ -198,6 +198,26 @@ static int integer(Q *q, RMS *s, long long *out, const char *what) {
     return fail(q, what);
 }
 
+/* int_ok: integer text as every writer stores it: "0", or an optional '-' and 1 to 15
+ * digits without a leading zero (the scripts' int_ok, to the byte). */
+static int int_ok(RMS *s) {
+    size_t len;
+    const char *p = RedisModule_StringPtrLen(s, &len);
+    if (len == 1 && p[0] == '0') return 1;
+    size_t i = len > 0 && p[0] == '-' ? 1 : 0;
+    if (len - i < 1 || len - i > 15 || p[i] < '1' || p[i] > '9') return 0;
+    for (; i < len; i++)
+        if (p[i] < '0' || p[i] > '9') return 0;
+    return 1;
+}
+
+/* An int_ok value as a number (NULL: 0). */
+static double int_val(RMS *s) {
+    long long v = 0;
+    if (s) RedisModule_StringToLongLong(s, &v);
+    return (double)v;
+}
+
 /* Doubles replicated as text the way the scripts format numbers: integers exactly. */
 static const char *fmt_num(double d, char buf[40]) {
     if (d == floor(d) && fabs(d) < 9007199254740992.0)
@@ -474,13 +494,7 @@ static int delay_push(Q *q, RMS *id, double due) {
 
 /* A job reached an end: one token per client blocked in get() on it (at most 100). */
 static int notify(Q *q, RMS *id, RMS *waiters) {
-    long long n = 0;
-    double d;
-    if (waiters) {
-        if (RedisModule_StringToLongLong(waiters, &n) != REDISMODULE_OK)
-            n = RedisModule_StringToDouble(waiters, &d) == REDISMODULE_OK && d > 0
-                    ? (long long)(d < NOTIFY_MAX ? d : NOTIFY_MAX) : 0;
-    }
+    long long n = waiters && int_ok(waiters) ? (long long)int_val(waiters) : 0;
     if (n > NOTIFY_MAX) n = NOTIFY_MAX;
     if (n <= 0) return 0;
     RMS *key = mkname(q, "done:", id, "");
@@ -1442,26 +1456,6 @@ static RMS *ring_head(Q *q) {
  * queue-wide key of the wrong type fails the call, before its first write (claim_books). */
 
 static int wf_fail(Q *q, RMS *wf, RMS *id);
-
-/* int_ok: integer text as every writer stores it: "0", or an optional '-' and 1 to 15
- * digits without a leading zero (the scripts' int_ok, to the byte). */
-static int int_ok(RMS *s) {
-    size_t len;
-    const char *p = RedisModule_StringPtrLen(s, &len);
-    if (len == 1 && p[0] == '0') return 1;
-    size_t i = len > 0 && p[0] == '-' ? 1 : 0;
-    if (len - i < 1 || len - i > 15 || p[i] < '1' || p[i] > '9') return 0;
-    for (; i < len; i++)
-        if (p[i] < '0' || p[i] > '9') return 0;
-    return 1;
-}
-
-/* An int_ok value as a number (NULL: 0). */
-static double int_val(RMS *s) {
-    long long v = 0;
-    if (s) RedisModule_StringToLongLong(s, &v);
-    return (double)v;
-}
 
 /* Whether key is missing or of the type; a read that fails nothing. */
 static int key_fits(Q *q, RMS *key, int type) {

@@ -86,7 +86,7 @@ class AsyncDrain:
         """On a go: claim while there is room (the first claim recruits a sibling)."""
         if self._should_stop() or not self.free:
             return
-        claimed = self.call(self.qs.claim)
+        claimed = self.child.claim()
         if claimed is None:
             self._report_idle()
             return
@@ -97,7 +97,7 @@ class AsyncDrain:
     def _claim_more(self) -> Claimed | None:
         if not self.free or self._should_stop():
             return None
-        claimed = self.call(self.qs.claim)
+        claimed = self.child.claim()
         if claimed is None:
             self._report_idle()
         return claimed
@@ -157,7 +157,7 @@ class AsyncDrain:
             if acked and ctx is not None:
                 self.runner.fire("task_succeeded", ctx)
         elif more:
-            nxt = self.call(self.qs.claim)
+            nxt = self.child.claim()
         self.child.slots.clear(slot)
         self.free.append(slot)
         self.in_flight -= 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from redis.exceptions import ResponseError
 
@@ -81,6 +81,9 @@ class Lease(NamedTuple):
                    bool(row[7]), int(row[8]) if len(row) > 8 else 0)
 
 
+D = TypeVar("D")
+
+
 def _block_seconds(timeout: float) -> float:
     """A BLPOP timeout that never means "for ever": Redis 6.2 truncates seconds x 1000 to
     whole ms, so 0.001 can become 0, which blocks indefinitely."""
@@ -97,7 +100,8 @@ def job_view(job_id: str, row: dict[str, str]) -> dict[str, Any]:
     for field in ("state", "task", "group", "error", "result"):
         view[field] = row.get(field)
     for field in ("attempts", "max", "created", "started", "finished"):
-        view[field] = int(row[field]) if field in row else None
+        # None too for a count or time that is not an integer (a row a claim buried)
+        view[field] = _int_or(row.get(field), None)
     view["max_attempts"] = view.pop("max")
     return view
 
@@ -471,7 +475,7 @@ class Queue:
         return removed
 
 
-def _int_or(value: Any, default: int) -> int:
+def _int_or(value: Any, default: D) -> int | D:
     try:
         return int(value)
     except (TypeError, ValueError):

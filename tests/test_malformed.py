@@ -80,6 +80,8 @@ def test_a_row_a_claim_cannot_read_goes_dead_and_the_claim_goes_on(path_app: App
     assert row["error"] == f"unreadable job row: {reason}"
     assert q.client.zscore(q.keys.dead, bad) is not None
     assert check(q).ok, check(q).violations
+    # And it reads like any dead job (emqtasks dead, the dashboard)
+    assert [(j["id"], j["error"]) for j in q.dead_jobs()] == [(bad, row["error"])]
 
 
 GROUP_FAULTS: dict[str, Callable[[Queue], Any]] = {

@@ -15,12 +15,16 @@
  *
  *   EMQ.ENQUEUE <keys> n {id task payload group max lease delay ttl countdown priority}*n
  *       -> array of n integers: 1 enqueued, 0 duplicate (the row exists), -1 malformed id,
- *          2 the lane holds its max_size (jobs due now only)
+ *          2 the lane holds its max_size (jobs due now only), 3 its lane or the group books
+ *          opening it reads cannot be read; an error naming a queue-wide key it writes of
+ *          the wrong type (nothing written)
  *   EMQ.CLAIM   <keys> n nonce_prefix
  *       -> array of up to n jobs {id task payload attempts nonce group lease_ms more fence};
  *          job i
  *          gets the nonce prefix..":"..i; empty when the queue is paused or nothing is
- *          serviceable
+ *          serviceable; a row it cannot read is buried in `dead`, a group whose books it
+ *          cannot read leaves the ring, and it goes on; an error naming a queue-wide key it
+ *          writes of the wrong type (nothing written)
  *   EMQ.ACK     <keys> id attempts nonce result next_nonce
  *       -> {1 done | 0 stale, next job as in claim or nil}; next_nonce '' claims nothing;
  *          a workflow step's ack releases the steps waiting for it (a chord's callback
@@ -54,7 +58,9 @@
  *     reads anything else as "the row's own");
  *   - the fixed keys a command always touches are type-checked before its first write;
  *     any other key of the wrong type stops the command where a script would stop too,
- *     with what was written before kept (and replicated), as with a script;
+ *     with what was written before kept (and replicated), as with a script; claim and
+ *     enqueue check what they write and read before writing, as their scripts now do
+ *     (the claim and enqueue sections of _common.lua), so a refused call writes nothing;
  *   - a priority, or a release back-off, that is no number counts as 0, as the scripts'
  *     `tonumber(x) or 0`; a non-integral one is stored as %.17g text (what 6.2's scripts
  *     write; 7's and Valkey's write the shortest round-trip text, "0.1" for 0.1), and a

@@ -26,7 +26,7 @@
 local n = tonumber(ARGV[1])
 local now = now_ms()
 -- Before the first write: every key the call writes (enqueue_books).
-local refused, books = enqueue_books(n, now)
+local refused, books, caps = enqueue_books(n, now)
 if books then return redis.error_reply(books) end
 local out = {}
 for i = 0, n - 1 do
@@ -38,8 +38,7 @@ for i = 0, n - 1 do
     out[#out + 1] = -1
   else
     local jk = job_key(id)
-    local cap = nil
-    if countdown <= 0 then cap = max_size_of(g) end
+    local cap = caps[i]
     if redis.call('EXISTS', jk) == 1 then
       out[#out + 1] = 0
     elseif refused[i] then

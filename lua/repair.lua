@@ -32,7 +32,8 @@ for i = p + 1, p + 3 * tonumber(ARGV[p]), 3 do
   redis.call('ZREM', K_active, id)
   local t = type_of(job_key(id))
   if t == 'hash' or t == 'none' then t = nil end
-  bury(id, g, ARGV[i + 2], now, t)
+  local refused = bury(id, g, ARGV[i + 2], now, t)   -- `dead` was rebuilt above if it had to
+  if refused then return redis.error_reply(refused) end
 end
 p = p + 3 * tonumber(ARGV[p]) + 1
 -- Candidates for the ring: the groups the caller found, those on the ring now (one may have

@@ -113,20 +113,27 @@ def test_a_group_whose_books_a_claim_cannot_read_leaves_the_ring(path_app: App,
     assert not check(q).ok
 
 
+@pytest.mark.parametrize("name", ["active", "gturn", "dead"])
 def test_a_queue_wide_key_of_the_wrong_type_fails_the_claim_with_nothing_written(
-        path_app: App) -> None:
-    # Given a queue whose `active` holds a string
+        path_app: App, name: str) -> None:
+    # Given a queue whose `active` (a lease writes it), `gturn` (a turn of the ring) or
+    # `dead` (the burial of the unreadable row at the head of the ring) holds a string
     q, bad = _lanes(path_app)
-    q.client.delete(q.keys.active)
-    q.client.set(q.keys.active, "x")
-    before = {key: q.client.type(key) for key in q.scan(q.keys.all_pattern)}
-    lanes = q.client.zrange(q.keys.lane("bad"), 0, -1)
+    if name == "dead":
+        q.client.hset(q.keys.job(bad), "attempts", "abc")
+    key = q.keys.base + name
+    q.client.delete(key)
+    q.client.set(key, "x")
+    before = {k: q.client.type(k) for k in q.scan(q.keys.all_pattern)}
+    lanes = q.client.zrange(q.keys.lane("bad"), 0, -1, withscores=True)
+    ring = q.client.lrange(q.keys.ring, 0, -1)
     # When a worker claims, Then the server refuses and names the key
-    with pytest.raises(Exception, match=f"WRONGTYPE emq: {q.keys.active} holds a string"):
+    with pytest.raises(Exception, match=f"WRONGTYPE emq: {re.escape(key)} holds a string"):
         q.claim(1)
-    # And nothing was written: every job still in its lane, pending
-    assert {key: q.client.type(key) for key in q.scan(q.keys.all_pattern)} == before
-    assert q.client.zrange(q.keys.lane("bad"), 0, -1) == lanes
+    # And nothing was written: every job still in its lane, pending, the ring as it was
+    assert {k: q.client.type(k) for k in q.scan(q.keys.all_pattern)} == before
+    assert q.client.zrange(q.keys.lane("bad"), 0, -1, withscores=True) == lanes
+    assert q.client.lrange(q.keys.ring, 0, -1) == ring
     assert q.client.hget(q.keys.job(bad), "state") == "pending"
 
 
@@ -277,21 +284,22 @@ def test_a_worker_runs_every_healthy_job_while_a_poisoned_row_sits_in_the_ring(
 
 @pytest.mark.timeout(90)
 def test_a_child_backs_off_on_a_refused_claim_and_never_crashes(path_app: App) -> None:
-    # Given a job, and a queue-wide key every claim refuses to write (`dead`, a string)
+    # Given a job, and a queue-wide key every claim refuses to write (`gturn`, a string)
     q = path_app.queue()
     handle = path_app.send_task(wt.record, ("a:1",))
-    q.client.set(q.keys.dead, "x")
+    gturn = q.keys.base + "gturn"
+    q.client.set(gturn, "x")
     with _worker(path_app, concurrency=1) as w:
         child = w.children()
         # When claims are refused, Then the child says so once and backs off, alive
         w.wait_for(lambda: "claims refused" in w.output(), timeout=10, what="the refusal")
         time.sleep(2)    # a window in which a crash-looping child would restart
         assert w.output().count("claims refused") == 1, w.output(tail=30)
-        assert q.keys.dead in w.output()
+        assert gturn in w.output()
         assert "restarting it in" not in w.output() and "Traceback" not in w.output()
         assert w.children() == child
         # And once the key is mended, the job runs (a bounded back-off)
-        q.client.delete(q.keys.dead)
+        q.client.delete(gturn)
         assert handle.get(timeout=15) == "a:1"
         w.wait_for(lambda: "claims are served again" in w.output(), timeout=5,
                    what="the end of the refusals")

@@ -1510,22 +1510,22 @@ static RMS *hist_key(Q *q) {
     return book_key(q, name);
 }
 
-/* Once per call, before the first write: the queue-wide keys a claim may write (active,
- * gturn, dead, this minute's history hash, in time mode gvrun). 1 fine, -2 one is of the
- * wrong type (q->errbuf names it; q->err is left to the caller), -1 error. */
+/* Once per call, before the first write: the queue-wide keys a claim may write half-way
+ * through a lease (gturn, this minute's history hash, in time mode gvrun; `active` and
+ * `dead` are checked right before a lease or a burial, where the scripts' write meets
+ * them). 1 fine, -2 one is of the wrong type (q->errbuf names it; q->err is left to the
+ * caller), -1 error. */
 static int claim_books(Q *q) {
     if (q->books) return q->books;
     if (read_defaults(q) < 0) return -1;         /* the scripts' hist(now) reads them first */
     int tf = time_fair(q);
     if (tf < 0) return -1;
-    RMS *keys[5] = {q->k[K_ACTIVE], q->k[K_GTURN], q->k[K_DEAD], hist_key(q),
-                    tf ? book_key(q, "gvrun") : NULL};
-    const int types[5] = {REDISMODULE_KEYTYPE_ZSET, REDISMODULE_KEYTYPE_HASH,
-                          REDISMODULE_KEYTYPE_ZSET, REDISMODULE_KEYTYPE_HASH,
+    RMS *keys[3] = {q->k[K_GTURN], hist_key(q), tf ? book_key(q, "gvrun") : NULL};
+    const int types[3] = {REDISMODULE_KEYTYPE_HASH, REDISMODULE_KEYTYPE_HASH,
                           REDISMODULE_KEYTYPE_HASH};
-    q->books = types_fit(q, keys, types, 5);
-    sfree(q, keys[3]);
-    sfree(q, keys[4]);
+    q->books = types_fit(q, keys, types, 3);
+    sfree(q, keys[1]);
+    sfree(q, keys[2]);
     return q->books;
 }
 
@@ -1716,6 +1716,13 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
     char why[64];
     int buried = jt != REDISMODULE_KEYTYPE_EMPTY && jt != REDISMODULE_KEYTYPE_HASH;
     if (!buried && row[R_STATE]) buried = row_fault(row, g, why, sizeof why);
+    /* `dead` for a burial, `active` for a lease: of the wrong type, the call changes nothing
+     * (the scripts' write is refused and the job put back) */
+    if (buried || row[R_STATE]) {
+        int fixed = buried ? K_DEAD : K_ACTIVE;
+        const int type = REDISMODULE_KEYTYPE_ZSET;
+        if ((rc = types_fit(q, &q->k[fixed], &type, 1)) < 0) goto out;
+    }
     if (buried || !row[R_STATE]) {               /* a buried row or a ghost: look again */
         zrem(q, lane, lkey, id);
         if (buried) {

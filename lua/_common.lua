@@ -51,6 +51,8 @@ local function lane_key(g) return BASE .. 'g:' .. g .. ':pending' end
 local function starts_key(g) return BASE .. 'g:' .. g .. ':starts' end
 local function lane_score(prio, t) return (tonumber(prio) or 0) * PRIO_SPAN + t end
 local function busy_key(g) return BASE .. 'g:' .. g .. ':busy' end
+-- A key of the queue by its name after the base (repair deletes derived keys by name).
+local function queue_key(name) return BASE .. name end
 -- Integers as text, exactly (a bare number would go as %.14g).
 local function int_text(v) return string.format('%d', v) end
 -- Integer text as every writer stores counts, times and settings: '0', or an optional '-'

@@ -21,7 +21,7 @@
 
 local n = tonumber(ARGV[1])
 local p = n + 2
-for i = p + 1, p + tonumber(ARGV[p]) do redis.call('DEL', BASE .. ARGV[i]) end
+for i = p + 1, p + tonumber(ARGV[p]) do redis.call('DEL', queue_key(ARGV[i])) end
 p = p + tonumber(ARGV[p]) + 1
 local now = now_ms()
 for i = p + 1, p + 3 * tonumber(ARGV[p]), 3 do

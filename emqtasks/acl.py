@@ -41,20 +41,21 @@ _SCRIPTING = ("evalsha", "eval")
 #: rate-limited group's recent starts when its lane opens), plus the direct calls of a
 #: producer: BLPOP in JobHandle.get, HGET (status), HGETALL (info), PING (CLI); and
 #: schedule.lua's put / drop (INCR of the version) for App.schedule and unschedule; GET of
-#: the fairness mode when a lane opens (and in time mode ZADD / HSET of the group's place).
+#: the fairness mode when a lane opens (and in time mode ZADD / HSET of the group's place);
+#: TYPE of the keys a verb writes, checked before its first write.
 PRODUCER_COMMANDS = (
     *_SCRIPTING,
     "time", "exists", "get", "hset", "hget", "hmget", "hincrby", "hdel", "hgetall", "incr",
     "zadd", "zrange", "zcard", "sismember", "rpush", "llen", "lindex", "expire",
-    "blpop", "ping",
+    "blpop", "ping", "type",
 )
 
 #: claim, ack, retry, release, extend, reap, promote and schedule .lua, plus the direct
 #: calls of a worker: BLPOP / RPUSH / LTRIM / EXPIRE on the wake key, PING, INFO (the
 #: eviction check), and for periodic schedules GET of their version, HGETALL of them and
 #: their state, TIME; the heartbeat of heartbeat.py (SET with PX, HSET of the index, DEL and
-#: HDEL at a stop). Tasks that enqueue more work use the worker's user: enqueue's
-#: commands are all here.
+#: HDEL at a stop); TYPE, as for a producer. Tasks that enqueue more work use the worker's
+#: user: enqueue's commands are all here.
 WORKER_COMMANDS = (
     *_SCRIPTING,
     "time", "exists", "del", "expire", "get", "set", "incr",
@@ -62,7 +63,7 @@ WORKER_COMMANDS = (
     "lindex", "llen", "lmove", "lrem", "rpush", "lpush", "ltrim", "blpop", "pexpire",
     "sismember",
     "zadd", "zcard", "zpopmin", "zrange", "zrangebyscore", "zrem", "zscore",
-    "ping", "info",
+    "ping", "info", "type",
 )
 
 
@@ -124,7 +125,7 @@ PROBES: dict[str, tuple[str, ...]] = {
     "ltrim": ("{k}", "1", "0"), "blpop": ("{k}", "0.01"), "pexpire": ("{k}", "1000"),
     "get": ("{k}",), "hexists": ("{k}", "f"), "zscore": ("{k}", "m"),
     "set": ("{k}", "v", "PX", "0"),   # refused after the ACL check: invalid expire time
-    "expire": ("{k}", "1"), "del": ("{k}",),
+    "expire": ("{k}", "1"), "del": ("{k}",), "type": ("{k}",),
 }
 
 #: ``redis.acl_check_cmd`` (Redis >= 7.0, Valkey) over calls packed as n, arg1..argn, ...

@@ -50,7 +50,7 @@ from emqtasks.scripts import Scripts, source
 LONG = os.environ.get("EMQ_NATIVE_LONG") == "1"
 OPS = int(os.environ.get("EMQ_NATIVE_OPS", "20000" if LONG else "1000"))
 FUZZ = int(os.environ.get("EMQ_NATIVE_FUZZ", "20000" if LONG else "2000"))
-CORRUPT = int(os.environ.get("EMQ_NATIVE_CORRUPT", "2000" if LONG else "120"))
+CORRUPT = int(os.environ.get("EMQ_NATIVE_CORRUPT", "2000" if LONG else "60"))
 SEED = int(os.environ.get("EMQ_NATIVE_SEED", "12"))
 VERBS = tuple(COMMANDS)
 #: The long versions outlast the suite's default per-test timeout.

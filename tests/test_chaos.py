@@ -1,5 +1,6 @@
 """The chaos soak, short: a few thousand jobs over 50 groups while children, masters,
-connections and an AOF (appendfsync always) server are killed. The long form is
+connections and an AOF (appendfsync always) server are killed, poisoned rows are written,
+the server is filled, a master is frozen and a pool partitioned. The long form is
 ``emqtasks bench --chaos SECONDS``; its figures are in the README (Reliability)."""
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ def test_no_acknowledged_job_is_lost_under_chaos() -> None:
     report = Soak(SECONDS, rate=150).run()
     print("\n".join(report.lines()))
     # Then each fault happened, and every promise held: each acknowledged enqueue done (or,
-    # for the jobs made to fail, dead), nothing lost, nothing else dead, the queue clean
+    # for the jobs made to fail, dead), each poisoned job dead with its reason, nothing
+    # lost, nothing else dead, the queue clean (after a repair of poisoned books only)
     assert all(report.events[name] >= 1 for name in EVENTS), report.events
     assert report.jobs > 1000
     assert report.lost == [] and report.unexpected_dead == [] and report.undead == []
+    assert sum(report.poisoned.values()) >= 1 and report.unburied == []
     assert report.check_ok, report.violations
     assert report.ok, "\n".join(report.lines())
     # Duplicates are allowed (at-least-once) and only counted; a bound far above what a

@@ -424,7 +424,8 @@ class Soak:
             if (not result.ok and self.poisoned
                     and all("poison" in v for v in result.violations)):
                 report.repaired_violations = list(result.violations)
-                report.repaired = {k: int(v) for k, v in repair(app.queue())._asdict().items()}
+                report.repaired = {k: len(v) if isinstance(v, tuple) else int(v)
+                                   for k, v in repair(app.queue())._asdict().items()}
                 result = check(app.queue())
             report.check_ok, report.violations = result.ok, result.violations
         except redis.exceptions.ResponseError as exc:   # check promises never to

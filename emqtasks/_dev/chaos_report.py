@@ -31,7 +31,7 @@ class Report:
     max_runs: int = 0
     check_ok: bool = False
     violations: list[str] = field(default_factory=list)
-    repaired: dict[str, int] = field(default_factory=dict)   # check --repair, when it ran
+    repaired: dict[str, int] = field(default_factory=dict)   # check --repair's counts, if run
     repaired_violations: list[str] = field(default_factory=list)   # what check said before
     drain_seconds: float = 0.0
     worker_errors: list[str] = field(default_factory=list)
@@ -68,8 +68,8 @@ class Report:
             f"be, {k.get('doomed', 0) - len(self.undead)}/{k.get('doomed', 0)} doomed jobs "
             f"dead, {poisoned - len(self.unburied)}/{poisoned} poisoned jobs dead with a "
             f"reason ({_counts(self.poisoned)}); check {'clean' if self.check_ok else 'BROKEN'}"
-            + (f" after --repair ({_counts(self.repaired)}) of the "
-               f"{len(self.repaired_violations)} poisoned keys it named"
+            + (f" after one --repair ({_counts(self.repaired)}) of the "
+               f"{len(self.repaired_violations)} poisoned rows and books it named"
                if self.repaired_violations else ""),
             f"duplicates: {self.duplicated_jobs} jobs ran more than once ({self.extra_runs} "
             f"extra runs; at most {self.max_runs} runs of one job)",

@@ -199,7 +199,8 @@ class App:
         A name registered on this App (else on another App of this process) keeps its
         options (group function, attempts, lease...); an unknown name is sent with the
         defaults of ``@task``, for a worker elsewhere that knows it. Raises LaneFull
-        (nothing written) when the job's lane holds its cap of waiting jobs.
+        (nothing written) when the job's lane holds its cap of waiting jobs, CorruptKey
+        (nothing written) when a key it would write holds the wrong type.
         """
         spec = task.spec if isinstance(task, Task) else self._spec_for(validate.task_name(task))
         job = build_job(spec, tuple(args), kwargs or {}, limit=self.settings.max_payload_bytes,
@@ -209,6 +210,8 @@ class App:
         verdict = q.enqueue_many([job])[0]
         if verdict == EnqueueVerdict.FULL:
             raise LaneFull(job.group, job.id)
+        if verdict == EnqueueVerdict.UNREADABLE:
+            raise q.corrupt([job.group], f"job {job.id} was not enqueued")
         return JobHandle(q, job.id, verdict.word)
 
     def _spec_for(self, name: str) -> TaskSpec:

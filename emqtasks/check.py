@@ -2,13 +2,19 @@
 
 Read a quiet queue (no worker running) for an exact answer: the structures are read in one
 MULTI snapshot, but the job rows are scanned after it, so a live queue can show passing
-differences. ``repair`` rebuilds the derived structures (ring, gactive) and puts back jobs
-that no structure holds.
+differences. It also checks what the verbs read: every key of the queue holds its type, the
+books a claim reads of each group are readable, and so is every waiting or running job's row
+(the rules of lua/_common.lua's claim section, ``int_ok`` and ``row_fault`` here); it reports
+them and never fails on them. ``repair`` rebuilds the derived structures (ring, gactive, and
+any derived key of the wrong type), moves rows a claim could not read to ``dead`` with the
+reason, puts back jobs that no structure holds, and names what it could not mend.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -16,6 +22,75 @@ from .queue import Queue
 
 WAKE_CAP = 16
 _PLACES = {"pending": "lane", "active": "active", "delayed": "delayed", "dead": "dead"}
+
+#: The type of each key of a queue, by its name after the queue's base (keys.py).
+TYPES = {
+    "ring": "list", "active": "zset", "gactive": "hash", "glimit": "hash", "gweight": "hash",
+    "gturn": "hash", "gpaused": "set", "delayed": "zset", "dead": "zset", "wake": "list",
+    "grate": "hash", "gmax": "hash", "gdefaults": "hash", "gbackoff": "hash", "gwait": "zset",
+    "fairness": "string", "gvt": "zset", "gvrun": "hash", "gcost": "hash", "busy": "hash",
+    "schedules": "hash", "schedstate": "hash", "schedver": "string", "tasks": "hash",
+    "workers": "hash",
+}
+_PREFIXES = (("job:", "hash"), ("h:", "hash"), ("done:", "list"), ("wf:", "hash"),
+             ("chord:", "hash"), ("worker:", "string"))
+_GROUP_KEYS = ((":pending", "zset"), (":starts", "list"), (":busy", "hash"))
+#: Keys repair deletes when of the wrong type: rebuilt from the rows, or books the verbs and
+#: the workers write again (a minute's history, wake tokens, cost estimates, heartbeats).
+#: The others are settings and workflows, which only their owner can set again.
+REBUILT = frozenset({"ring", "active", "gactive", "gturn", "delayed", "dead", "wake",
+                     "gbackoff", "gwait", "gvt", "gvrun", "gcost", "busy", "workers", "tasks",
+                     "schedver"})
+_REBUILT_PREFIXES = ("h:", "done:", "worker:")
+#: Settings the rebuild reads (a group's openness, its books): of the wrong type, they stop it.
+_NEEDED = frozenset({"gdefaults", "fairness", "glimit", "gweight", "gpaused", "grate"})
+
+_INT = re.compile(r"0|-?[1-9][0-9]{0,14}")
+#: A row's integer fields as the verbs read them: (name, required), lua/_common.lua ROW_INTS.
+ROW_INTS = (("attempts", True), ("lease", True), ("fence", False), ("max", True),
+            ("ttl", False), ("delay", False), ("created", True))
+_ROW_FIELDS = ("state", "group", *(name for name, _ in ROW_INTS))
+
+
+def int_ok(value: str | None) -> bool:
+    """Integer text as every writer stores it (lua/_common.lua int_ok)."""
+    return value is not None and _INT.fullmatch(value) is not None
+
+
+def row_fault(row: dict[str, str | None], lane: str | None = None) -> str | None:
+    """Why a claim could not lease this row (lua/_common.lua row_fault), or None. ``lane``:
+    the group of the lane it sits in, when it sits in one."""
+    if row.get("group") is None:
+        return "no group"
+    if lane is not None and row["group"] != lane:
+        return "its group is not the lane it was in"
+    for name, required in ROW_INTS:
+        value = row.get(name)
+        if value is None:
+            if required:
+                return f"no {name}"
+        elif not int_ok(value):
+            return f"{name} is not an integer"
+    return None
+
+
+def expected_type(suffix: str) -> str | None:
+    """The type the key BASE + suffix must hold, or None when any will do (paused, guard)."""
+    if suffix in TYPES:
+        return TYPES[suffix]
+    for prefix, kind in _PREFIXES:
+        if suffix.startswith(prefix):
+            return kind
+    if suffix.startswith("g:"):
+        for tail, kind in _GROUP_KEYS:
+            if suffix.endswith(tail):
+                return kind
+    return None
+
+
+def rebuilt(suffix: str) -> bool:
+    return (suffix in REBUILT or suffix.startswith(_REBUILT_PREFIXES)
+            or (suffix.startswith("g:") and suffix.endswith((":pending", ":starts", ":busy"))))
 
 
 @dataclass
@@ -28,6 +103,15 @@ class Report:
     lost: list[str] = field(default_factory=list)   # rows that wait in no structure
     #: (workflow, step, lost parent): a step waiting for a parent that cannot release it
     orphans: list[tuple[str, str, str]] = field(default_factory=list)
+    #: key (after the base) -> (the type it holds, the type it must hold)
+    wrong_types: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: job id -> (its group or None, why a claim cannot read its row): repair buries them
+    unreadable: dict[str, tuple[str | None, str]] = field(default_factory=dict)
+    #: settings a claim cannot read (a group's limit, weight, rate, lane cap; a default)
+    bad_settings: list[str] = field(default_factory=list)
+    #: books of learnt values a claim cannot read (cost estimates): repair resets them
+    bad_books: set[str] = field(default_factory=set)
+    group_names: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -37,50 +121,99 @@ class Report:
         self.violations.append(message)
 
 
-def _snapshot(queue: Queue) -> tuple[list[str], dict[str, list[str]], dict[str, Any]]:
-    k = queue.keys
-    groups = sorted(queue.groups())
-    pipe = queue.client.pipeline(transaction=True)
-    for g in groups:
-        pipe.zrange(k.lane(g), 0, -1)
-    for name in ("ring", "active", "delayed", "dead"):
-        getattr(pipe, "lrange" if name == "ring" else "zrange")(getattr(k, name), 0, -1)
-    pipe.hgetall(k.gactive)
-    pipe.hgetall(k.glimit)
-    pipe.smembers(k.gpaused)
-    pipe.llen(k.wake)
-    pipe.zrange(k.gwait, 0, -1)
-    pipe.hget(k.gdefaults, "limit")
-    pipe.zrange(k.gvt, 0, -1)
-    pipe.get(k.fairness)
-    replies = pipe.execute()
-    lanes = dict(zip(groups, replies[: len(groups)]))
-    ring, active, delayed, dead, gactive, glimit, gpaused, wake, gwait, default_limit, gvt, \
-        mode = replies[len(groups):]
-    books = {"ring": ring, "active": active, "delayed": delayed, "dead": dead,
-             "gactive": gactive, "glimit": glimit, "gpaused": gpaused, "wake": wake,
-             "gwait": gwait, "default_limit": default_limit, "gvt": gvt,
-             "time_mode": mode == "time"}
-    return groups, lanes, books
-
-
-def _rows(queue: Queue) -> dict[str, tuple[str | None, str | None]]:
-    base = queue.keys.job("")
-    keys = list(queue.scan(base + "*"))
+def _types(queue: Queue, report: Report) -> tuple[set[str], set[str]]:
+    """Every key of the queue by name: the job ids, the group names of its lanes, and each
+    key of the wrong type noted in the report (job rows are checked as they are read)."""
+    base = queue.keys.base
+    names = [key[len(base):] for key in queue.scan(queue.keys.all_pattern)]
+    others = [n for n in names if not n.startswith("job:") and expected_type(n)]
     pipe = queue.client.pipeline(transaction=False)
-    for key in keys:
-        pipe.hmget(key, "state", "group")
-    return {key[len(base):]: tuple(row) for key, row in zip(keys, pipe.execute())}
+    for name in others:
+        pipe.type(base + name)
+    for name, kind in zip(others, pipe.execute()):
+        want = expected_type(name)
+        if want and kind not in (want, "none"):
+            report.wrong_types[name] = (kind, want)
+    ids = {n[4:] for n in names if n.startswith("job:")}
+    lanes = {n[2:-len(":pending")] for n in names
+             if n.startswith("g:") and n.endswith(":pending")}
+    return ids, lanes
+
+
+#: What the snapshot reads of each structure and book: (key after the base, command).
+_SNAPSHOT = (("active", "zrange"), ("delayed", "zrange"), ("dead", "zrange"), ("gvt", "zrange"),
+             ("gwait", "zrange"), ("ring", "lrange"), ("gactive", "hgetall"),
+             ("glimit", "hgetall"), ("gweight", "hgetall"), ("gturn", "hgetall"),
+             ("grate", "hgetall"), ("gmax", "hgetall"), ("gcost", "hgetall"),
+             ("gdefaults", "hgetall"), ("gpaused", "smembers"), ("wake", "llen"),
+             ("fairness", "get"))
+_EMPTY: dict[str, Any] = {"zrange": [], "lrange": [], "hgetall": {}, "smembers": set(),
+                          "llen": 0, "get": None}
+
+
+def _snapshot(queue: Queue, report: Report, lanes: set[str]) -> dict[str, Any]:
+    """The structures and books in one MULTI, each key of the wrong type read as empty."""
+    base = queue.keys.base
+    reads = [(name, cmd) for name, cmd in _SNAPSHOT if name not in report.wrong_types]
+    readable = sorted(g for g in lanes if f"g:{g}:pending" not in report.wrong_types)
+    pipe = queue.client.pipeline(transaction=True)
+    for name, cmd in reads:
+        ranged = cmd in ("zrange", "lrange")
+        getattr(pipe, cmd)(base + name, *((0, -1) if ranged else ()))
+    for g in readable:
+        pipe.zrange(queue.keys.lane(g), 0, -1)
+    replies = [None if isinstance(r, Exception) else r     # a key that changed type since
+               for r in pipe.execute(raise_on_error=False)]
+    books: dict[str, Any] = {name: _EMPTY[cmd] for name, cmd in _SNAPSHOT}
+    for (name, cmd), reply in zip(reads, replies):
+        books[name] = _EMPTY[cmd] if reply is None else reply
+    books["lanes"] = {g: r or [] for g, r in zip(readable, replies[len(reads):])}
+    books["time_mode"] = books.pop("fairness") == "time"
+    books["default_limit"] = books["gdefaults"].get("limit")
+    return books
+
+
+def _rows(queue: Queue, report: Report, ids: set[str]) -> dict[str, dict[str, str | None]]:
+    """Each job row's fields the verbs read; a key of the wrong type noted and left out."""
+    order = sorted(ids)
+    pipe = queue.client.pipeline(transaction=False)
+    for i in order:
+        pipe.hmget(queue.keys.job(i), *_ROW_FIELDS)
+    rows: dict[str, dict[str, str | None]] = {}
+    wrong = []
+    for i, values in zip(order, pipe.execute(raise_on_error=False)):
+        if isinstance(values, Exception):
+            wrong.append(i)
+        else:
+            rows[i] = dict(zip(_ROW_FIELDS, values))
+    if wrong:
+        pipe = queue.client.pipeline(transaction=False)
+        for i in wrong:
+            pipe.type(queue.keys.job(i))
+        for i, kind in zip(wrong, pipe.execute()):
+            if kind not in ("hash", "none"):
+                report.wrong_types[f"job:{i}"] = (kind, "hash")
+    return rows
 
 
 def check(queue: Queue) -> Report:
     """Every violation of the invariants on this queue, as readable lines."""
-    groups, lanes, b = _snapshot(queue)
-    rows = _rows(queue)
-    report = Report(jobs=len(rows), groups=len(groups))
+    report = Report()
+    ids, lane_groups = _types(queue, report)
+    b = _snapshot(queue, report, lane_groups)
+    rows = _rows(queue, report, ids)
+    lanes: dict[str, list[str]] = b["lanes"]
+    groups = sorted(lane_groups | set(b["gactive"]) | set(b["glimit"]) | set(b["gweight"])
+                    | set(b["grate"]) | set(b["gmax"]) | set(b["gwait"]) | set(b["gpaused"]))
+    report.group_names = groups
+    report.jobs = len(rows) + sum(1 for n in report.wrong_types if n.startswith("job:"))
+    report.groups = len(groups)
+    for name, (kind, want) in sorted(report.wrong_types.items()):
+        report.add(f"key {queue.keys.base}{name} holds a {kind}, not a {want}")
+    _check_books(report, b, groups, queue.keys.base)
     where: dict[str, list[str]] = {}
-    for g, ids in lanes.items():
-        for i in ids:
+    for g, members in lanes.items():
+        for i in members:
             where.setdefault(i, []).append(f"lane {g}")
     for name in ("active", "delayed", "dead"):
         for i in b[name]:
@@ -88,29 +221,80 @@ def check(queue: Queue) -> Report:
     for job_id, places in where.items():
         if len(places) > 1:
             report.add(f"job {job_id} is in {len(places)} places: {', '.join(places)}")
+        if f"job:{job_id}" in report.wrong_types:
+            lane = places[0][5:] if places[0].startswith("lane ") else None
+            kind = report.wrong_types[f"job:{job_id}"][0]
+            report.unreadable[job_id] = (lane, f"the key holds a {kind}, not a hash")
+            continue
         if job_id not in rows:
             report.add(f"job {job_id} is in {places[0]} but its row is gone (a ghost)")
             continue
-        state, group = rows[job_id]
+        state, group = rows[job_id]["state"], rows[job_id]["group"]
         expected = _PLACES.get(state or "")
         if expected is None or not places[0].startswith(expected):
             report.add(f"job {job_id} is in {places[0]} but its state is {state}")
         elif expected == "lane" and places[0] != f"lane {group}":
             report.add(f"job {job_id} of group {group} sits in {places[0]}")
-    for job_id, (state, _group) in rows.items():
-        if state in _PLACES and job_id not in where:
+    for job_id, row in rows.items():
+        state = row["state"]
+        if state in ("pending", "delayed", "active"):
+            lane = where.get(job_id, [""])[0]
+            fault = row_fault(row, lane[5:] if lane.startswith("lane ") else None)
+            if fault:
+                report.unreadable[job_id] = (lane[5:] if lane.startswith("lane ")
+                                             else row["group"], fault)
+        if state in _PLACES and job_id not in where and job_id not in report.unreadable:
             report.lost.append(job_id)
             report.add(f"job {job_id} is {state} but no structure holds it (lost)")
-    in_flight: Counter[str | None] = Counter(rows[i][1] for i in b["active"] if i in rows)
+    for job_id, (_g, why) in sorted(report.unreadable.items()):
+        report.add(f"job {job_id}: unreadable row ({why}): a claim moves it to dead")
+    in_flight: Counter[str | None] = Counter(rows[i]["group"] for i in b["active"] if i in rows)
     for holder in set(in_flight) | set(b["gactive"]):
-        booked, counted = int(b["gactive"].get(holder, 0)), in_flight.get(holder, 0)
-        if booked != counted:
+        booked, counted = b["gactive"].get(holder, "0"), in_flight.get(holder, 0)
+        if int_ok(booked) and int(booked) != counted:
             report.add(f"gactive of {holder} is {booked} but {counted} of its jobs are active")
     _check_ring(report, groups, lanes, b, in_flight)
     _check_workflows(queue, report, rows)
     if b["wake"] > WAKE_CAP:
         report.add(f"the wake list holds {b['wake']} tokens (bound {WAKE_CAP})")
     return report
+
+
+def _check_books(report: Report, b: dict[str, Any], groups: list[str], base: str) -> None:
+    """What a claim reads of each group's books (lua/_common.lua group_seat): a group whose
+    books it cannot read leaves the ring, so each is named here."""
+    def bad(where: str, value: str, what: str, setting: bool = True) -> None:
+        line = f"{where} is {value!r}, not {what}: a claim skips the group"
+        report.add(line)
+        if setting:
+            report.bad_settings.append(line)
+
+    for name in ("limit", "weight", "max_size"):
+        value = b["gdefaults"].get(name)
+        if value is not None and not int_ok(value):
+            bad(f"the default {name} ({base}gdefaults)", value, "an integer")
+    for g in groups:
+        for book, what in (("gactive", "jobs in flight"), ("gturn", "turn count")):
+            value = b[book].get(g)
+            if value is not None and not int_ok(value):
+                bad(f"group {g}: its {what} ({base}{book})", value, "an integer",
+                    setting=False)
+        for book, what in (("glimit", "limit"), ("gmax", "lane cap")):
+            value = b[book].get(g)
+            if value is not None and not int_ok(value):
+                bad(f"group {g}: its {what} ({base}{book})", value, "an integer")
+        weight = b["gweight"].get(g)
+        if weight is not None and not (int_ok(weight) and int(weight) >= 1):
+            bad(f"group {g}: its weight ({base}gweight)", weight, "an integer >= 1")
+        rate = b["grate"].get(g)
+        numbers = re.fullmatch(r"([0-9]+):([0-9]+)", rate or "")
+        if numbers and max(len(numbers[1]), len(numbers[2])) > 15:
+            bad(f"group {g}: its rate ({base}grate)", rate or "", "at most 15 digits a number")
+    for who, value in b["gcost"].items():
+        if not int_ok(value):
+            report.bad_books.add("gcost")
+            report.add(f"the cost estimate of {who or 'the queue'} ({base}gcost) is "
+                       f"{value!r}, not an integer: a time-fair claim skips the group")
 
 
 def _check_ring(report: Report, groups: list[str], lanes: dict[str, list[str]],
@@ -128,6 +312,8 @@ def _check_ring(report: Report, groups: list[str], lanes: dict[str, list[str]],
             report.add(f"group {g} is on the ring {n} times")
     for g in set(groups) | set(on_ring) | waiting:
         limit = b["glimit"].get(g, b["default_limit"])
+        if limit is not None and not int_ok(limit):
+            continue                              # reported by _check_books
         is_open = (bool(lanes.get(g)) and g not in b["gpaused"]
                    and (limit is None or in_flight.get(g, 0) < int(limit)))
         if g in on_ring and g in waiting:
@@ -141,45 +327,103 @@ def _check_ring(report: Report, groups: list[str], lanes: dict[str, list[str]],
 
 
 def _check_workflows(queue: Queue, report: Report,
-                     rows: dict[str, tuple[str | None, str | None]]) -> None:
+                     rows: dict[str, dict[str, str | None]]) -> None:
     """A workflow step waits (state waiting, in no structure) until a parent's ack releases
     it: each parent that has not handed its result over must still be able to, so its row
     is there and not finished (done, dead, cancelled)."""
-    waiting = [i for i, (state, _g) in rows.items() if state == "waiting"]
+    waiting = [i for i, row in rows.items() if row["state"] == "waiting"]
     pipe = queue.client.pipeline(transaction=False)
     for i in waiting:
         pipe.hmget(queue.keys.job(i), "wf", "par", "npend")
         pipe.hkeys(queue.keys.chord(i))
-    replies = pipe.execute()
+    replies = pipe.execute(raise_on_error=False)
     for n, step in enumerate(waiting):
-        (wf, par, npend), handed = replies[2 * n], set(replies[2 * n + 1])
+        fields, handed = replies[2 * n], replies[2 * n + 1]
+        if isinstance(fields, Exception):
+            continue                               # the row changed type meanwhile
+        wf, par, npend = fields
+        handed = set() if isinstance(handed, Exception) else set(handed)
         if not wf or not par:      # a link_error step: released by a failure, or never
             continue
         for slot, parent in enumerate(par.split()):
             if npend is not None and str(slot) in handed:
                 continue
-            state = rows.get(parent, (None, None))[0]
+            state = rows.get(parent, {}).get("state")
             if state is None or state in ("done", "dead", "cancelled"):
                 why = "is gone" if state is None else f"ended {state} without handing over"
                 report.add(f"workflow {wf}: step {step} waits for parent {parent}, which {why}")
                 report.orphans.append((wf, step, parent))
 
 
+def diagnose(queue: Queue, groups: Iterable[str] = ()) -> list[str]:
+    """Why a verb refused: the queue's fixed keys and books, and these groups' lanes and
+    start times, that are of the wrong type, and these groups' books a claim or an enqueue
+    cannot read; one line each (a producer's CorruptKey says them)."""
+    k, groups = queue.keys, sorted(set(groups))
+    names = [*TYPES, *(f"g:{g}:{tail}" for g in groups for tail in ("pending", "starts"))]
+    pipe = queue.client.pipeline(transaction=False)
+    for name in names:
+        pipe.type(k.base + name)
+    report = Report()
+    for name, kind in zip(names, pipe.execute()):
+        want = expected_type(name)
+        if want and kind not in (want, "none"):
+            report.wrong_types[name] = (kind, want)
+            report.add(f"key {k.base}{name} holds a {kind}, not a {want}")
+    books: dict[str, Any] = {"gcost": {}, "gdefaults": {}}
+    pipe = queue.client.pipeline(transaction=False)
+    reads = [b for b in ("gactive", "gturn", "glimit", "gmax", "gweight", "grate")
+             if b not in report.wrong_types]
+    for book in reads:
+        for g in groups:
+            pipe.hget(k.base + book, g)
+    if "gdefaults" not in report.wrong_types:
+        pipe.hgetall(k.gdefaults)
+    replies = pipe.execute()
+    for n, book in enumerate(reads):
+        values = replies[n * len(groups):(n + 1) * len(groups)]
+        books[book] = {g: v for g, v in zip(groups, values) if v is not None}
+    if "gdefaults" not in report.wrong_types:
+        books["gdefaults"] = replies[-1]
+    for book in ("gactive", "gturn", "glimit", "gmax", "gweight", "grate"):
+        books.setdefault(book, {})
+    _check_books(report, books, groups, k.base)
+    return report.violations
+
+
 class Repaired(NamedTuple):
-    """What repair() mended."""
+    """What repair() mended, and what it could not."""
     ringed: int             # groups on the ring after the rebuild
     restored: int           # lost jobs put back in their lanes
     workflows_failed: int   # workflows failed at a parent that is gone
+    buried: int = 0         # unreadable rows moved to dead with the reason
+    rebuilt: tuple[str, ...] = ()       # keys of the wrong type deleted and rebuilt
+    not_repaired: tuple[str, ...] = ()  # what an operator must mend (then repair again)
 
 
 def repair(queue: Queue) -> Repaired:
-    """Rebuild ring and gactive and restore lost jobs. A workflow step waiting for a parent
-    that is gone is resolved as failed (the workflow fails at that parent: its waiting
-    steps are cancelled, its link_error step runs)."""
+    """Rebuild ring and gactive (and every derived key of the wrong type), move unreadable
+    rows to dead with the reason, restore lost jobs. A workflow step waiting for a parent
+    that is gone is resolved as failed (the workflow fails at that parent: its waiting steps
+    are cancelled, its link_error step runs). Settings and workflows are their owner's: one
+    of the wrong type, or a value a claim cannot read, is named in ``not_repaired`` (and a
+    setting the rebuild reads, of the wrong type, stops it: mend it, then repair again)."""
     report = check(queue)
-    groups = sorted(queue.groups())
-    ringed, restored = queue.scripts.repair(queue.keys.fixed,
-                                            [len(groups), *groups, *report.lost])
+    base = queue.keys.base
+    rebuild = sorted({n for n in report.wrong_types if rebuilt(n)} | report.bad_books)
+    stray = [n for n in sorted(report.wrong_types)
+             if not rebuilt(n) and not (n.startswith("job:") and n[4:] in report.unreadable)]
+    not_repaired = tuple([f"{base}{n} holds a {report.wrong_types[n][0]}, not a "
+                          f"{report.wrong_types[n][1]}: delete it or set it again"
+                          for n in stray] + report.bad_settings)
+    if _NEEDED.intersection(stray):
+        return Repaired(0, 0, 0, not_repaired=not_repaired)
+    groups = sorted(set(report.group_names) | {g for g, _ in report.unreadable.values() if g})
+    bury = [x for i, (g, why) in sorted(report.unreadable.items()) for x in (i, g or "", why)]
+    ringed, restored = queue.scripts.repair(
+        queue.keys.fixed, [len(groups), *groups, len(rebuild), *rebuild, len(bury) // 3, *bury,
+                           *report.lost])
     failed = sum(int(queue.scripts.wffail(queue.keys.fixed, [wf, parent, step]))
                  for wf, step, parent in report.orphans)
-    return Repaired(int(ringed), int(restored), failed)
+    return Repaired(int(ringed), int(restored), failed, len(report.unreadable),
+                    tuple(base + n for n in rebuild), not_repaired)

@@ -76,6 +76,16 @@ class ServerFull(EmqError, OutOfMemoryError):
                    f"and refused the write: nothing was written ({exc})")
 
 
+class CorruptKey(EmqError):
+    """A key of the queue holds the wrong type, or a value its verbs cannot read (written by
+    hand, or by another program): the verb wrote nothing; ``emqtasks check`` names every such
+    key, ``emqtasks check --repair`` mends what it can."""
+
+    def __init__(self, message: str, keys: tuple[str, ...] = ()) -> None:
+        self.keys = keys
+        super().__init__(message)
+
+
 class UnknownTask(EmqError):
     """A task name that is not in the registry of this process."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from redis import ConnectionPool
 from redis.exceptions import ReadOnlyError, ResponseError
@@ -13,7 +13,7 @@ from redis.exceptions import ReadOnlyError, ResponseError
 from . import clock, heartbeat, history, lanes
 from .cluster import node_kwargs, scan_keys
 from .connection import MAX_BLOCK, PoolBusy, pool_wait
-from .errors import InvalidArgument, InvalidJobId, ScriptError
+from .errors import CorruptKey, InvalidArgument, InvalidJobId, ScriptError
 from .heartbeat import Beat
 from .keys import QueueKeys, check_group, check_job_id
 from .lanes import parse_rate
@@ -104,8 +104,13 @@ class Lease(NamedTuple):
 
     @classmethod
     def from_reply(cls, row: Sequence[Any]) -> Lease:
-        return cls(row[0], row[1], row[2] or "", int(row[3]), row[4], row[5], int(row[6]),
+        # a row without a task name or payload (written by hand) is leased as "", so the
+        # runner dead-letters it with the reason (and logs it) like any job that cannot run
+        return cls(row[0], row[1] or "", row[2] or "", int(row[3]), row[4], row[5], int(row[6]),
                    bool(row[7]), int(row[8]) if len(row) > 8 else 0)
+
+
+D = TypeVar("D")
 
 
 def _block_seconds(timeout: float) -> float:
@@ -165,7 +170,8 @@ def job_view(job_id: str, row: dict[str, str]) -> dict[str, Any]:
     for field in ("state", "task", "group", "error", "result"):
         view[field] = row.get(field)
     for field in ("attempts", "max", "created", "started", "finished"):
-        view[field] = int(row[field]) if field in row else None
+        # None too for a count or time that is not an integer (a row a claim buried)
+        view[field] = _int_or(row.get(field), None)
     view["max_attempts"] = view.pop("max")
     return view
 
@@ -198,10 +204,26 @@ class Queue:
             args: list[Any] = [len(chunk)]
             for job in chunk:
                 args.extend(job)
-            verdicts += [EnqueueVerdict(v) for v in self.hot.call("enqueue", self._k, args)]
+            try:
+                replies = self.hot.call("enqueue", self._k, args)
+            except ResponseError as exc:
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                raise self.corrupt([j.group for j in chunk], "nothing was enqueued") from None
+            verdicts += [EnqueueVerdict(v) for v in replies]
         if EnqueueVerdict.BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
             raise InvalidJobId("the server refused a malformed job id")
         return verdicts
+
+    def corrupt(self, groups: Iterable[str], outcome: str) -> CorruptKey:
+        """The error for a verb refused by a key of the wrong type (or a book it cannot
+        read), naming what the checker finds (emqtasks.check.diagnose)."""
+        from .check import diagnose
+
+        found = diagnose(self, groups)
+        what = "; ".join(found) if found else "a key of the queue holds the wrong type"
+        return CorruptKey(f"queue {self.name}: {outcome}: {what} (emqtasks check names every "
+                          "such key, emqtasks check --repair mends what it can)", tuple(found))
 
     # -- consumer ---------------------------------------------------------------------
     def claim(self, n: int = 1) -> list[Lease]:
@@ -568,7 +590,7 @@ def read_marks(replies: Sequence[Any], now_ms: int) -> dict[str, Any]:
     return {"stale_acks": _int_or(stale, 0), "clock": clock.state(now_ms, seen, step, at)}
 
 
-def _int_or(value: Any, default: int) -> int:
+def _int_or(value: Any, default: D) -> int | D:
     try:
         return int(value)
     except (TypeError, ValueError):

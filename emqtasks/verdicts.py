@@ -18,10 +18,11 @@ class EnqueueVerdict(IntEnum):
     DUPLICATE = 0     # the id exists: nothing was written
     ENQUEUED = 1
     FULL = 2          # the lane holds its cap of waiting jobs: nothing was written
+    UNREADABLE = 3    # its lane, or a book of its group, cannot be read: nothing was written
 
     @property
     def word(self) -> str:
-        """What ``JobHandle.verdict`` says: enqueued, duplicate or full."""
+        """What ``JobHandle.verdict`` says: enqueued, duplicate, full or unreadable."""
         return self.name.lower()
 
 

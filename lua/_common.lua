@@ -77,8 +77,20 @@ local function lane_key(g) return BASE .. 'g:' .. g .. ':pending' end
 local function starts_key(g) return BASE .. 'g:' .. g .. ':starts' end
 local function lane_score(prio, t) return (tonumber(prio) or 0) * PRIO_SPAN + t end
 local function busy_key(g) return BASE .. 'g:' .. g .. ':busy' end
+-- A key of the queue by its name after the base (repair deletes derived keys by name).
+local function queue_key(name) return BASE .. name end
 -- Integers as text, exactly (a bare number would go as %.14g).
 local function int_text(v) return string.format('%d', v) end
+-- Integer text as every writer stores counts, times and settings: '0', or an optional '-'
+-- and 1 to 15 digits without a leading zero (exact in a double, and what the module reads
+-- the same way). A row field or a book holding anything else is unreadable.
+local find, byte = string.find, string.byte
+local function int_ok(s)
+  if not s or #s > 16 or not find(s, '^%-?[1-9]%d*$') then return s == '0' end
+  return #s <= 15 or byte(s, 1) == 45   -- 16 characters: a '-' and 15 digits
+end
+-- The type of a key as TYPE names it ('none' when missing).
+local function type_of(key) return redis.call('TYPE', key)['ok'] end
 
 -- The queue's fairness mode, read once per script run (the fairness verb sets MODE itself).
 local MODE = nil
@@ -235,8 +247,10 @@ end
 
 -- A job reached an end (done, dead, cancelled): wake each client blocked in get() on it.
 -- `waiters` on the row counts them; a client registers before it looks, so none is missed.
+-- (A count that is not integer text, HINCRBY's, wakes none: the module reads it the same.)
 local function notify(id, waiters)
-  local n = math.min(tonumber(waiters or '0') or 0, 100)
+  local n = 0
+  if int_ok(waiters) then n = math.min(tonumber(waiters), 100) end
   if n > 0 then
     local key = BASE .. 'done:' .. id
     for _ = 1, n do redis.call('RPUSH', key, '1') end
@@ -411,10 +425,9 @@ local function fenced(id, attempts, nonce)
   return row
 end
 
--- Rotate the ring for a claim of g (the head). A weighted group keeps the head for
--- `weight` consecutive claims (deficit round robin). Returns true if g moved to the tail.
-local function ring_turn(g)
-  local w = weight_of(g)
+-- Rotate the ring for a claim of g (the head), of weight w. A weighted group keeps the head
+-- for `w` consecutive claims (deficit round robin). Returns true if g moved to the tail.
+local function ring_turn(g, w)
   if w > 1 and redis.call('HINCRBY', K_gturn, g, 1) < w then return false end
   if w > 1 then redis.call('HDEL', K_gturn, g) end
   redis.call('LMOVE', K_ring, K_ring, 'LEFT', 'RIGHT')
@@ -441,8 +454,11 @@ local function time_settle(g, id, row_started, vcharge, now, sample)
   if not vcharge then return end
   local deadline = tonumber(redis.call('ZSCORE', K_active, id)) or now
   local used = math.max(0, math.min(now, deadline) - (tonumber(row_started) or now))
+  -- read before the first write, as the module does: what cannot be read changes nothing
+  local w = weight_of(g)
+  local charged = tonumber(vcharge) or error('a job row\'s vcharge is not a number')
   redis.call('HDEL', job_key(id), 'vcharge')
-  local delta = math.max(1, math.floor(used * 1000 / weight_of(g))) - tonumber(vcharge)
+  local delta = math.max(1, math.floor(used * 1000 / w)) - charged
   if delta ~= 0 then
     local own = tonumber(redis.call('HGET', K_gvrun, g)) or 0
     local v = own + delta
@@ -472,11 +488,9 @@ local function time_settle(g, id, row_started, vcharge, now, sample)
 end
 
 -- Claim in time mode from g, the open group with the least virtual time vs: charge it the
--- estimated cost of this job over its weight, and raise the floor to vs.
-local function time_charge(g, vs, jk)
-  local est = tonumber(redis.call('HGET', K_gcost, g) or redis.call('HGET', K_gcost, '')
-    or DEFAULT_COST)
-  local charge = math.max(1, math.floor(est / weight_of(g)))
+-- estimated cost est of this job over its weight w, and raise the floor to vs.
+local function time_charge(g, vs, jk, est, w)
+  local charge = math.max(1, math.floor(est / w))
   local v = int_text(vs + charge)
   redis.call('ZADD', K_gvt, v, g)
   redis.call('HSET', K_gvrun, g, v)
@@ -484,72 +498,6 @@ local function time_charge(g, vs, jk)
     redis.call('HSET', K_gvrun, '', int_text(vs))
   end
   redis.call('HSET', jk, 'vcharge', int_text(charge))
-end
-
--- Claim one job: turn the ring one step (in time mode: take the group of least virtual time
--- and charge it, time_charge), pop the head of that lane, lease it.
--- Returns {id, task, payload, attempts, nonce, group, lease_ms, more, fence} or nil when nothing is
--- serviceable. Ghosts (ids whose row is gone) and stale ring entries are skipped, at most
--- 64 of them per call; past that a wake is pushed so a worker comes back for the rest.
-local function claim_one(nonce, now)
-  local tf = time_fair()
-  for _ = 1, 64 do
-    local g, vs
-    if tf then
-      local h = redis.call('ZRANGE', K_gvt, 0, 0, 'WITHSCORES')
-      g, vs = h[1], tonumber(h[2])
-    else
-      g = redis.call('LINDEX', K_ring, 0)
-    end
-    if not g then return nil end
-    local lane = lane_key(g)
-    local popped = redis.call('ZPOPMIN', lane)
-    if #popped == 0 then
-      ring_leave(g, false)
-    else
-      local id = popped[1]
-      local jk = job_key(id)
-      local row = redis.call('HMGET', jk, 'task', 'payload', 'lease', 'state', 'attempts', 'fence')
-      if not row[4] then
-        if redis.call('ZCARD', lane) == 0 then ring_leave(g, false) end
-      else
-        local rotated = true
-        if tf then time_charge(g, vs, jk) else rotated = ring_turn(g) end
-        local att = tonumber(row[5]) + 1
-        local lease = tonumber(row[3])
-        -- fence: grows with every claim of the row, never rolled back (attempts is: by a
-        -- release, or a requeue of a dead job), so a task can guard writes elsewhere with it.
-        local fence = tonumber(row[6] or '0') + 1
-        redis.call('HSET', jk, 'state', 'active', 'attempts', att, 'nonce', nonce, 'started', now,
-          'fence', fence)
-        redis.call('ZADD', K_active, now + lease, id)
-        hist_started(now, row[1] or '', g, tonumber(popped[2]))
-        local act = redis.call('HINCRBY', K_gactive, g, 1)
-        local lim = limit_of(g)
-        local m, per = rate_of(g)
-        if m then
-          local starts = starts_key(g)
-          redis.call('LPUSH', starts, now)
-          redis.call('LTRIM', starts, 0, m - 1)
-          redis.call('PEXPIRE', starts, per)
-        end
-        -- more: 1 when other work is serviceable right now, so the claimant's master
-        -- wakes another child (or another master) only when there is something to take.
-        local more = 1
-        local closed = (lim and act >= tonumber(lim)) or redis.call('ZCARD', lane) == 0
-        local at = nil
-        if m and not closed then at = rate_ready(g, now) end
-        if closed or at then
-          ring_leave(g, rotated)
-          if at then wait_push(g, at) end
-          if ring_size() == 0 then more = 0 end
-        end
-        return {id, row[1], row[2], att, nonce, g, lease, more, fence}
-      end
-    end
-  end
-  wake()
-  return nil
 end
 
 -- ---- workflows (emqtasks/canvas.py, lua/workflow.lua) -------------------------------------
@@ -699,5 +647,314 @@ local function wf_fail(wf, id, now)
       -- released: it lives as a job now, no longer with its workflow's hash
       redis.call('PERSIST', job_key(w[2]))
     end
+  end
+end
+
+-- ---- claim --------------------------------------------------------------------------------
+-- The claim and enqueue sections run in a block, with the names they use copied next to the
+-- closures that use them: every run of a script makes every closure of this file, and a
+-- closure captures a local by walking down the open ones, so capturing the prelude's far
+-- locals from here made each run of every verb several microseconds slower.
+local claim_one, enqueue_books, group_seat, bury
+do
+  local DEFAULT_COST, K_active, K_dead, K_delayed, K_gactive, K_gbackoff, K_gcost =
+    DEFAULT_COST, K_active, K_dead, K_delayed, K_gactive, K_gbackoff, K_gcost
+  local K_gpaused, K_grate, K_gturn, K_gvrun, K_gvt, K_gwait, K_gweight, K_ring, K_wake =
+    K_gpaused, K_grate, K_gturn, K_gvrun, K_gvt, K_gwait, K_gweight, K_ring, K_wake
+  local default, hist, hist_failed, hist_started, int_ok, job_key, lane_key, limit_of =
+    default, hist, hist_failed, hist_started, int_ok, job_key, lane_key, limit_of
+  local max_size_of, notify, rate_ready, ring_leave, ring_size, ring_turn, starts_key =
+    max_size_of, notify, rate_ready, ring_leave, ring_size, ring_turn, starts_key
+  local time_charge, time_fair, type_of, wait_push, wake, wf_fail =
+    time_charge, time_fair, type_of, wait_push, wake, wf_fail
+  local ipairs, tonumber, type = ipairs, tonumber, type
+  -- A claim meets what it cannot read without failing the queue: a job row it cannot read goes
+  -- to `dead` with the reason (bury), a group whose books it cannot read leaves the ring
+  -- (group_seat), and only a queue-wide key of the wrong type fails the call, before its first
+  -- write (claim_books). Every check reads before the claim writes anything, so a refused call
+  -- changes nothing and no job is ever left out of every structure.
+
+  -- The error text naming a key of the wrong type (the module's is the same).
+  local function wrong_type(key, want)
+    return 'WRONGTYPE emq: ' .. key .. ' holds a ' .. type_of(key) .. ', not a ' .. want
+  end
+
+  -- The first of keys ({key, type}...) that is neither missing nor of its type, as
+  -- wrong_type's text; nil when all fit.
+  local function misfit(keys)
+    for _, kw in ipairs(keys) do
+      local t = type_of(kw[1])
+      if t ~= 'none' and t ~= kw[2] then return wrong_type(kw[1], kw[2]) end
+    end
+    return nil
+  end
+
+  -- Once per call, before the first write: the queue-wide keys a claim may write half-way
+  -- through a lease (`gturn`, this minute's history, in time mode `gvrun`). Returns false,
+  -- or the error text naming the key of the wrong type. (`active` and `dead`, written right
+  -- after the pop, are checked by that write: claim_one puts the job back on a refusal.)
+  local BOOKS = nil
+  local function claim_books(now)
+    if BOOKS ~= nil then return BOOKS end
+    local keys = {{K_gturn, 'hash'}}
+    local h = hist(now)
+    if h then keys[#keys + 1] = {h[1], 'hash'} end
+    if time_fair() then keys[#keys + 1] = {K_gvrun, 'hash'} end
+    BOOKS = misfit(keys) or false
+    return BOOKS
+  end
+
+  -- What a claim of g reads of its group's books, each checked before the claim writes:
+  -- {act, lim, w, m, per, est}, or nil when one is unreadable (its jobs in flight, limit or
+  -- turn count not an integer, its weight not an integer >= 1, its rate's numbers over 15
+  -- digits, a rated group's start times, `gwait` or `wake` of the wrong type, in time mode
+  -- its cost estimate not an integer). A group with unreadable books leaves the ring: it
+  -- costs that group, not the queue (emqtasks check names the key).
+  function group_seat(g, tf)
+    local act = redis.call('HGET', K_gactive, g)
+    if act and not int_ok(act) then return nil end
+    local lim = limit_of(g)
+    if lim and not int_ok(lim) then return nil end
+    local w = redis.call('HGET', K_gweight, g) or default('weight')
+    if w and not (int_ok(w) and tonumber(w) >= 1) then return nil end
+    local seat = {act = tonumber(act or '0'), lim = tonumber(lim), w = tonumber(w or '1')}
+    local rate = redis.call('HGET', K_grate, g) or default('rate')
+    local m, per = nil, nil
+    if rate then m, per = string.match(rate, '^(%d+):(%d+)$') end
+    if m then
+      if #m > 15 or #per > 15 then return nil end
+      for _, kw in ipairs({{starts_key(g), 'list'}, {K_gwait, 'zset'}, {K_wake, 'list'}}) do
+        local t = type_of(kw[1])
+        if t ~= 'none' and t ~= kw[2] then return nil end
+      end
+      seat.m, seat.per = tonumber(m), tonumber(per)
+    end
+    if tf then
+      local est = redis.call('HGET', K_gcost, g) or redis.call('HGET', K_gcost, '')
+      if est and not int_ok(est) then return nil end
+      seat.est = tonumber(est or DEFAULT_COST)
+    elseif seat.w > 1 then
+      local turn = redis.call('HGET', K_gturn, g)
+      if turn and not int_ok(turn) then return nil end
+    end
+    return seat
+  end
+
+  -- Why a row's field v (a count or a time every verb of the job's life reads as an integer)
+  -- cannot be read, or nil.
+  local function int_fault(v, name, required)
+    if not v then
+      if required then return 'no ' .. name end
+    elseif not int_ok(v) then
+      return name .. ' is not an integer'
+    end
+    return nil
+  end
+
+  -- Why a row popped from g's lane cannot be leased (what its later verbs could not read
+  -- either), or nil. row: HMGET task payload lease state attempts fence group max ttl delay
+  -- created (check.py ROW_INTS says the same).
+  local function row_fault(row, g)
+    if not row[7] then return 'no group' end
+    if row[7] ~= g then return 'its group is not the lane it was in' end
+    return int_fault(row[5], 'attempts', true) or int_fault(row[3], 'lease', true)
+      or int_fault(row[6], 'fence') or int_fault(row[8], 'max', true)
+      or int_fault(row[9], 'ttl') or int_fault(row[10], 'delay')
+      or int_fault(row[11], 'created', true)
+  end
+
+  -- A job popped from g's lane whose row cannot be read goes to `dead` with the reason; a
+  -- key of another type than a hash (keytype: its TYPE) is replaced by a dead row (a hash
+  -- was never there to keep). A row that lost its group gets the lane's, so a requeue brings
+  -- it back there (repair buries rows outside lanes too: g may be nil).
+  function bury(id, g, reason, now, keytype)
+    local jk = job_key(id)
+    if type(redis.pcall('ZADD', K_dead, now, id)) == 'table' then
+      return wrong_type(K_dead, 'zset')   -- nothing written: the caller puts the job back
+    end
+    if keytype then
+      redis.call('DEL', jk)
+      reason = 'the key holds a ' .. keytype .. ', not a hash'
+    end
+    redis.call('HSET', jk, 'state', 'dead', 'error', 'unreadable job row: ' .. reason,
+      'finished', now)
+    local r = redis.call('HMGET', jk, 'group', 'task', 'waiters', 'wf')
+    if g and not r[1] then redis.call('HSET', jk, 'group', g) end
+    if g then hist_failed(now, r[2] or '', g, true) end
+    notify(id, r[3])
+    if r[4] then wf_fail(r[4], id, now) end
+    return nil
+  end
+
+  -- A wake at the end of a claim that skipped its fill: a hint, left out when `wake` is of
+  -- the wrong type (the next tick's promote finds the work anyway).
+  local function wake_soft()
+    local t = type_of(K_wake)
+    if t == 'none' or t == 'list' then wake() end
+  end
+
+  -- Claim one job: turn the ring one step (in time mode: take the group of least virtual time
+  -- and charge it, time_charge), pop the head of that lane, lease it.
+  -- Returns {id, task, payload, attempts, nonce, group, lease_ms, more, fence}, or nil when
+  -- nothing is serviceable, or nil and an error text when a queue-wide key a claim writes is
+  -- of the wrong type (claim_books: nothing was written). Ghosts (ids whose row is gone),
+  -- stale ring entries, groups whose books cannot be read (group_seat) and rows that cannot be
+  -- read (bury) are skipped, at most 64 of them per call; past that a wake is pushed so a
+  -- worker comes back for the rest.
+  function claim_one(nonce, now)
+    local tf = time_fair()
+    for _ = 1, 64 do
+      local g, vs
+      if tf then
+        local h = redis.call('ZRANGE', K_gvt, 0, 0, 'WITHSCORES')
+        g, vs = h[1], tonumber(h[2])
+      else
+        g = redis.call('LINDEX', K_ring, 0)
+      end
+      if not g then return nil end
+      local books = claim_books(now)
+      if books then return nil, books end
+      local seat = group_seat(g, tf)
+      local lane = lane_key(g)
+      local popped = seat and redis.pcall('ZPOPMIN', lane)
+      if not seat or popped.err or #popped == 0 then
+        ring_leave(g, false)
+      else
+        local id = popped[1]
+        local jk = job_key(id)
+        local row = redis.pcall('HMGET', jk, 'task', 'payload', 'lease', 'state', 'attempts',
+          'fence', 'group', 'max', 'ttl', 'delay', 'created')
+        local fault, refused = nil, nil
+        if row.err then
+          refused = bury(id, g, nil, now, type_of(jk))
+        elseif row[4] then
+          fault = row_fault(row, g)
+          if fault then refused = bury(id, g, fault, now) end
+        end
+        -- `active` first, by the write itself: a lease it refuses is no lease
+        if not (row.err or fault or not row[4])
+          and type(redis.pcall('ZADD', K_active, now + tonumber(row[3]), id)) == 'table' then
+          refused = wrong_type(K_active, 'zset')
+        end
+        if refused then
+          -- `dead` or `active` of the wrong type: the job goes back, the call changed nothing
+          redis.call('ZADD', lane, popped[2], id)
+          return nil, refused
+        end
+        if row.err or not row[4] or fault then
+          -- a ghost (its row is gone) or a buried row: look again
+          if redis.call('ZCARD', lane) == 0 then ring_leave(g, false) end
+        else
+          local rotated = true
+          if tf then time_charge(g, vs, jk, seat.est, seat.w) else rotated = ring_turn(g, seat.w) end
+          local att = tonumber(row[5]) + 1
+          local lease = tonumber(row[3])
+          -- fence: grows with every claim of the row, never rolled back (attempts is: by a
+          -- release, or a requeue of a dead job), so a task can guard writes elsewhere with it.
+          local fence = tonumber(row[6] or '0') + 1
+          redis.call('HSET', jk, 'state', 'active', 'attempts', att, 'nonce', nonce, 'started', now,
+            'fence', fence)
+          local act = redis.call('HINCRBY', K_gactive, g, 1)
+          if seat.m then
+            local starts = starts_key(g)
+            redis.call('LPUSH', starts, now)
+            redis.call('LTRIM', starts, 0, seat.m - 1)
+            redis.call('PEXPIRE', starts, seat.per)
+          end
+          -- more: 1 when other work is serviceable right now, so the claimant's master
+          -- wakes another child (or another master) only when there is something to take.
+          local more = 1
+          local closed = (seat.lim and act >= seat.lim) or redis.call('ZCARD', lane) == 0
+          local at = nil
+          if seat.m and not closed then at = rate_ready(g, now) end
+          if closed or at then
+            ring_leave(g, rotated)
+            if at then wait_push(g, at) end
+            if ring_size() == 0 then more = 0 end
+          end
+          -- last: a history counter that cannot be counted fails the call with the books whole
+          hist_started(now, row[1] or '', g, tonumber(popped[2]))
+          return {id, row[1], row[2], att, nonce, g, lease, more, fence}
+        end
+      end
+    end
+    wake_soft()
+    return nil
+  end
+
+  -- ---- enqueue ------------------------------------------------------------------------------
+  -- Before the first write of enqueue.lua's call (ARGV: n, then 10 fields per job), what it
+  -- will write. Returns refused, books, caps: caps[i] the lane cap of job i when due now;
+  -- refused[i] is true for job i (0-based) whose lane is
+  -- not a zset, whose lane cap cannot be read, or, when its lane is empty (the job opens it),
+  -- whose group's limit, jobs in flight (with a limit), rate or start times cannot be read
+  -- (as group_seat reads them): such a job is refused with nothing written and the others go
+  -- on. books is the error text naming a queue-wide key the call writes that is of the wrong
+  -- type (then nothing is written at all); the keys the call only reads fail it by their read
+  -- (a server's WRONGTYPE), before any write too. The keys opening a lane writes are checked
+  -- only when a job opens one.
+  function enqueue_books(n, now)
+    local refused, caps, opening, keys, later = {}, {}, {}, {}, false
+    local h = hist(now)
+    if h then keys[#keys + 1] = {h[1], 'hash'} end
+    for i = 0, n - 1 do
+      local o = 1 + i * 10
+      local g = ARGV[o + 4]
+      if tonumber(ARGV[o + 9]) > 0 then
+        later = true
+      else
+        local size = redis.pcall('ZCARD', lane_key(g))
+        local cap = max_size_of(g)
+        caps[i] = cap
+        if type(size) == 'table' or (cap and not int_ok(cap)) then
+          refused[i] = true
+        elseif size == 0 then
+          opening[#opening + 1] = i
+        end
+      end
+    end
+    if later then
+      keys[#keys + 1] = {K_delayed, 'zset'}
+      keys[#keys + 1] = {K_wake, 'list'}
+    end
+    if #opening > 0 then
+      if time_fair() then
+        keys[#keys + 1] = {K_gvt, 'zset'}
+        keys[#keys + 1] = {K_gvrun, 'hash'}
+      else
+        keys[#keys + 1] = {K_ring, 'list'}
+      end
+      for _, k in ipairs({{K_gturn, 'hash'}, {K_gwait, 'zset'}, {K_wake, 'list'}}) do
+        keys[#keys + 1] = k
+      end
+    end
+    local books = misfit(keys)
+    if books then return refused, books, caps end
+    local seen = {}
+    for _, i in ipairs(opening) do
+      local g = ARGV[1 + i * 10 + 4]
+      if seen[g] == nil then
+        redis.call('SISMEMBER', K_gpaused, g)
+        redis.call('HGET', K_gbackoff, g)
+        local ok = true
+        local lim = limit_of(g)
+        if lim and not int_ok(lim) then ok = false end
+        if ok and lim then
+          local act = redis.call('HGET', K_gactive, g)
+          if act and not int_ok(act) then ok = false end
+        end
+        local rate = ok and (redis.call('HGET', K_grate, g) or default('rate'))
+        local m, per = nil, nil
+        if rate then m, per = string.match(rate, '^(%d+):(%d+)$') end
+        if m and (#m > 15 or #per > 15) then ok = false end
+        if ok and m then
+          local t = type_of(starts_key(g))
+          ok = t == 'none' or t == 'list'
+        end
+        seen[g] = ok
+      end
+      if not seen[g] then refused[i] = true end
+    end
+    return refused, nil, caps
   end
 end

@@ -9,7 +9,8 @@
 -- ARGV[5]  next: '' for none, else the nonce for the next claim
 -- Reply: {verdict, next_job}: verdict 1 done, 0 stale (nothing of the job was written: no
 --   result, no books; the queue's tally counts it: `stale_acks`, tally in _common.lua);
---   next_job as in claim.lua, or false when none was asked or none is serviceable.
+--   next_job as in claim.lua, or false when none was asked or none is serviceable
+--   (or a queue-wide key a claim writes is of the wrong type: the next plain claim says which).
 -- Side effects: counts the success in the minute's history; removes the id from `active`, state done with result and finish time; the
 --   row expires after its ttl (deleted at once when ttl is 0); gactive-1, and a group held
 --   back by its limit returns to the ring with a wake. A job claimed in time mode settles

@@ -5,18 +5,22 @@
 -- ARGV[2]  nonce prefix, random per call; job i gets nonce prefix .. ':' .. i
 -- Reply: an array of up to n jobs, each {id, task, payload, attempts, nonce, group, lease_ms, more,
 --   fence};
---   empty when the queue is paused or nothing is serviceable.
+--   empty when the queue is paused or nothing is serviceable; an error (WRONGTYPE, naming
+--   the key) when a queue-wide key a claim writes is of the wrong type: nothing was written.
 -- Side effects: counts it in the minute's history (_common.lua); per job, attempts+1,
 --   fence+1, state active, `active` score now+lease, gactive+1; a group at its limit or with
 --   an empty lane leaves the ring. In time mode each claim is served from the group of least
---   virtual time and charged to it (time_charge, _common.lua).
+--   virtual time and charged to it (time_charge, _common.lua). A row the claim cannot read
+--   goes to `dead` with the reason, a group whose books it cannot read leaves the ring, and
+--   the claim goes on (claim_one in _common.lua).
 
 runs_when_full()
 if redis.call('EXISTS', K_paused) == 1 then return {} end
 local now = now_ms()
 local out = {}
 for i = 1, tonumber(ARGV[1]) do
-  local job = claim_one(ARGV[2] .. ':' .. i, now)
+  local job, books = claim_one(ARGV[2] .. ':' .. i, now)
+  if books then return redis.error_reply(books) end
   if not job then break end
   out[#out + 1] = job
 end

@@ -14,13 +14,20 @@
 --   priority   -100..100, lower runs first within the lane (0 the default)
 -- Reply: an array of n integers, one per job: 1 enqueued, 0 duplicate (the row exists, so
 --   nothing was written), -1 refused because the id is malformed, 2 refused because the
---   lane holds its cap of waiting jobs (max_size: nothing was written).
+--   lane holds its cap of waiting jobs (max_size: nothing was written), 3 refused because
+--   its lane, or a book of its group that opening the lane reads (limit, jobs in flight,
+--   rate, start times), cannot be read (nothing was written; the others go on). An error
+--   (WRONGTYPE, naming the key) when a queue-wide key the call writes is of the wrong
+--   type: nothing was written (enqueue_books in _common.lua).
 -- Side effects: counts the job in the minute's history (_common.lua); writes emq:{q}:job:<id> (field prio when not 0); adds the id to its lane
 --   (a lane that opens joins the ring, or gwait while its rate budget is spent, and pushes
 --   a wake) or to `delayed`. A countdown is not held to the cap: it joins its lane when due.
 
 local n = tonumber(ARGV[1])
 local now = now_ms()
+-- Before the first write: every key the call writes (enqueue_books).
+local refused, books, caps = enqueue_books(n, now)
+if books then return redis.error_reply(books) end
 local out = {}
 for i = 0, n - 1 do
   local o = 1 + i * 10
@@ -31,10 +38,11 @@ for i = 0, n - 1 do
     out[#out + 1] = -1
   else
     local jk = job_key(id)
-    local cap = nil
-    if countdown <= 0 then cap = max_size_of(g) end
+    local cap = caps[i]
     if redis.call('EXISTS', jk) == 1 then
       out[#out + 1] = 0
+    elseif refused[i] then
+      out[#out + 1] = 3
     elseif cap and redis.call('ZCARD', lane_key(g)) >= tonumber(cap) then
       out[#out + 1] = 2
     else

@@ -363,7 +363,8 @@ def _pct(x: float | None) -> str:
 
 @click.command("check", cls=AdminCommand)
 @queue_options
-@click.option("--repair", is_flag=True, help="rebuild ring and gactive, restore lost jobs")
+@click.option("--repair", is_flag=True, help="rebuild ring, gactive and derived keys of the "
+              "wrong type, bury unreadable rows in dead, restore lost jobs")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def check_command(redis_url: str | None, queue: str | None, repair: bool, as_json: bool) -> None:
     """Check the queue's invariants (exit 1 on a violation); --repair mends what it can."""
@@ -382,7 +383,11 @@ def check_command(redis_url: str | None, queue: str | None, repair: bool, as_jso
     else:
         if mended is not None:
             click.echo(f"repaired: {mended.ringed} groups on the ring, {mended.restored} jobs "
-                       f"restored, {mended.workflows_failed} workflows failed at a lost step")
+                       f"restored, {mended.buried} unreadable jobs moved to dead, "
+                       f"{len(mended.rebuilt)} keys of the wrong type rebuilt, "
+                       f"{mended.workflows_failed} workflows failed at a lost step")
+            for line in mended.not_repaired:
+                click.echo(f"not repaired: {line}")
         for line in report.violations:
             click.echo(f"violation: {line}")
         click.echo(f"{'ok' if report.ok else 'BROKEN'}: {report.jobs} job rows, "

@@ -15,12 +15,16 @@
  *
  *   EMQ.ENQUEUE <keys> n {id task payload group max lease delay ttl countdown priority}*n
  *       -> array of n integers: 1 enqueued, 0 duplicate (the row exists), -1 malformed id,
- *          2 the lane holds its max_size (jobs due now only)
+ *          2 the lane holds its max_size (jobs due now only), 3 its lane or the group books
+ *          opening it reads cannot be read; an error naming a queue-wide key it writes of
+ *          the wrong type (nothing written)
  *   EMQ.CLAIM   <keys> n nonce_prefix
  *       -> array of up to n jobs {id task payload attempts nonce group lease_ms more fence};
  *          job i
  *          gets the nonce prefix..":"..i; empty when the queue is paused or nothing is
- *          serviceable
+ *          serviceable; a row it cannot read is buried in `dead`, a group whose books it
+ *          cannot read leaves the ring, and it goes on; an error naming a queue-wide key it
+ *          writes of the wrong type (nothing written)
  *   EMQ.ACK     <keys> id attempts nonce result next_nonce
  *       -> {1 done | 0 stale, next job as in claim or nil}; next_nonce '' claims nothing;
  *          a stale ack is counted in BASE.."tally" (field stale_acks);
@@ -58,7 +62,9 @@
  *     reads anything else as "the row's own");
  *   - the fixed keys a command always touches are type-checked before its first write;
  *     any other key of the wrong type stops the command where a script would stop too,
- *     with what was written before kept (and replicated), as with a script;
+ *     with what was written before kept (and replicated), as with a script; claim and
+ *     enqueue check what they write and read before writing, as their scripts now do
+ *     (the claim and enqueue sections of _common.lua), so a refused call writes nothing;
  *   - a priority, or a release back-off, that is no number counts as 0, as the scripts'
  *     `tonumber(x) or 0`; a non-integral one is stored as %.17g text (what 6.2's scripts
  *     write; 7's and Valkey's write the shortest round-trip text, "0.1" for 0.1), and a
@@ -148,6 +154,8 @@ typedef struct {
     int hn;
     long long hexp;        /* its expiry set in this call, not yet replicated (0: none) */
     int full;              /* enqueue on a full server: its first write is refused (OOM) */
+    int books;             /* claim_books: 0 unchecked, 1 fine, -2 a key of the wrong type */
+    char errbuf[320];      /* an error text of this call that names a key */
 } Q;
 
 static int fail(Q *q, const char *msg) {
@@ -213,6 +221,26 @@ static long long to_ll(double d) {
 static int integer(Q *q, RMS *s, long long *out, const char *what) {
     if (RedisModule_StringToLongLong(s, out) == REDISMODULE_OK) return 0;
     return fail(q, what);
+}
+
+/* int_ok: integer text as every writer stores it: "0", or an optional '-' and 1 to 15
+ * digits without a leading zero (the scripts' int_ok, to the byte). */
+static int int_ok(RMS *s) {
+    size_t len;
+    const char *p = RedisModule_StringPtrLen(s, &len);
+    if (len == 1 && p[0] == '0') return 1;
+    size_t i = len > 0 && p[0] == '-' ? 1 : 0;
+    if (len - i < 1 || len - i > 15 || p[i] < '1' || p[i] > '9') return 0;
+    for (; i < len; i++)
+        if (p[i] < '0' || p[i] > '9') return 0;
+    return 1;
+}
+
+/* An int_ok value as a number (NULL: 0). */
+static double int_val(RMS *s) {
+    long long v = 0;
+    if (s) RedisModule_StringToLongLong(s, &v);
+    return (double)v;
 }
 
 /* Doubles replicated as text the way the scripts format numbers: integers exactly. */
@@ -426,6 +454,11 @@ static int hincr_from(Q *q, RMK *h, RMS *key, RMS *field, long long v, long long
     return 0;
 }
 
+static void hset1(Q *q, RMK *h, RMS *key, RMS *field, RMS *val) {
+    RedisModule_HashSet(h, REDISMODULE_HASH_NONE, field, val, NULL);
+    RedisModule_Replicate(q->ctx, "HSET", "sss", key, field, val);
+}
+
 static int hdel(Q *q, RMK *h, RMS *key, RMS *field) {
     if (!h || !RedisModule_KeyType(h)) return 0;
     if (RedisModule_HashSet(h, REDISMODULE_HASH_NONE, field, REDISMODULE_HASH_DELETE, NULL) > 0) {
@@ -486,13 +519,7 @@ static int delay_push(Q *q, RMS *id, double due) {
 
 /* A job reached an end: one token per client blocked in get() on it (at most 100). */
 static int notify(Q *q, RMS *id, RMS *waiters) {
-    long long n = 0;
-    double d;
-    if (waiters) {
-        if (RedisModule_StringToLongLong(waiters, &n) != REDISMODULE_OK)
-            n = RedisModule_StringToDouble(waiters, &d) == REDISMODULE_OK && d > 0
-                    ? (long long)(d < NOTIFY_MAX ? d : NOTIFY_MAX) : 0;
-    }
+    long long n = waiters && int_ok(waiters) ? (long long)int_val(waiters) : 0;
     if (n > NOTIFY_MAX) n = NOTIFY_MAX;
     if (n <= 0) return 0;
     RMS *key = mkname(q, "done:", id, "");
@@ -943,17 +970,6 @@ static int time_charge(Q *q, RMS *g, double vs, double w, double est, RMK *job, 
     RedisModule_Replicate(q->ctx, "HSET", "sss", jkey, F_VCHARGE, c);
     sfree(q, c);
     return 0;
-}
-
-/* The estimate a claim of g is charged: gcost[g], else gcost[''], else DEFAULT_COST. */
-static int cost_estimate(Q *q, RMS *g, double *est) {
-    RMS *s;
-    if (book_get(q, "gcost", g, &s) < 0) return -1;
-    if (!s && book_get(q, "gcost", F_EMPTY, &s) < 0) return -1;
-    *est = DEFAULT_COST;
-    int rc = s ? num(q, s, est, "ERR emq: a cost estimate is not a number") : 0;
-    sfree(q, s);
-    return rc;
 }
 
 static int ring_enter(Q *q, RMS *g) {
@@ -1460,59 +1476,293 @@ static RMS *ring_head(Q *q) {
     return g;
 }
 
-/* One turn at the ring's head group g: 1 claimed into *out, 0 look again (the lane was
- * empty, or its head a ghost: an id whose row is gone), -1 error. */
-static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
-    RMS *lkey = lane_key(q, g), *id = NULL, *jkey = NULL;
-    RMS *task = NULL, *payload = NULL, *lease_s = NULL, *state = NULL, *att_s = NULL;
-    RMS *fence_s = NULL;
-    long long fence = 0, rm = 0, rper = 0;
-    int rated = 0;
-    RMK *lane = NULL, *job = NULL;
-    double score, lease = 0, w = 1, lim = 0;
-    long long att = 0, act, act_now, more = 1;
-    int has_lim = 0, rotated = 1, rc, tf = time_fair(q);
-    double est = 0;
-    if (tf < 0) return -1;
+/* As _common.lua's claim section: a row a claim cannot read goes to `dead` with the reason
+ * (bury), a group whose books it cannot read leaves the ring (group_seat), and only a
+ * queue-wide key of the wrong type fails the call, before its first write (claim_books). */
 
-    if ((rc = dk(q, lkey, 1, REDISMODULE_KEYTYPE_ZSET, &lane)) < 0) goto out;
-    if (!(id = zfirst(lane, &score))) {          /* ZPOPMIN found nothing: leave the ring */
+static int wf_fail(Q *q, RMS *wf, RMS *id);
+
+/* Whether key is missing or of the type; a read that fails nothing. */
+static int key_fits(Q *q, RMS *key, int type) {
+    RMK *h = RedisModule_OpenKey(q->ctx, key, REDISMODULE_READ);
+    int ok = type_ok(h, type);
+    if (h) RedisModule_CloseKey(h);
+    return ok;
+}
+
+/* The key's TYPE, as the scripts name it (a module type by its own name). */
+static void type_name(Q *q, RMS *key, char *out, size_t size) {
+    RedisModuleCallReply *r = RedisModule_Call(q->ctx, "TYPE", "s", key);
+    RMS *t = r && RedisModule_CallReplyType(r) == REDISMODULE_REPLY_STRING
+                 ? RedisModule_CreateStringFromCallReply(r) : NULL;
+    size_t len = 0;
+    const char *p = t ? RedisModule_StringPtrLen(t, &len) : "";
+    snprintf(out, size, "%.*s", (int)len, p);
+    sfree(q, t);
+    if (r) RedisModule_FreeCallReply(r);
+}
+
+static const char *const TYPE_NAMES[6] = {"", "string", "list", "hash", "set", "zset"};
+
+/* The first of n keys (NULL ones skipped) that is neither missing nor of its type: -2 with
+ * q->errbuf naming it as the scripts do ("WRONGTYPE emq: <key> holds a <t>, not a <want>";
+ * q->err is left to the caller), else 1. */
+static int types_fit(Q *q, RMS **keys, const int *types, int n) {
+    for (int i = 0; i < n; i++) {
+        if (!keys[i] || key_fits(q, keys[i], types[i])) continue;
+        size_t kl;
+        const char *kp = RedisModule_StringPtrLen(keys[i], &kl);
+        char t[64];
+        type_name(q, keys[i], t, sizeof t);
+        snprintf(q->errbuf, sizeof q->errbuf, "WRONGTYPE emq: %.*s holds a %s, not a %s",
+                 (int)kl, kp, t, TYPE_NAMES[types[i]]);
+        return -2;
+    }
+    return 1;
+}
+
+/* This minute's history hash, or NULL when the history is off (gdefaults read first). */
+static RMS *hist_key(Q *q) {
+    if (dflt_num(q->dflt[D_HISTORY], 24) <= 0) return NULL;
+    char name[48];
+    snprintf(name, sizeof name, "h:%lld", (long long)floor((double)q->now / 60000.0));
+    return book_key(q, name);
+}
+
+/* Once per call, before the first write: the queue-wide keys a claim may write half-way
+ * through a lease (gturn, this minute's history hash, in time mode gvrun; `active` and
+ * `dead` are checked right before a lease or a burial, where the scripts' write meets
+ * them). 1 fine, -2 one is of the wrong type (q->errbuf names it; q->err is left to the
+ * caller), -1 error. */
+static int claim_books(Q *q) {
+    if (q->books) return q->books;
+    if (read_defaults(q) < 0) return -1;         /* the scripts' hist(now) reads them first */
+    int tf = time_fair(q);
+    if (tf < 0) return -1;
+    RMS *keys[3] = {q->k[K_GTURN], hist_key(q), tf ? book_key(q, "gvrun") : NULL};
+    const int types[3] = {REDISMODULE_KEYTYPE_HASH, REDISMODULE_KEYTYPE_HASH,
+                          REDISMODULE_KEYTYPE_HASH};
+    q->books = types_fit(q, keys, types, 3);
+    sfree(q, keys[1]);
+    sfree(q, keys[2]);
+    return q->books;
+}
+
+/* What a claim of g reads of its group's books, each checked before the claim writes. */
+typedef struct {
+    double act, lim, w, est;
+    int has_lim, rated;
+    long long m, per;
+} Seat;
+
+/* A setting's value (fixed key i or a book, else the default): 1 absent or int_ok (*v its
+ * value, *has whether present), 0 unreadable, -1 error. */
+static int seat_int(Q *q, int fixed, const char *book, RMS *g, int d, int *has, double *v) {
+    RMS *s;
+    if (setting(q, fixed, book, g, d, &s) < 0) return -1;
+    int ok = !s || int_ok(s);
+    *has = s != NULL;
+    *v = ok ? int_val(s) : 0;
+    sfree(q, s);
+    return ok;
+}
+
+/* "digits:digits" with at most 15 digits on each side; 0 when not so. */
+static int rate_text(RMS *s, long long *m, long long *per, int *too_long) {
+    size_t len, i = 0, a, b;
+    const char *p = RedisModule_StringPtrLen(s, &len);
+    *too_long = 0;
+    while (i < len && p[i] >= '0' && p[i] <= '9') i++;
+    a = i;
+    if (a == 0 || i >= len || p[i] != ':') return 0;
+    b = ++i;
+    while (i < len && p[i] >= '0' && p[i] <= '9') i++;
+    if (i == b || i != len) return 0;
+    if (a > 15 || len - b > 15) {
+        *too_long = 1;
+        return 0;
+    }
+    *m = 0;
+    *per = 0;
+    for (size_t k = 0; k < a; k++) *m = *m * 10 + (p[k] - '0');
+    for (size_t k = b; k < len; k++) *per = *per * 10 + (p[k] - '0');
+    return 1;
+}
+
+/* group_seat (_common.lua): 1 read into *s, 0 unreadable (the group leaves the ring), -1
+ * error. */
+static int group_seat(Q *q, RMS *g, int tf, Seat *s) {
+    memset(s, 0, sizeof *s);
+    RMK *ga = fx(q, K_GACTIVE, 0);
+    if (q->err) return -1;
+    RMS *v = hget(ga, g);
+    int ok = !v || int_ok(v), has, rc;
+    s->act = ok ? int_val(v) : 0;
+    sfree(q, v);
+    if (!ok) return 0;
+    if ((rc = seat_int(q, K_GLIMIT, NULL, g, D_LIMIT, &s->has_lim, &s->lim)) <= 0) return rc;
+    if ((rc = seat_int(q, K_GWEIGHT, NULL, g, D_WEIGHT, &has, &s->w)) <= 0) return rc;
+    if (!has) s->w = 1;
+    if (s->w < 1) return 0;
+    if (setting(q, -1, "grate", g, D_RATE, &v) < 0) return -1;
+    if (v) {
+        int too_long;
+        s->rated = rate_text(v, &s->m, &s->per, &too_long);
+        sfree(q, v);
+        if (too_long) return 0;
+    }
+    if (s->rated) {
+        RMS *sk = starts_key(q, g), *gw = book_key(q, "gwait");
+        ok = key_fits(q, sk, REDISMODULE_KEYTYPE_LIST) &&
+             key_fits(q, gw, REDISMODULE_KEYTYPE_ZSET) &&
+             key_fits(q, q->k[K_WAKE], REDISMODULE_KEYTYPE_LIST);
+        sfree(q, sk);
+        sfree(q, gw);
+        if (!ok) return 0;
+    }
+    if (tf) {
+        if (book_get(q, "gcost", g, &v) < 0) return -1;
+        if (!v && book_get(q, "gcost", F_EMPTY, &v) < 0) return -1;
+        ok = !v || int_ok(v);
+        s->est = v ? int_val(v) : DEFAULT_COST;
+        sfree(q, v);
+        return ok;
+    }
+    if (s->w > 1) {
+        RMK *t = fx(q, K_GTURN, 0);
+        if (q->err) return -1;
+        v = hget(t, g);
+        ok = !v || int_ok(v);
+        sfree(q, v);
+        return ok;
+    }
+    return 1;
+}
+
+/* The fields a claim reads of a row, and the integer ones each verb of the job's life reads
+ * (the scripts' ROW and ROW_INTS). */
+enum { R_TASK, R_PAYLOAD, R_LEASE, R_STATE, R_ATTEMPTS, R_FENCE, R_GROUP, R_MAX, R_TTL,
+       R_DELAY, R_CREATED, NROW };
+static const struct { int at; const char *name; int required; } ROW_INTS[] = {
+    {R_ATTEMPTS, "attempts", 1}, {R_LEASE, "lease", 1}, {R_FENCE, "fence", 0},
+    {R_MAX, "max", 1}, {R_TTL, "ttl", 0}, {R_DELAY, "delay", 0}, {R_CREATED, "created", 1},
+};
+
+/* Why a row popped from g's lane cannot be leased, written into buf; 0 when it can. */
+static int row_fault(RMS **row, RMS *g, char *buf, size_t size) {
+    if (!row[R_GROUP]) return snprintf(buf, size, "no group"), 1;
+    if (!eq(row[R_GROUP], g)) return snprintf(buf, size, "its group is not the lane it was in"), 1;
+    for (size_t i = 0; i < sizeof ROW_INTS / sizeof ROW_INTS[0]; i++) {
+        RMS *v = row[ROW_INTS[i].at];
+        if (!v) {
+            if (ROW_INTS[i].required) return snprintf(buf, size, "no %s", ROW_INTS[i].name), 1;
+        } else if (!int_ok(v)) {
+            return snprintf(buf, size, "%s is not an integer", ROW_INTS[i].name), 1;
+        }
+    }
+    return 0;
+}
+
+/* bury (_common.lua): job id, popped from g's lane, goes to `dead` with the reason; a key
+ * of another type than a hash (keytype its TYPE) is replaced by a dead row; a row without
+ * a group gets g. job: the row's handle, open for writing (closed here). */
+static int bury(Q *q, RMS *id, RMS *g, const char *reason, const char *keytype, RMK *job,
+                RMS *jkey) {
+    char text[128];
+    RMS *group = NULL, *task = NULL, *waiters = NULL, *wf = NULL;
+    int rc = zadd(q, fx(q, K_DEAD, 1), q->k[K_DEAD], (double)q->now, id, 0);
+    if (rc < 0) {
+        RedisModule_CloseKey(job);
+        return -1;
+    }
+    if (keytype) {
+        RedisModule_DeleteKey(job);
+        RedisModule_Replicate(q->ctx, "DEL", "s", jkey);
+        snprintf(text, sizeof text, "unreadable job row: the key holds a %s, not a hash", keytype);
+    } else {
+        snprintf(text, sizeof text, "unreadable job row: %s", reason);
+    }
+    RMS *err = mk_tmp(q, text), *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
+    RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_STATE, S_DEAD, F_ERROR, err, F_FINISHED,
+                        now_s, NULL);
+    RedisModule_Replicate(q->ctx, "HSET", "sssssss", jkey, F_STATE, S_DEAD, F_ERROR, err,
+                          F_FINISHED, now_s);
+    sfree(q, err);
+    sfree(q, now_s);
+    RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_GROUP, &group, F_TASK, &task, F_WAITERS,
+                        &waiters, F_WF, &wf, NULL);
+    if (!group) hset1(q, job, jkey, F_GROUP, g);
+    RedisModule_CloseKey(job);
+    rc = hist_failed(q, task, g, 1);
+    if (rc == 0) rc = notify(q, id, waiters);
+    if (rc == 0 && wf) rc = wf_fail(q, wf, id);
+    sfree(q, group); sfree(q, task); sfree(q, waiters); sfree(q, wf);
+    return rc < 0 ? -1 : 0;
+}
+
+/* One turn at the ring's head group g: 1 claimed into *out, 0 look again (the group's
+ * books unreadable, its lane empty or not a zset, its head a ghost or a buried row), -1
+ * error. */
+static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
+    RMS *lkey = lane_key(q, g), *id = NULL, *jkey = NULL, *row[NROW] = {0};
+    RMK *lane = NULL, *job = NULL;
+    double score;
+    long long act, more = 1;
+    int rotated = 1, rc, tf = time_fair(q);
+    Seat s;
+    if (tf < 0 || (rc = group_seat(q, g, tf, &s)) < 0) {
+        sfree(q, lkey);
+        return -1;
+    }
+    if (rc == 1) {                               /* ZPOPMIN, as the scripts' pcall */
+        lane = RedisModule_OpenKey(q->ctx, lkey, REDISMODULE_READ | REDISMODULE_WRITE);
+        if (!type_ok(lane, REDISMODULE_KEYTYPE_ZSET)) rc = 0;
+        else if (!(id = zfirst(lane, &score))) rc = 0;
+    }
+    if (rc == 0) {                               /* nothing to take here: leave the ring */
         rc = ring_leave(q, g, 0);
         goto out;
     }
     jkey = job_key(q, id);
-    if ((rc = dk(q, jkey, 1, REDISMODULE_KEYTYPE_HASH, &job)) < 0) goto out;
-    if (RedisModule_KeyType(job) != REDISMODULE_KEYTYPE_EMPTY)
-        RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_TASK, &task, F_PAYLOAD, &payload,
-                            F_LEASE, &lease_s, F_STATE, &state, F_ATTEMPTS, &att_s, F_FENCE, &fence_s, NULL);
-    if (!state) {                                /* a ghost: drop it, look again */
-        if (zrem(q, lane, lkey, id) < 0) rc = -1;
-        else rc = vlen(lane) == 0 ? ring_leave(q, g, 0) : 0;
+    job = RedisModule_OpenKey(q->ctx, jkey, REDISMODULE_READ | REDISMODULE_WRITE);
+    int jt = RedisModule_KeyType(job);
+    if (jt == REDISMODULE_KEYTYPE_HASH)
+        RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_TASK, &row[R_TASK], F_PAYLOAD,
+                            &row[R_PAYLOAD], F_LEASE, &row[R_LEASE], F_STATE, &row[R_STATE],
+                            F_ATTEMPTS, &row[R_ATTEMPTS], F_FENCE, &row[R_FENCE], F_GROUP,
+                            &row[R_GROUP], F_MAX, &row[R_MAX], F_TTL, &row[R_TTL], F_DELAY,
+                            &row[R_DELAY], F_CREATED, &row[R_CREATED], NULL);
+    char why[64];
+    int buried = jt != REDISMODULE_KEYTYPE_EMPTY && jt != REDISMODULE_KEYTYPE_HASH;
+    if (!buried && row[R_STATE]) buried = row_fault(row, g, why, sizeof why);
+    /* `dead` for a burial, `active` for a lease: of the wrong type, the call changes nothing
+     * (the scripts' write is refused and the job put back) */
+    if (buried || row[R_STATE]) {
+        int fixed = buried ? K_DEAD : K_ACTIVE;
+        const int type = REDISMODULE_KEYTYPE_ZSET;
+        if ((rc = types_fit(q, &q->k[fixed], &type, 1)) < 0) goto out;
+    }
+    if (buried || !row[R_STATE]) {               /* a buried row or a ghost: look again */
+        zrem(q, lane, lkey, id);
+        if (buried) {
+            char t[64];
+            if (jt != REDISMODULE_KEYTYPE_HASH) type_name(q, jkey, t, sizeof t);
+            rc = bury(q, id, g, why, jt != REDISMODULE_KEYTYPE_HASH ? t : NULL, job, jkey);
+            job = NULL;
+        }
+        if (rc >= 0) rc = vlen(lane) == 0 ? ring_leave(q, g, 0) : 0;
+        if (rc > 0) rc = 0;
         goto out;
     }
-    /* What could refuse is read before the first write of this claim. */
-    rc = weight_of(q, g, &w);
-    if (rc == 0) rc = !att_s ? fail(q, "ERR emq: a job row has no attempts")
-         : integer(q, att_s, &att, "ERR emq: a job row's attempts is not an integer");
-    if (rc == 0) rc = !lease_s ? fail(q, "ERR emq: a job row has no lease")
-                      : num(q, lease_s, &lease, "ERR emq: a job row's lease is not a number");
-    if (rc == 0 && fence_s)
-        rc = integer(q, fence_s, &fence, "ERR emq: a job row's fence is not an integer");
-    if (rc == 0 && fence == LLONG_MAX) rc = fail(q, "ERR increment or decrement would overflow");
-    if (rc == 0) rc = rate_of(q, g, &rated, &rm, &rper);
-    if (rc == 0) rc = limit_of(q, g, &has_lim, &lim);
-    if (rc == 0) rc = hint(q, fx(q, K_GACTIVE, 1), g, &act_now);
-    if (rc == 0 && tf) rc = cost_estimate(q, g, &est);
-    if (rc < 0) goto out;
 
     zrem(q, lane, lkey, id);
     if (tf) {                                    /* time mode: charge the estimate */
-        if ((rc = time_charge(q, g, vs, w, est, job, jkey)) < 0) goto out;
-    } else if (w > 1) {                                 /* ring_turn: a weighted group keeps the head */
+        if ((rc = time_charge(q, g, vs, s.w, s.est, job, jkey)) < 0) goto out;
+    } else if (s.w > 1) {                        /* ring_turn: a weighted group keeps the head */
         RMK *turn = fx(q, K_GTURN, 1);
         long long t;
         if ((rc = hincrby(q, turn, q->k[K_GTURN], g, 1, &t)) < 0) goto out;
-        if (t < w) rotated = 0;
+        if (t < s.w) rotated = 0;
         else hdel(q, turn, q->k[K_GTURN], g);
     }
     if (rotated && !tf) {                        /* LMOVE ring ring LEFT RIGHT */
@@ -1525,14 +1775,13 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
         RedisModule_Replicate(q->ctx, "LMOVE", "ssss", q->k[K_RING], q->k[K_RING], S_LEFT,
                               S_RIGHT);
     }
-    if (att == LLONG_MAX) {
-        rc = fail(q, "ERR increment or decrement would overflow");
-        goto out;
-    }
-    att += 1;
+    long long att = (long long)int_val(row[R_ATTEMPTS]) + 1;
+    long long lease = (long long)int_val(row[R_LEASE]);
+    /* fence: grows with every claim of the row, never rolled back (attempts is: by a
+     * release, or a requeue of a dead job), so a task can guard writes elsewhere with it. */
+    long long fence = (long long)int_val(row[R_FENCE]) + 1;
     RMS *att_new = RedisModule_CreateStringFromLongLong(q->ctx, att);
     RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
-    fence += 1;
     RMS *fence_new = RedisModule_CreateStringFromLongLong(q->ctx, fence);
     RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_STATE, S_ACTIVE, F_ATTEMPTS, att_new,
                         F_NONCE, nonce, F_STARTED, now_s, F_FENCE, fence_new, NULL);
@@ -1541,14 +1790,14 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
     sfree(q, fence_new);
     sfree(q, att_new);
     sfree(q, now_s);
-    if ((rc = zadd(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], (double)q->now + lease, id, 0)) < 0)
+    if ((rc = zadd(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], (double)(q->now + lease), id, 0)) < 0)
         goto out;
-    if ((rc = hist_started(q, task, g, score)) < 0) goto out;
-    if ((rc = hincr_from(q, fx(q, K_GACTIVE, 1), q->k[K_GACTIVE], g, act_now, 1, &act)) < 0)
+    if ((rc = hincr_from(q, fx(q, K_GACTIVE, 1), q->k[K_GACTIVE], g, (long long)s.act, 1,
+                         &act)) < 0)
         goto out;
     /* more: 1 when other work is serviceable right now, so the claimant's master wakes
      * another child (or another master) only when there is something to take. */
-    if (rated) {                                 /* LPUSH, LTRIM 0 m-1, PEXPIRE per */
+    if (s.rated) {                               /* LPUSH, LTRIM 0 m-1, PEXPIRE per */
         RMS *skey = starts_key(q, g);
         RMK *sh;
         if ((rc = dk(q, skey, 1, REDISMODULE_KEYTYPE_LIST, &sh)) == 0) {
@@ -1556,13 +1805,13 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
             RedisModule_ListPush(sh, REDISMODULE_LIST_HEAD, t);
             RedisModule_Replicate(q->ctx, "LPUSH", "ss", skey, t);
             sfree(q, t);
-            if (rm >= 1 && (long long)vlen(sh) > rm) {
-                while ((long long)vlen(sh) > rm)
+            if (s.m >= 1 && (long long)vlen(sh) > s.m) {
+                while ((long long)vlen(sh) > s.m)
                     sfree(q, RedisModule_ListPop(sh, REDISMODULE_LIST_TAIL));
-                RedisModule_Replicate(q->ctx, "LTRIM", "sll", skey, 0LL, rm - 1);
+                RedisModule_Replicate(q->ctx, "LTRIM", "sll", skey, 0LL, s.m - 1);
             }
-            if (rper > 0) {
-                rc = expire_at(q, sh, skey, q->now + rper);
+            if (s.per > 0) {
+                rc = expire_at(q, sh, skey, q->now + s.per);
             } else {                             /* PEXPIRE 0 deletes the key */
                 RedisModule_DeleteKey(sh);
                 RedisModule_Replicate(q->ctx, "DEL", "s", skey);
@@ -1572,9 +1821,9 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
         sfree(q, skey);
         if (rc < 0) goto out;
     }
-    int closed = (has_lim && (double)act >= lim) || vlen(lane) == 0, wait = 0;
+    int closed = (s.has_lim && (double)act >= s.lim) || vlen(lane) == 0, wait = 0;
     double at = 0;
-    if (rated && !closed && (rc = rate_ready(q, g, &wait, &at)) < 0) goto out;
+    if (s.rated && !closed && (rc = rate_ready(q, g, &wait, &at)) < 0) goto out;
     if (closed || wait) {
         if ((rc = ring_leave(q, g, rotated)) < 0) goto out;
         if (wait && (rc = wait_push(q, g, at)) < 0) goto out;
@@ -1582,28 +1831,37 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
         if ((rc = ring_size(q, &left)) < 0) goto out;
         if (left == 0) more = 0;
     }
+    /* last: a history counter that cannot be counted fails the call with the books whole */
+    if ((rc = hist_started(q, row[R_TASK], g, score)) < 0) goto out;
     out->id = id;
-    out->task = task;
-    out->payload = payload;
+    out->task = row[R_TASK];
+    out->payload = row[R_PAYLOAD];
     out->nonce = nonce;
     out->attempts = att;
-    out->lease = to_ll(lease);
+    out->lease = lease;
     out->more = more;
     out->fence = fence;
-    id = task = payload = NULL;
+    id = row[R_TASK] = row[R_PAYLOAD] = NULL;
     rc = 1;
 out:
     if (lane) RedisModule_CloseKey(lane);
     if (job) RedisModule_CloseKey(job);
     sfree(q, lkey); sfree(q, jkey); sfree(q, id);
-    sfree(q, task); sfree(q, payload); sfree(q, lease_s); sfree(q, state); sfree(q, att_s);
-    sfree(q, fence_s);
+    for (int i = 0; i < NROW; i++) sfree(q, row[i]);
     return rc;
 }
 
+/* A wake at the end of a claim that skipped its fill: left out when `wake` is of the wrong
+ * type (the scripts' wake_soft). */
+static int wake_soft(Q *q) {
+    return key_fits(q, q->k[K_WAKE], REDISMODULE_KEYTYPE_LIST) ? wake(q, 0) : 0;
+}
+
 /* Claim one job: turn the ring one step, pop the head of that lane, lease it.
- * 1 claimed into *out, 0 nothing serviceable, -1 error. Ghosts and stale ring entries are
- * skipped, at most 64 per call; past that a wake is pushed so a worker comes back. */
+ * 1 claimed into *out, 0 nothing serviceable, -1 error, -2 a queue-wide key a claim writes
+ * is of the wrong type (claim_books: nothing written, q->errbuf says which). Ghosts,
+ * stale ring entries, unreadable groups and buried rows are skipped, at most 64 per call;
+ * past that a wake is pushed so a worker comes back. */
 static int claim_one(Q *q, RMS *nonce, Job *out) {
     memset(out, 0, sizeof *out);
     int tf = time_fair(q);
@@ -1623,26 +1881,22 @@ static int claim_one(Q *q, RMS *nonce, Job *out) {
             g = ring_head(q);
         }
         if (!g) return q->err ? -1 : 0;
-        int rc = claim_at(q, g, vs, nonce, out);
+        int rc = claim_books(q);
+        if (rc == 1) rc = claim_at(q, g, vs, nonce, out);
         if (rc == 1) {
             out->group = g;
             return 1;
         }
         sfree(q, g);
-        if (rc < 0) return -1;
+        if (rc < 0) return rc;
     }
-    return wake(q, 0) < 0 ? -1 : 0;
+    return wake_soft(q) < 0 ? -1 : 0;
 }
 
 /* ---- workflows (lua/_common.lua, workflows) ---------------------------------------- */
 /* A step's row names its waiting children in `next` and, for a chord's callback, its
  * `slot`; the ack releases them (wf_handover), a dead step fails its workflow (wf_fail).
  * Keys formed here: the child rows, BASE.."chord:"..callback_id and BASE.."wf:"..wf_id. */
-
-static void hset1(Q *q, RMK *h, RMS *key, RMS *field, RMS *val) {
-    RedisModule_HashSet(h, REDISMODULE_HASH_NONE, field, val, NULL);
-    RedisModule_Replicate(q->ctx, "HSET", "sss", key, field, val);
-}
 
 static void del_key(Q *q, RMK *h, RMS *key) {
     if (!h || RedisModule_KeyType(h) == REDISMODULE_KEYTYPE_EMPTY) return;
@@ -1944,7 +2198,114 @@ static int need_group(Q *q, Row *r) {
     return fail(q, "ERR emq: an active row has no group");
 }
 
-static int enqueue_one(Q *q, RMS **f, RMS *now_s, long long *verdict) {
+/* A group whose lane a job of this call opens: what opening reads of its books (the
+ * scripts' enqueue_books, as group_seat reads them). 1 readable, 0 not, -1 error. */
+static int opening_ok(Q *q, RMS *g) {
+    int paused, has_lim;
+    double lim;
+    RMS *v;
+    if (group_paused(q, g, &paused) < 0 || book_get(q, "gbackoff", g, &v) < 0) return -1;
+    sfree(q, v);
+    int ok = seat_int(q, K_GLIMIT, NULL, g, D_LIMIT, &has_lim, &lim);
+    if (ok < 0) return -1;
+    if (ok && has_lim) {
+        RMK *ga = fx(q, K_GACTIVE, 0);
+        if (q->err) return -1;
+        v = hget(ga, g);
+        ok = !v || int_ok(v);
+        sfree(q, v);
+    }
+    if (!ok) return 0;
+    if (setting(q, -1, "grate", g, D_RATE, &v) < 0) return -1;
+    long long m, per;
+    int too_long, rated = v && rate_text(v, &m, &per, &too_long);
+    ok = !(v && too_long);
+    sfree(q, v);
+    if (ok && rated) {
+        RMS *sk = starts_key(q, g);
+        ok = key_fits(q, sk, REDISMODULE_KEYTYPE_LIST);
+        sfree(q, sk);
+    }
+    return ok;
+}
+
+/* enqueue_books (_common.lua): before the first write, what the call will write. refused[i]
+ * 1 for a job refused (its lane not a zset, its cap unreadable, or the books its opening
+ * reads unreadable). 1 fine, -2 a queue-wide key it writes of the wrong type (q->errbuf), -1
+ * error. */
+static int enqueue_books(Q *q, RMS **a, long long n, char *refused) {
+    int later = 0, rc = 1, tf;
+    long long nopen = 0;
+    long long *opening = RedisModule_Alloc(sizeof(long long) * (size_t)(n ? n : 1));
+    if (read_defaults(q) < 0) rc = -1;
+    RMS *keys[6] = {rc == 1 ? hist_key(q) : NULL, NULL, NULL, NULL, NULL, NULL};
+    int types[6] = {REDISMODULE_KEYTYPE_HASH};
+    for (long long i = 0; rc == 1 && i < n; i++) {
+        RMS **f = a + i * 10, *cap = NULL;
+        double countdown;
+        refused[i] = 0;
+        num(q, f[8], &countdown, "ERR emq: countdown must be a number");   /* checked */
+        if (countdown > 0) {
+            later = 1;
+            continue;
+        }
+        RMS *lk = lane_key(q, f[3]);
+        RMK *lane = RedisModule_OpenKey(q->ctx, lk, REDISMODULE_READ);
+        int lane_ok = type_ok(lane, REDISMODULE_KEYTYPE_ZSET);
+        size_t size = lane_ok ? vlen(lane) : 0;
+        if (lane) RedisModule_CloseKey(lane);
+        sfree(q, lk);
+        if (setting(q, -1, "gmax", f[3], D_MAX_SIZE, &cap) < 0) rc = -1;
+        else if (!lane_ok || (cap && !int_ok(cap))) refused[i] = 1;
+        else if (size == 0) opening[nopen++] = i;
+        sfree(q, cap);
+    }
+    int nk = 1;
+    if (rc == 1 && later) {
+        keys[nk] = q->k[K_DELAYED], types[nk++] = REDISMODULE_KEYTYPE_ZSET;
+        keys[nk] = q->k[K_WAKE], types[nk++] = REDISMODULE_KEYTYPE_LIST;
+    }
+    RMS *gvt = NULL, *gvrun = NULL, *gwait = NULL;
+    if (rc == 1 && nopen > 0) {
+        if ((tf = time_fair(q)) < 0) rc = -1;
+        else if (tf) {
+            keys[nk] = gvt = book_key(q, "gvt"), types[nk++] = REDISMODULE_KEYTYPE_ZSET;
+            keys[nk] = gvrun = book_key(q, "gvrun"), types[nk++] = REDISMODULE_KEYTYPE_HASH;
+        } else {
+            keys[nk] = q->k[K_RING], types[nk++] = REDISMODULE_KEYTYPE_LIST;
+        }
+    }
+    if (rc == 1 && (rc = types_fit(q, keys, types, nk)) == 1 && nopen > 0) {
+        RMS *more[3] = {q->k[K_GTURN], gwait = book_key(q, "gwait"), q->k[K_WAKE]};
+        const int mt[3] = {REDISMODULE_KEYTYPE_HASH, REDISMODULE_KEYTYPE_ZSET,
+                           REDISMODULE_KEYTYPE_LIST};
+        rc = types_fit(q, more, mt, 3);
+    }
+    /* each group whose lane a job opens, once (its first job's verdict for all of them) */
+    for (long long j = 0; rc == 1 && j < nopen; j++) {
+        long long i = opening[j], first = i;
+        for (long long k = 0; k < j; k++)
+            if (eq(a[opening[k] * 10 + 3], a[i * 10 + 3])) {
+                first = opening[k];
+                break;
+            }
+        if (first != i) {
+            refused[i] = refused[first];
+            continue;
+        }
+        int ok = opening_ok(q, a[i * 10 + 3]);
+        if (ok < 0) rc = -1;
+        else refused[i] = !ok;
+    }
+    sfree(q, keys[0]);
+    sfree(q, gvt);
+    sfree(q, gvrun);
+    sfree(q, gwait);
+    RedisModule_Free(opening);
+    return rc;
+}
+
+static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, long long *verdict) {
     RMS *id = f[0], *g = f[3], *cap_s = NULL;
     double countdown, prio = 0, cap = 0;
     num(q, f[8], &countdown, "ERR emq: countdown must be a number");
@@ -1960,6 +2321,12 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, long long *verdict) {
     RMK *job = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE), *lane = NULL;
     int rc = 0;
     *verdict = 0;
+    if (refused) {                               /* enqueue_books: its lane or books unreadable */
+        if (RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) *verdict = 3;
+        RedisModule_CloseKey(job);
+        sfree(q, jk);
+        return 0;
+    }
     if (countdown <= 0) {                        /* max_size_of: the cap on waiting jobs */
         rc = setting(q, -1, "gmax", g, D_MAX_SIZE, &cap_s);
         if (rc == 0 && cap_s) rc = num(q, cap_s, &cap, "ERR emq: a group max_size is not a number");
@@ -2027,13 +2394,17 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
             return finish(&q);
     }
     long long *out = RedisModule_Alloc(sizeof(long long) * (size_t)(n ? n : 1));
+    char *refused = RedisModule_Alloc((size_t)(n ? n : 1));
+    int books = enqueue_books(&q, a, n, refused);
+    if (books == -2) fail(&q, q.errbuf);
     RMS *now_s = RedisModule_CreateStringFromLongLong(ctx, q.now);
     q.full = full(ctx);
-    for (long long i = 0; i < n; i++) {
-        if (enqueue_one(&q, a + i * 10, now_s, &out[i]) < 0) break;
+    for (long long i = 0; books == 1 && i < n; i++) {
+        if (enqueue_one(&q, a + i * 10, now_s, refused[i], &out[i]) < 0) break;
         if (out[i] == 1) q.full = 0;   /* written: a script is not stopped half-way */
     }
     sfree(&q, now_s);
+    RedisModule_Free(refused);
     if (!q.err) {
         RedisModule_ReplyWithArray(ctx, (long)n);
         for (long long i = 0; i < n; i++) RedisModule_ReplyWithLongLong(ctx, out[i]);
@@ -2061,7 +2432,9 @@ static RMS *claim_nonce(Q *q, RMS *prefix, long long i) {
 static int cmd_claim(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 2) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv, B(K_RING) | B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT) | B(K_GWEIGHT) | B(K_PAUSED)) < 0) return finish(&q);
+    /* The keys are type-checked where the script meets them: a claim that finds nothing to
+     * take answers [] whatever its books, and claim_books checks those it writes. */
+    if (q_init(&q, ctx, argv, 0, 0) < 0) return finish(&q);
     long long n;
     if (count_arg(&q, argv[ARGV0], &n, "ERR emq: n must be an integer >= 0") < 0)
         return finish(&q);
@@ -2074,8 +2447,10 @@ static int cmd_claim(RedisModuleCtx *ctx, RMS **argv, int argc) {
                 jobs = RedisModule_Realloc(jobs, sizeof(Job) * (size_t)cap);
             }
             RMS *nonce = claim_nonce(&q, argv[ARGV0 + 1], i);
-            if (claim_one(&q, nonce, &jobs[got]) <= 0) {
+            int rc = claim_one(&q, nonce, &jobs[got]);
+            if (rc <= 0) {
                 sfree(&q, nonce);
+                if (rc == -2) fail(&q, q.errbuf);
                 break;
             }
             got++;
@@ -2145,6 +2520,7 @@ static int cmd_ack(RedisModuleCtx *ctx, RMS **argv, int argc) {
         sfree(&q, key);
         if (q.err) verdict = -1;
     }
+    /* a queue-wide key a claim writes of the wrong type (-2): no next job, the ack stands */
     if (verdict >= 0 && slen(a[4]) > 0 && !paused(&q)) got = claim_one(&q, a[4], &job);
     if (!q.err) {
         RedisModule_ReplyWithArray(ctx, 2);

@@ -85,7 +85,7 @@ class AsyncDrain:
         """On a go: claim while there is room (the first claim recruits a sibling)."""
         if self._should_stop() or not self.free:
             return
-        claimed = self.call(self.qs.claim) if self.child.may_claim() else None
+        claimed = self.child.claim() if self.child.may_claim() else None
         if claimed is None:
             self._report_idle()
             return
@@ -96,7 +96,7 @@ class AsyncDrain:
     def _claim_more(self) -> Claimed | None:
         if not self.free or self._should_stop():
             return None
-        claimed = self.call(self.qs.claim) if self.child.may_claim() else None
+        claimed = self.child.claim() if self.child.may_claim() else None
         if claimed is None:
             self._report_idle()
         return claimed
@@ -160,7 +160,7 @@ class AsyncDrain:
             acked, nxt = settled
             self.runner.acked(lease, qi, acked, ctx)
         elif claim:
-            nxt = self.call(self.qs.claim)
+            nxt = self.child.claim()
         self.child.slots.clear(slot)
         self.free.append(slot)
         self.in_flight -= 1

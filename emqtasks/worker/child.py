@@ -14,6 +14,7 @@ import functools
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,8 +24,8 @@ from ..errors import TimeLimitExceeded
 from ..hooks import Hooks
 from ..queue import Queue
 from ..registry import Registry
-from .queues import QueueSet
-from .resilience import Outage
+from .queues import Claimed, QueueSet
+from .resilience import Outage, Refusals
 from .runner import LOG_TEXT_MAX, Outcome, Runner, every_hook, every_task
 from .slots import Slots
 
@@ -100,6 +101,8 @@ class Child:
         # up only when the master is gone.
         self.outage = Outage(log, f"child {self.index}",
                              stop=lambda: os.getppid() != self.master_pid)
+        self.refusals = Refusals(log, f"child {self.index}",
+                                 sleep=None if self.config.runs_async else time.sleep)
         # A cluster client connects as it is made: ride out a server that is down now,
         # rather than die and be respawned in a tight loop.
         queues = self.outage.call(self.config.make_queues)
@@ -177,12 +180,17 @@ class Child:
         """Tell the master more is waiting on queue qi: it recruits a sibling."""
         self.pipe.send_bytes(GOT_WORK + bytes([qi]))
 
+    def claim(self) -> Claimed | None:
+        """One claim, riding out an outage; a claim the server refuses is nothing to claim
+        (after a back-off, logged once: Refusals)."""
+        return self.refusals.claim(lambda: self.outage.call(self.queues.claim))
+
     def _drain(self) -> None:
         runner, slots, qs = self.runner, self.slots, self.queues
         index = slots.of_child(self.index).start
         if not self.may_claim():
             return
-        claimed = self.outage.call(qs.claim)
+        claimed = self.claim()
         if claimed is None:
             return
         if claimed[1].more:
@@ -202,7 +210,8 @@ class Child:
                 acked, claimed = settled
                 runner.acked(lease, qi, acked, ctx)
             elif more:
-                claimed = self.outage.call(qs.claim)
+                slots.clear(index)       # settled: a refused claim may pause a while
+                claimed = self.claim()
             else:
                 claimed = None
         slots.clear(index)

@@ -9,6 +9,8 @@ the rotation comes round again, so an idle queue costs one empty claim per turn.
 
 from __future__ import annotations
 
+from redis.exceptions import ResponseError
+
 from ..config import QueueSpec, parse_queues
 from ..queue import Lease, Queue
 
@@ -70,9 +72,18 @@ class QueueSet:
                 return bool(acked), None
             if self.weights is not None:
                 self._empty.add(qi)
-            return bool(acked), self.claim(after=qi)   # strict: qi (the top) had none
+            return bool(acked), self._claim_after(qi)   # strict: qi (the top) had none
         acked, _ = q.ack(lease, result, False)
-        return bool(acked), self.claim() if claim_next else None
+        return bool(acked), self._claim_after(-1) if claim_next else None
+
+    def _claim_after(self, after: int) -> Claimed | None:
+        """The claim that follows an ack made: one the server refuses is no next job (the
+        child's next claim meets the refusal, backs off and says so), as an ack-and-claim
+        whose claim the server could not serve."""
+        try:
+            return self.claim(after)
+        except ResponseError:
+            return None
 
     # -- the order --------------------------------------------------------------------
     def _next_is(self, qi: int) -> bool:

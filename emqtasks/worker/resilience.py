@@ -1,8 +1,10 @@
-"""Riding out transient Redis errors: retry with backoff, log once per outage."""
+"""Riding out transient Redis errors: retry with backoff, log once per outage; and claims the
+server refuses with an error reply: back off, log once while they last."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -138,3 +140,36 @@ class FullServer:
         if always_writes:
             self.took()
         return result
+
+
+class Refusals:
+    """Claims the server answers with an error reply: a key of the queue of the wrong type
+    (``emqtasks check`` names it), a full server... A refused claim is logged once when the
+    refusals start and once when claims are served again, and counts as nothing to claim
+    after a pause that doubles while they last (``first`` to ``cap`` seconds; ``sleep`` None:
+    no pause, for a caller whose loop paces it). So a child neither crash-loops nor hammers
+    the server; the master's crash back-off is kept for crashes. A claim writes nothing
+    when it is refused, so trying it again later is always safe.
+    """
+
+    def __init__(self, log: logging.Logger, what: str, first: float = 0.1, cap: float = 2.0,
+                 sleep: Callable[[float], None] | None = time.sleep) -> None:
+        self.log = log
+        self.what = what
+        self.first, self.cap, self.sleep = first, cap, sleep
+        self.pause = 0.0
+
+    def claim(self, fn: Callable[[], T]) -> T | None:
+        try:
+            claimed = fn()
+        except rex.ResponseError as exc:
+            if not self.pause:
+                self.log.warning("claims refused (%s): %s; backing off", self.what, exc)
+            self.pause = min(self.cap, self.pause * 2 or self.first)
+            if self.sleep is not None:
+                self.sleep(self.pause)
+            return None
+        if self.pause:
+            self.pause = 0.0
+            self.log.warning("claims are served again (%s)", self.what)
+        return claimed

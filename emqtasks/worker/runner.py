@@ -112,6 +112,9 @@ class Runner:
 
     def prepare(self, lease: Lease) -> tuple[Callable[..., Any], list[Any], dict[str, Any]]:
         """Look the task up and decode its arguments; raises for a job that can never run."""
+        if not lease.task:
+            raise UnknownTask("unknown task '': not registered in this worker (the job's row "
+                              "has no task name)")
         task = self.registry.get(lease.task)
         args, kwargs = serialization.loads_args(lease.payload)
         why = misfit(task.spec.fn, args, kwargs)

@@ -57,7 +57,10 @@ EVENTS = {"child_kills": 29, "master_restarts": 6, "connection_kills": 25,
           "partitions": 3}
 MEAN_INTERVAL = 0.9    # seconds between chaos events, on average
 BATCHES_PER_SECOND = 20
-DRAIN_TIMEOUT = 120.0  # after the chaos, every acknowledged job must finish within this
+#: After the chaos the pools drain what is left; the soak gives up on the jobs still
+#: waiting once none of them finished for this long (a long soak may leave a backlog of
+#: minutes: the faults that last seconds hold a pool back while the producer goes on).
+DRAIN_STALL = 60.0
 GIVE_UP = 30.0         # an enqueue retried this long without an answer is not acknowledged
 #: The socket timeout of the pool behind the relay (the URL's ``socket_timeout``; 30 s by
 #: default), so that a partition longer than it stays short.
@@ -119,7 +122,7 @@ class Soak:
             producer.join(GIVE_UP + 5)
             began = time.monotonic()
             self.say(f"chaos over: {len(self.acked):,} jobs acknowledged; draining")
-            self._drain(admin)
+            report.backlog = self._drain(admin)
             report.drain_seconds = time.monotonic() - began
             self._stop_workers()
             self._verify(admin, report)
@@ -368,19 +371,28 @@ class Soak:
         return 1
 
     # -- the verdict ----------------------------------------------------------------------
-    def _drain(self, admin: Any) -> None:
+    def _drain(self, admin: Any) -> int:
         """Until every acknowledged job finished (done or dead) or lost its row, and every
-        poisoned job the claim can reach is buried, bounded. (A poisoned lane's job waits
-        for check --repair.)"""
+        poisoned job the claim can reach is buried, or none of them finished for
+        DRAIN_STALL. (A poisoned lane's job waits for check --repair.) Returns how many
+        were waiting when the chaos ended."""
         waiting = set(self.acked) | {i for i, f in self.poisoned.items() if f != "lane"}
-        deadline = time.monotonic() + DRAIN_TIMEOUT
-        while waiting and time.monotonic() < deadline:
+        backlog: int | None = None
+        moved = time.monotonic()
+        while waiting and time.monotonic() - moved < DRAIN_STALL:
             self._supervise()
             states = _states(admin, self.queue, waiting)
-            waiting = {i for i, s in states.items() if s is not None and s not in
-                       ("done", "dead")}
+            left = {i for i, s in states.items() if s is not None and s not in ("done", "dead")}
+            if backlog is None:
+                backlog = len(left)
+            if len(left) < len(waiting):
+                moved = time.monotonic()
+            waiting = left
             if waiting:
-                time.sleep(0.25)   # a condition on thousands of rows, with a deadline
+                # a condition on thousands of rows (read less often while there are many of
+                # them, not to slow the drain it watches), bounded by its progress
+                time.sleep(min(5.0, 0.25 + len(waiting) / 20000))
+        return backlog or 0
 
     def _verify(self, admin: Any, report: Report) -> None:
         self._check(report)

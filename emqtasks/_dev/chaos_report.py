@@ -33,6 +33,7 @@ class Report:
     violations: list[str] = field(default_factory=list)
     repaired: dict[str, int] = field(default_factory=dict)   # check --repair's counts, if run
     repaired_violations: list[str] = field(default_factory=list)   # what check said before
+    backlog: int = 0         # jobs not yet finished when the chaos ended
     drain_seconds: float = 0.0
     worker_errors: list[str] = field(default_factory=list)
     worker_exits: list[str] = field(default_factory=list)   # last log line of each exit
@@ -73,7 +74,8 @@ class Report:
                if self.repaired_violations else ""),
             f"duplicates: {self.duplicated_jobs} jobs ran more than once ({self.extra_runs} "
             f"extra runs; at most {self.max_runs} runs of one job)",
-            f"drain after the chaos: {self.drain_seconds:.1f} s; worker log errors: "
+            f"drain after the chaos: {self.backlog:,} jobs in {self.drain_seconds:.1f} s; "
+            f"worker log errors: "
             f"{len(self.worker_errors)}"
             + (f" (logs kept in {self.log_dir})" if self.worker_errors else ""),
             *(f"  lost: {i}" for i in self.lost[:10]),

@@ -1,15 +1,21 @@
 """The chaos soak, short: a few thousand jobs over 50 groups while children, masters,
-connections and an AOF (appendfsync always) server are killed. The long form is
+connections and an AOF (appendfsync always) server are killed, poisoned rows are written,
+the server is filled, a master is frozen and a pool partitioned. The long form is
 ``emqtasks bench --chaos SECONDS``; its figures are in the README (Reliability)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
 import pytest
+import redis
+from faults import wait_until
 
 from emqtasks._dev.chaos import EVENTS, Soak
+from emqtasks._dev.localserver import LocalRedis
+from emqtasks._dev.relay import Relay
 
 SECONDS = 25
 
@@ -20,15 +26,43 @@ def test_no_acknowledged_job_is_lost_under_chaos() -> None:
     report = Soak(SECONDS, rate=150).run()
     print("\n".join(report.lines()))
     # Then each fault happened, and every promise held: each acknowledged enqueue done (or,
-    # for the jobs made to fail, dead), nothing lost, nothing else dead, the queue clean
+    # for the jobs made to fail, dead), each poisoned job dead with its reason, nothing
+    # lost, nothing else dead, the queue clean (after a repair of poisoned books only)
     assert all(report.events[name] >= 1 for name in EVENTS), report.events
     assert report.jobs > 1000
     assert report.lost == [] and report.unexpected_dead == [] and report.undead == []
+    assert sum(report.poisoned.values()) >= 1 and report.unburied == []
     assert report.check_ok, report.violations
     assert report.ok, "\n".join(report.lines())
     # Duplicates are allowed (at-least-once) and only counted; a bound far above what a
     # lost ack gives (16 extra runs in 24,020 jobs over 60 s) still catches a broken fence
     assert report.max_runs <= 5 and report.extra_runs < report.jobs // 20
+
+
+def test_a_stalled_relay_is_a_partition_that_delivers_when_it_heals(
+        private_redis: LocalRedis) -> None:
+    # Given a client behind the relay the soak partitions one pool with
+    relay = Relay(private_redis.port)
+    client = redis.Redis(port=relay.port, socket_timeout=0.3, retry=None)
+    server = private_redis.client()
+    try:
+        assert client.ping()
+        # When the relay stalls, a call times out, and a command sent into the partition by a
+        # client that then gives up and closes is not run yet
+        relay.stall()
+        with pytest.raises(redis.exceptions.TimeoutError):
+            client.ping()
+        with socket.create_connection(("127.0.0.1", relay.port)) as raw:
+            raw.sendall(b"INCR healed\r\n")
+        assert server.get("healed") is None
+        # Then once it resumes, what was sent arrives, and calls are answered again
+        relay.resume()
+        wait_until(lambda: server.get("healed") == "1", 5, "the command sent into the partition")
+        assert client.ping()
+    finally:
+        client.close()
+        server.close()
+        relay.close()
 
 
 def test_the_chaos_command_refuses_a_server_it_would_not_own() -> None:

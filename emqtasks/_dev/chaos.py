@@ -2,13 +2,18 @@
 
 A private ``redis-server`` with ``appendonly yes`` and ``appendfsync always`` on a fixed port
 and folder (so it can be SIGKILLed and started again with its data); two worker pools on
-one queue; a producer thread enqueueing batches of jobs over ~50 groups (plain ones, ones
-that fail once and are retried, ones with a countdown, and a few that always fail). At
-random intervals the soak SIGKILLs a child, SIGKILLs a master and starts another,
-``CLIENT KILL``s connections, or SIGKILLs the server and starts it again. Then it lets the
-pools drain and checks the promises: every acknowledged enqueue completed, nothing was lost,
-nothing is dead but the jobs made to die, ``check`` is clean. Duplicate runs are expected
-(at-least-once) and counted.
+one queue, the first behind a relay (relay.py) with a short socket timeout; a producer
+thread enqueueing batches of jobs over ~50 groups (plain ones, ones that fail once and are
+retried, ones with a countdown, and a few that always fail). At random intervals the soak
+SIGKILLs a child, SIGKILLs a master and starts another, ``CLIENT KILL``s connections,
+SIGKILLs the server and starts it again, writes a poisoned row (poison.py), fills the
+server (maxmemory just above its used memory, noeviction) for a few seconds, freezes a
+master (SIGSTOP) for longer than a lease, or partitions the first pool (its relay stalled)
+for longer than its socket timeout. Then it lets the pools drain and checks the promises:
+every acknowledged enqueue completed, nothing was lost, nothing is dead but the jobs made to
+die and the poisoned ones (each with a reason), ``check`` is clean (after one ``check
+--repair`` when all it names is poisoned keys). Duplicate runs are expected (at-least-once)
+and counted.
 
 ``emqtasks bench --chaos SECONDS`` runs it; ``tests/test_chaos.py`` runs a short one.
 """
@@ -24,95 +29,48 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from ..app import App
-from ..check import check
+from ..check import check, repair
+from ..errors import ServerFull
 from ..keys import QueueKeys
 from ..queue import NewJob
 from ..task import build_job
 from ..testing import WorkerProcess
 from ..worker.resilience import TRANSIENT
-from . import chaos_tasks
+from . import chaos_tasks, poison
+from .chaos_report import Report
 from .localserver import LocalRedis
+from .relay import Relay
 
 #: Job kinds and their shares; about one in ten also gets a countdown.
 KINDS = {"work": 85, "flaky": 14, "doomed": 1}
 COUNTDOWN_SHARE = 0.1
-#: Chaos events and their weights (about the mix of the adversarial pass that calibrated it).
+#: Chaos events and their weights (about the mix of the adversarial pass that calibrated it,
+#: the faults that last seconds rarer than the instant ones).
 EVENTS = {"child_kills": 29, "master_restarts": 6, "connection_kills": 25,
-          "server_restarts": 6}
+          "server_restarts": 6, "poisoned_rows": 6, "full_servers": 3, "master_freezes": 3,
+          "partitions": 3}
 MEAN_INTERVAL = 0.9    # seconds between chaos events, on average
 BATCHES_PER_SECOND = 20
-DRAIN_TIMEOUT = 120.0  # after the chaos, every acknowledged job must finish within this
+#: After the chaos the pools drain what is left; the soak gives up on the jobs still
+#: waiting once none of them finished for this long (a long soak may leave a backlog of
+#: minutes: the faults that last seconds hold a pool back while the producer goes on).
+DRAIN_STALL = 60.0
 GIVE_UP = 30.0         # an enqueue retried this long without an answer is not acknowledged
-
-
-@dataclass
-class Report:
-    """What the soak did and found; ``ok`` when every promise held."""
-
-    seconds: float
-    seed: int
-    redis_version: str
-    workers: int
-    concurrency: int
-    jobs: int = 0
-    kinds: dict[str, int] = field(default_factory=dict)
-    countdowns: int = 0
-    groups: int = 0
-    events: dict[str, int] = field(default_factory=dict)
-    lost: list[str] = field(default_factory=list)
-    unexpected_dead: list[str] = field(default_factory=list)
-    undead: list[str] = field(default_factory=list)      # doomed jobs that did not die
-    duplicated_jobs: int = 0
-    extra_runs: int = 0
-    max_runs: int = 0
-    check_ok: bool = False
-    violations: list[str] = field(default_factory=list)
-    drain_seconds: float = 0.0
-    worker_errors: list[str] = field(default_factory=list)
-    worker_exits: list[str] = field(default_factory=list)   # last log line of each exit
-    log_dir: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return (self.jobs > 0 and self.check_ok and not self.lost and not self.unexpected_dead
-                and not self.undead)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ok": self.ok}
-
-    def lines(self) -> list[str]:
-        e, k = self.events, self.kinds
-        restarted = e.get("worker_restarts", 0)
-        return [
-            f"chaos soak: {self.seconds:.0f} s, seed {self.seed}, redis {self.redis_version} "
-            f"(appendfsync always), {self.workers} workers -c {self.concurrency}",
-            f"events: {e.get('child_kills', 0)} child kills, {e.get('master_restarts', 0)} "
-            f"master restarts, {e.get('connection_kills', 0)} connection kills, "
-            f"{e.get('server_restarts', 0)} server restarts"
-            + (f" (and {restarted} worker(s) restarted after exiting)" if restarted else ""),
-            f"jobs: {self.jobs:,} acknowledged enqueues over {self.groups} groups "
-            f"({k.get('work', 0):,} plain, {k.get('flaky', 0):,} failing once, "
-            f"{k.get('doomed', 0):,} always failing; {self.countdowns:,} with a countdown)",
-            f"outcome: {len(self.lost)} lost, {len(self.unexpected_dead)} dead that should not "
-            f"be, {k.get('doomed', 0) - len(self.undead)}/{k.get('doomed', 0)} doomed jobs "
-            f"dead; check {'clean' if self.check_ok else 'BROKEN'}",
-            f"duplicates: {self.duplicated_jobs} jobs ran more than once ({self.extra_runs} "
-            f"extra runs; at most {self.max_runs} runs of one job)",
-            f"drain after the chaos: {self.drain_seconds:.1f} s; worker log errors: "
-            f"{len(self.worker_errors)}"
-            + (f" (logs kept in {self.log_dir})" if self.worker_errors else ""),
-            *(f"  lost: {i}" for i in self.lost[:10]),
-            *(f"  dead, should not be: {i}" for i in self.unexpected_dead[:10]),
-            *(f"  violation: {v}" for v in self.violations[:10]),
-            *(f"  worker error: {line}" for line in self.worker_errors[:5]),
-            *(f"  a worker exited: {line}" for line in self.worker_exits[:5]),
-            "OK" if self.ok else f"FAILED (worker logs in {self.log_dir})",
-        ]
+#: The socket timeout of the pool behind the relay (the URL's ``socket_timeout``; 30 s by
+#: default), so that a partition longer than it stays short.
+RELAYED_SOCKET_TIMEOUT = 2.0
+FULL_HEADROOM = 64 * 1024   # bytes of maxmemory above the used memory: full within moments
+FULL_SECONDS = (2.0, 4.0)
+#: Seconds a frozen master stays stopped beyond its children's leases, and a partition
+#: beyond the socket timeout.
+FREEZE_BEYOND_LEASE = (1.0, 3.0)
+PARTITION_BEYOND_TIMEOUT = (0.5, 2.0)
 
 
 class Soak:
@@ -131,24 +89,32 @@ class Soak:
         self.queue = "chaos"
         self.log_dir = Path(tempfile.mkdtemp(prefix="emq-chaos-"))
         self.server = LocalRedis(persist=True)
+        self.relay: Relay | None = None     # in front of the first pool, once started
         self.workers: list[WorkerProcess | None] = [None] * workers
         self.acked: dict[str, str] = {}     # job id -> kind, once its enqueue returned
+        self.doomed: set[str] = set()       # every doomed job sent, acknowledged or not
+        self.poisoned: dict[str, str] = {}  # poisoned job id -> flavour
         self.countdowns = 0
+        self.refused_full = 0
         self.events: Counter[str] = Counter()
         self.exits: list[str] = []
+        self.undo: list[tuple[float, Callable[[], None]]] = []   # (when, how) faults end
+        self.frozen: set[int] = set()       # pids of the masters stopped now
+        self.full = False                   # maxmemory is set just above the used memory
         self._stop = threading.Event()
         self._started = 0
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> Report:
         self.server.start(30)
+        self.relay = Relay(self.server.port)
         admin = self.server.client(socket_timeout=10, socket_connect_timeout=5)
         report = Report(self.seconds, self.seed, str(admin.info("server")["redis_version"]),
                         len(self.workers), self.concurrency, log_dir=str(self.log_dir))
         producer = threading.Thread(target=self._produce, name="chaos-producer", daemon=True)
         try:
             for i in range(len(self.workers)):
-                self.workers[i] = self._start_worker(wait=True)
+                self.workers[i] = self._start_worker(i, wait=True)
             producer.start()
             self.say(f"chaos for {self.seconds:.0f} s (seed {self.seed}), logs in {self.log_dir}")
             self._chaos(admin)
@@ -156,22 +122,30 @@ class Soak:
             producer.join(GIVE_UP + 5)
             began = time.monotonic()
             self.say(f"chaos over: {len(self.acked):,} jobs acknowledged; draining")
-            self._drain(admin)
+            report.backlog = self._drain(admin)
             report.drain_seconds = time.monotonic() - began
             self._stop_workers()
             self._verify(admin, report)
         finally:
             self._stop.set()
+            self._end_faults(until=float("inf"))
             self._stop_workers()
             admin.close()
+            self.relay.close()
             self.server.close()
         if report.ok and not report.worker_errors:
             shutil.rmtree(self.log_dir, ignore_errors=True)
         return report
 
-    def _start_worker(self, wait: bool = False) -> WorkerProcess:
+    def _start_worker(self, slot: int, wait: bool = False) -> WorkerProcess:
+        """The worker of a slot: the first slot's through the relay, with a short socket
+        timeout (a partition is only a partition once it outlasts that)."""
         self._started += 1
-        w = WorkerProcess(["emqtasks._dev.chaos_tasks"], redis_url=self.server.url,
+        url = self.server.url
+        if slot == 0 and self.relay is not None:
+            url = (f"redis://127.0.0.1:{self.relay.port}/0"
+                   f"?socket_timeout={RELAYED_SOCKET_TIMEOUT:g}")
+        w = WorkerProcess(["emqtasks._dev.chaos_tasks"], redis_url=url,
                           queue=self.queue, concurrency=self.concurrency, tick=0.5,
                           extra=["--grace", "5"],
                           log_path=self.log_dir / f"worker-{self._started}.log")
@@ -207,6 +181,8 @@ class Soak:
                     job = build_job(tasks[kind].spec, (job_id,), {}, job_id=job_id,
                                     limit=app.settings.max_payload_bytes, countdown=countdown)
                     jobs.append((job, kind))
+                    if kind == "doomed":
+                        self.doomed.add(job_id)
                 if self._send(app, [j for j, _ in jobs]):
                     self.acked.update((j.id, kind) for j, kind in jobs)
                     self.countdowns += sum(1 for j, _ in jobs if j.countdown_ms)
@@ -217,12 +193,16 @@ class Soak:
 
     def _send(self, app: App, jobs: list[NewJob]) -> bool:
         """Enqueue a batch, again and again through outages (ids make it idempotent); True
-        once the server answered, False if it never did within GIVE_UP."""
+        once the server answered, False if it never did within GIVE_UP or it was full (a
+        refusal: not acknowledged, so not promised)."""
         deadline = time.monotonic() + GIVE_UP
         while True:
             try:
                 app.queue().enqueue_many(jobs)
                 return True
+            except ServerFull:
+                self.refused_full += len(jobs)
+                return False
             except TRANSIENT:
                 if time.monotonic() > deadline:
                     return False
@@ -230,23 +210,48 @@ class Soak:
 
     # -- the chaos ------------------------------------------------------------------------
     def _chaos(self, admin: Any) -> None:
-        actions: dict[str, Callable[[Any], None]] = {
+        # Each does its fault and says how many it did (0: none this time, as with no
+        # child alive, or a poisoned row on a full server).
+        actions: dict[str, Callable[[Any], int]] = {
             "child_kills": self._kill_child, "master_restarts": self._restart_master,
             "connection_kills": self._kill_connections,
-            "server_restarts": self._restart_server,
+            "server_restarts": self._restart_server, "poisoned_rows": self._poison,
+            "full_servers": self._fill_server, "master_freezes": self._freeze_master,
+            "partitions": self._partition,
         }
         # One of each kind first, in a random order, so even a short soak has them all.
         firsts = self.rng.sample(list(EVENTS), len(EVENTS))
         deadline = time.monotonic() + self.seconds
-        while (left := deadline - time.monotonic()) > 0:
+        next_event = time.monotonic() + self.rng.expovariate(1 / MEAN_INTERVAL)
+        while (now := time.monotonic()) < deadline:
             self._supervise()
-            # The schedule of the chaos, not a poll: sleep until the next event.
-            time.sleep(min(self.rng.expovariate(1 / MEAN_INTERVAL), left))
+            # The schedule of the chaos, not a poll: sleep until the next event or the end
+            # of a fault that lasts (a full server, a frozen master, a partition).
+            time.sleep(max(0.0, min(next_event, deadline, *(t for t, _ in self.undo)) - now))
+            self._end_faults(until=time.monotonic())
+            if time.monotonic() < next_event:
+                continue
             if time.monotonic() >= deadline:
                 break
-            name = firsts.pop() if firsts else self.rng.choices(
+            first = bool(firsts)
+            name = firsts.pop() if first else self.rng.choices(
                 list(EVENTS), weights=list(EVENTS.values()))[0]
-            actions[name](admin)
+            did = actions[name](admin)
+            self.events[name] += did
+            if first and not did:
+                firsts.append(name)   # the next event tries it again
+            next_event = time.monotonic() + self.rng.expovariate(1 / MEAN_INTERVAL)
+        self._end_faults(until=float("inf"))
+
+    def _later(self, seconds: float, end: Callable[[], None]) -> None:
+        self.undo.append((time.monotonic() + seconds, end))
+
+    def _end_faults(self, until: float) -> None:
+        """End the lasting faults due by ``until`` (all of them at the end of the chaos)."""
+        due = [end for t, end in self.undo if t <= until]
+        self.undo = [(t, end) for t, end in self.undo if t > until]
+        for end in due:
+            end()
 
     def _supervise(self) -> None:
         """As systemd would: start again a worker that exited (one started while the
@@ -255,7 +260,7 @@ class Soak:
             if w is not None and w.proc.poll() is not None:
                 w.stop()
                 self.exits.append(f"exit {w.proc.returncode}: {w.output(tail=1)[:200]}")
-                self.workers[i] = self._start_worker()
+                self.workers[i] = self._start_worker(i)
                 self.events["worker_restarts"] += 1
 
     def _live_worker(self) -> tuple[int, WorkerProcess] | None:
@@ -263,53 +268,134 @@ class Soak:
                 if w is not None and w.proc.poll() is None]
         return self.rng.choice(live) if live else None
 
-    def _kill_child(self, _admin: Any) -> None:
+    def _kill_child(self, _admin: Any) -> int:
         picked = self._live_worker()
         children = picked[1].children() if picked else []
-        if children:
-            _kill(self.rng.choice(children))
-            self.events["child_kills"] += 1
+        if not children:
+            return 0
+        _kill(self.rng.choice(children))
+        return 1
 
-    def _restart_master(self, _admin: Any) -> None:
+    def _restart_master(self, _admin: Any) -> int:
         picked = self._live_worker()
-        if picked is not None:
-            i, w = picked
-            w.kill()    # SIGKILL of the master; its children follow (parent-death signal)
-            w.stop()
-            self.workers[i] = self._start_worker()
-            self.events["master_restarts"] += 1
+        if picked is None:
+            return 0
+        i, w = picked
+        w.kill()    # SIGKILL of the master; its children follow (parent-death signal)
+        w.stop()
+        self.workers[i] = self._start_worker(i)
+        return 1
 
-    def _kill_connections(self, admin: Any) -> None:
+    def _kill_connections(self, admin: Any) -> int:
+        killed = 0
         try:
             mine = admin.client_id()
             others = [c["id"] for c in admin.client_list(_type="normal")
                       if int(c["id"]) != mine]
             for victim in self.rng.sample(others, min(len(others), self.rng.randint(1, 3))):
                 admin.client_kill_filter(_id=victim)
-                self.events["connection_kills"] += 1
+                killed += 1
         except TRANSIENT:
             pass   # the server is restarting: nothing to kill
+        return killed
 
-    def _restart_server(self, _admin: Any) -> None:
+    def _restart_server(self, _admin: Any) -> int:
         self.server.kill()   # SIGKILL: no shutdown, as a crash; AOF (always) keeps the writes
         time.sleep(self.rng.uniform(0.0, 0.3))
-        self.server.start(30)
-        self.events["server_restarts"] += 1
+        self.server.start(30)   # its maxmemory is the command line's again (none)
+        return 1
+
+    def _poison(self, admin: Any) -> int:
+        """A job no verb can read, written as a producer's ACL allows (poison.py), into a
+        group that has jobs waiting, or a lane of its own."""
+        n = len(self.poisoned) + 1
+        flavour = self.rng.choice(poison.FLAVOURS)
+        job_id = f"poison{n}-{flavour}"
+        spec = chaos_tasks.TASKS["work"].spec
+        job = build_job(spec, (job_id,), {}, job_id=job_id, limit=1 << 20)
+        groups = self.rng.sample(range(self.groups), min(self.groups, 8))
+        try:
+            poison.write(admin, self.queue, flavour, job, [f"g{g}" for g in groups],
+                         f"poison{n}", self.rng)
+        except (*TRANSIENT, redis.exceptions.OutOfMemoryError):
+            return 0   # not written (a full server refuses its first write)
+        self.poisoned[job_id] = flavour
+        return 1
+
+    def _fill_server(self, admin: Any) -> int:
+        """maxmemory just above the used memory, noeviction, for a few seconds: enqueues
+        are refused (ServerFull), the verbs that settle work go on."""
+        if self.full:
+            return 0
+        try:
+            used = int(admin.info("memory")["used_memory"])
+            admin.config_set("maxmemory-policy", "noeviction")
+            admin.config_set("maxmemory", used + FULL_HEADROOM)
+        except TRANSIENT:
+            return 0
+        self.full = True
+
+        def unfill() -> None:
+            # no maxmemory, as the server started (a restart meanwhile did the same)
+            _persist(lambda: admin.config_set("maxmemory", 0))
+            self.full = False
+        self._later(self.rng.uniform(*FULL_SECONDS), unfill)
+        return 1
+
+    def _freeze_master(self, _admin: Any) -> int:
+        """SIGSTOP of a master for longer than its children's leases, then SIGCONT: its
+        renewals stop while its children may still be running jobs."""
+        live = [w for w in self.workers
+                if w is not None and w.proc.poll() is None and w.pid not in self.frozen]
+        if not live:
+            return 0
+        w = self.rng.choice(live)
+        w.signal(signal.SIGSTOP)
+        self.frozen.add(w.pid)
+
+        def thaw() -> None:
+            self.frozen.discard(w.pid)
+            if w.proc.poll() is None:   # not restarted meanwhile
+                w.signal(signal.SIGCONT)
+        self._later(chaos_tasks.LEASE + self.rng.uniform(*FREEZE_BEYOND_LEASE), thaw)
+        return 1
+
+    def _partition(self, _admin: Any) -> int:
+        """The first pool's relay stalls for longer than its socket timeout: every call in
+        flight times out, and is delivered when the network heals."""
+        if self.relay is None or self.relay.stalled:
+            return 0
+        self.relay.stall()
+        self._later(RELAYED_SOCKET_TIMEOUT + self.rng.uniform(*PARTITION_BEYOND_TIMEOUT),
+                    self.relay.resume)
+        return 1
 
     # -- the verdict ----------------------------------------------------------------------
-    def _drain(self, admin: Any) -> None:
-        """Until every acknowledged job finished (done or dead) or lost its row, bounded."""
-        waiting = set(self.acked)
-        deadline = time.monotonic() + DRAIN_TIMEOUT
-        while waiting and time.monotonic() < deadline:
+    def _drain(self, admin: Any) -> int:
+        """Until every acknowledged job finished (done or dead) or lost its row, and every
+        poisoned job the claim can reach is buried, or none of them finished for
+        DRAIN_STALL. (A poisoned lane's job waits for check --repair.) Returns how many
+        were waiting when the chaos ended."""
+        waiting = set(self.acked) | {i for i, f in self.poisoned.items() if f != "lane"}
+        backlog: int | None = None
+        moved = time.monotonic()
+        while waiting and time.monotonic() - moved < DRAIN_STALL:
             self._supervise()
             states = _states(admin, self.queue, waiting)
-            waiting = {i for i, s in states.items() if s is not None and s not in
-                       ("done", "dead")}
+            left = {i for i, s in states.items() if s is not None and s not in ("done", "dead")}
+            if backlog is None:
+                backlog = len(left)
+            if len(left) < len(waiting):
+                moved = time.monotonic()
+            waiting = left
             if waiting:
-                time.sleep(0.25)   # a condition on thousands of rows, with a deadline
+                # a condition on thousands of rows (read less often while there are many of
+                # them, not to slow the drain it watches), bounded by its progress
+                time.sleep(min(5.0, 0.25 + len(waiting) / 20000))
+        return backlog or 0
 
     def _verify(self, admin: Any, report: Report) -> None:
+        self._check(report)
         states = _states(admin, self.queue, self.acked)
         runs = {k: int(v) for k, v in admin.hgetall(chaos_tasks.runs_key(self.queue)).items()}
         for job_id, kind in self.acked.items():
@@ -321,25 +407,47 @@ class Soak:
                 report.unexpected_dead.append(job_id)
             elif state != "done" or ran == 0:
                 report.lost.append(f"{job_id} ({kind}: state {state}, {ran} runs)")
+        # Nothing else is dead: not a job whose enqueue was not acknowledged either.
+        dead = admin.zrange(QueueKeys(self.queue).dead, 0, -1)
+        report.unexpected_dead += [i for i in dead if i not in self.doomed
+                                   and i not in self.poisoned and i not in self.acked]
+        buried = _buried(admin, self.queue, self.poisoned)
+        report.unburied = [f"{i} ({self.poisoned[i]}: {why}{', ran' if runs.get(i) else ''})"
+                           for i, why in buried.items() if why or runs.get(i)]
         report.jobs = len(self.acked)
         report.kinds = dict(Counter(self.acked.values()))
         report.countdowns = self.countdowns
+        report.refused_full = self.refused_full
         report.groups = len({chaos_tasks.group_of(i) for i in self.acked})
         report.events = {name: self.events[name] for name in (*EVENTS, "worker_restarts")}
+        report.poisoned = dict(Counter(self.poisoned.values()))
         report.duplicated_jobs = sum(1 for n in runs.values() if n > 1)
         report.extra_runs = sum(n - 1 for n in runs.values() if n > 1)
         report.max_runs = max(runs.values(), default=0)
-        app = App(redis_url=self.server.url, queue=self.queue)
-        try:
-            result = check(app.queue())
-        finally:
-            app.close()
-        report.check_ok, report.violations = result.ok, result.violations
         report.worker_errors = _errors(self.log_dir.glob("worker-*.log"))
         report.worker_exits = list(self.exits)
 
+    def _check(self, report: Report) -> None:
+        """``check``; when all it names is poisoned keys or jobs (a lane holding a string is
+        a group's books no claim can read), ``check --repair`` once and ``check`` again."""
+        app = App(redis_url=self.server.url, queue=self.queue)
+        try:
+            result = check(app.queue())
+            if (not result.ok and self.poisoned
+                    and all("poison" in v for v in result.violations)):
+                report.repaired_violations = list(result.violations)
+                report.repaired = {k: len(v) if isinstance(v, tuple) else int(v)
+                                   for k, v in repair(app.queue())._asdict().items()}
+                result = check(app.queue())
+            report.check_ok, report.violations = result.ok, result.violations
+        except redis.exceptions.ResponseError as exc:   # check promises never to
+            report.violations = [f"check failed: {exc}"]
+        finally:
+            app.close()
+
 
 def _states(client: Any, queue: str, ids: Iterable[str]) -> dict[str, str | None]:
+    """Each job's state (None: no row; "unreadable" for a key that is not a hash)."""
     keys = QueueKeys(queue)
     ids = list(ids)
     out: dict[str, str | None] = {}
@@ -348,8 +456,42 @@ def _states(client: Any, queue: str, ids: Iterable[str]) -> dict[str, str | None
         pipe = client.pipeline(transaction=False)
         for job_id in chunk:
             pipe.hget(keys.job(job_id), "state")
-        out.update(zip(chunk, pipe.execute()))
+        replies = pipe.execute(raise_on_error=False)
+        out.update((i, "unreadable" if isinstance(r, Exception) else r)
+                   for i, r in zip(chunk, replies))
     return out
+
+
+def _buried(client: Any, queue: str, ids: Iterable[str]) -> dict[str, str]:
+    """Per poisoned job, what keeps it from being buried ("" when it is dead with a
+    reason)."""
+    keys = QueueKeys(queue)
+    ids = list(ids)
+    pipe = client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hmget(keys.job(job_id), "state", "error")
+    out: dict[str, str] = {}
+    for job_id, reply in zip(ids, pipe.execute(raise_on_error=False)):
+        if isinstance(reply, Exception):
+            out[job_id] = "its key is not a hash"
+        else:
+            state, error = reply
+            out[job_id] = ("" if state == "dead" and error else
+                           f"state {state}, {'a reason' if error else 'no reason'}")
+    return out
+
+
+def _persist(call: Callable[[], object], tries: int = 20) -> None:
+    """A call of the soak's own that must land (the end of a fault) through a connection
+    killed by the chaos or a server still loading its data."""
+    for n in range(tries):
+        try:
+            call()
+            return
+        except TRANSIENT:
+            if n == tries - 1:
+                raise
+            time.sleep(0.25)
 
 
 def _kill(pid: int) -> None:
@@ -374,4 +516,3 @@ def _errors(logs: Iterable[Path]) -> list[str]:
 
 def run(seconds: float, **options: Any) -> Report:
     return Soak(seconds, **options).run()
-

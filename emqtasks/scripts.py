@@ -1,4 +1,10 @@
-"""Loads the Lua verbs from ``lua/``, composes each with the shared prelude, runs them by SHA.
+"""Loads the Lua verbs from ``lua/``, composes each with the helpers it includes, runs them by SHA.
+
+A verb's header names the helper files of ``lua/lib/`` it uses, on one line
+``-- Includes: keys, ring``; a helper file names its own the same way. The loader sends the
+prelude (the fixed keys and BASE), then every file reached from the verb's list, each once and
+after the files it includes, then the verb: so a verb loads only what it uses. An include that
+names no file, or a cycle of includes, refuses the load (ConfigError naming the file).
 
 Each verb computes its SHA on the client and runs EVALSHA; on NOSCRIPT it sends the source
 with EVAL, which loads and runs it in one command (and caches it for the next EVALSHA). So a
@@ -10,6 +16,7 @@ fallback does not survive.
 from __future__ import annotations
 
 import functools
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -61,13 +68,63 @@ def _check_header(name: str, text: str) -> None:
         raise ConfigError(f"lua/{name}.lua must open with its contract (name, KEYS, Reply)")
 
 
-@functools.cache
-def source(name: str) -> str:
-    """The full text sent to Redis for one verb: prelude, shared helpers, the verb."""
-    folder = lua_dir()
+_INCLUDES = re.compile(r"^-- Includes:(.*)$", re.MULTILINE)
+_LIB_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def includes(text: str, where: str) -> list[str]:
+    """The helper files a Lua file's header names on its ``-- Includes:`` line, in order
+    (none without the line); words in parentheses after the names are a comment."""
+    lines = _INCLUDES.findall(text.split("\n\n", 1)[0])
+    if len(lines) > 1:
+        raise ConfigError(f"{where} has more than one '-- Includes:' line")
+    listed = lines[0].split("(", 1)[0].strip() if lines else ""
+    names = [n.strip() for n in listed.split(",")] if listed else []
+    for n in names:
+        if not _LIB_NAME.match(n):
+            raise ConfigError(f"{where} includes {n!r}: not a helper file's name")
+    return names
+
+
+def load_order(folder: Path, name: str) -> list[str]:
+    """The helper files verb ``name`` loads, each once and after the files it includes."""
+    order: list[str] = []
+    visiting: list[str] = []
+
+    def visit(lib: str, includer: str) -> None:
+        if lib in order:
+            return
+        if lib in visiting:
+            cycle = " -> ".join(f"lib/{n}.lua" for n in visiting[visiting.index(lib):] + [lib])
+            raise ConfigError(f"lua/{includer} closes a cycle of includes: {cycle}")
+        path = folder / "lib" / f"{lib}.lua"
+        if not path.is_file():
+            raise ConfigError(f"lua/{includer} includes {lib!r}: there is no lua/lib/{lib}.lua")
+        visiting.append(lib)
+        for dep in includes(path.read_text(), f"lua/lib/{lib}.lua"):
+            visit(dep, f"lib/{lib}.lua")
+        visiting.pop()
+        order.append(lib)
+
+    for lib in includes((folder / f"{name}.lua").read_text(), f"lua/{name}.lua"):
+        visit(lib, f"{name}.lua")
+    return order
+
+
+def compose(folder: Path, name: str) -> str:
+    """The full text of verb ``name`` from the Lua sources in ``folder``: the prelude, the
+    helper files it includes (load_order), the verb."""
     text = (folder / f"{name}.lua").read_text()
     _check_header(name, text)
-    return _prelude(name) + (folder / "_common.lua").read_text() + "\n" + text
+    helpers = "".join((folder / "lib" / f"{lib}.lua").read_text() + "\n"
+                      for lib in load_order(folder, name))
+    return _prelude(name) + helpers + text
+
+
+@functools.cache
+def source(name: str) -> str:
+    """The full text sent to Redis for one verb: prelude, the helpers it includes, the verb."""
+    return compose(lua_dir(), name)
 
 
 #: A full server's refusal inside a script: its own reply (OOM) from Redis 7 on, the text of

@@ -1,22 +1,23 @@
 -- ack: complete a leased job (fenced), store its result, and optionally claim the next job
 -- in the same call, so a busy worker pays one script call per job.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys, fence, timefair, place, history, wake, workflow, marks, claim
 -- ARGV[1]  id
 -- ARGV[2]  attempts, the token read at claim time
 -- ARGV[3]  nonce, drawn at claim time
 -- ARGV[4]  result (JSON text)
 -- ARGV[5]  next: '' for none, else the nonce for the next claim
 -- Reply: {verdict, next_job}: verdict 1 done, 0 stale (nothing of the job was written: no
---   result, no books; the queue's tally counts it: `stale_acks`, tally in _common.lua);
+--   result, no books; the queue's tally counts it: `stale_acks`, tally in lib/marks.lua);
 --   next_job as in claim.lua, or false when none was asked or none is serviceable
 --   (or a queue-wide key a claim writes is of the wrong type: the next plain claim says which).
 -- Side effects: counts the success in the minute's history; removes the id from `active`, state done with result and finish time; the
 --   row expires after its ttl (deleted at once when ttl is 0); gactive-1, and a group held
 --   back by its limit returns to the ring with a wake. A job claimed in time mode settles
---   its group's virtual time, cost estimate and busy time (time_settle in _common.lua). A
+--   its group's virtual time, cost estimate and busy time (time_settle in lib/timefair.lua). A
 --   workflow step (a row with `next`) releases its waiting children in the same call: see
---   wf_handover in _common.lua.
+--   wf_handover in lib/workflow.lua.
 
 runs_when_full()
 local id = ARGV[1]

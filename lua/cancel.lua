@@ -1,6 +1,7 @@
 -- cancel: withdraw a job that is not running.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys, withdraw
 -- ARGV[1]  id
 -- Reply: 1 cancelled; 0 no such job; -1 running (a leased job is not interrupted);
 --   -2 already finished (done or cancelled).

@@ -1,6 +1,7 @@
 -- defaults: set or clear the settings every group has unless it has its own.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys, settings, ring, place, wake
 -- ARGV[1]  n, the number of (field, value) pairs that follow
 -- ARGV[2 .. 2n+1]  pairs: field limit | rate | max_size | weight, value ('' clears it;
 --          rate as "max_jobs:per_ms")

@@ -1,6 +1,7 @@
 -- enqueue: admit jobs idempotently, one or many in one call, each with its own verdict.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys, enqueue, wake, place, history
 -- ARGV[1]      n, the number of jobs; then 10 fields per job:
 --   id         job id (gated again here: 1-128 of [A-Za-z0-9_.:-])
 --   task       registered task name
@@ -18,8 +19,8 @@
 --   its lane, or a book of its group that opening the lane reads (limit, jobs in flight,
 --   rate, start times), cannot be read (nothing was written; the others go on). An error
 --   (WRONGTYPE, naming the key) when a queue-wide key the call writes is of the wrong
---   type: nothing was written (enqueue_books in _common.lua).
--- Side effects: counts the job in the minute's history (_common.lua); writes emq:{q}:job:<id> (field prio when not 0); adds the id to its lane
+--   type: nothing was written (enqueue_books in lib/enqueue.lua).
+-- Side effects: counts the job in the minute's history (lib/history.lua); writes emq:{q}:job:<id> (field prio when not 0); adds the id to its lane
 --   (a lane that opens joins the ring, or gwait while its rate budget is spent, and pushes
 --   a wake) or to `delayed`. A countdown is not held to the cap: it joins its lane when due.
 

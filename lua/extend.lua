@@ -1,6 +1,7 @@
 -- extend: push the lease deadlines of running jobs out (fenced each); the heartbeat.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys, fence
 -- ARGV[1]  lease ms from now
 -- ARGV[2..] triples: id, attempts token, nonce token
 -- Reply: an array, per job 1 extended or 0 stale (nothing was written for it).

@@ -1,6 +1,7 @@
 -- fairness: switch the queue between fair turns (the ring) and fair worker time (`gvt`).
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: keys, settings, ring, wake
 -- ARGV[1]  mode: 'turns' or 'time'
 -- Reply: the number of serviceable groups moved from one ring to the other (0 when the queue
 --   already had that mode).

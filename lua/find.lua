@@ -1,7 +1,8 @@
 -- find: a bounded look through one of a queue's job sets for jobs matching a filter (the
 -- dashboard's search; read-only).
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: keys
 -- ARGV[1]  the set: dead | delayed | active | lane (the lane of ARGV[6])
 -- ARGV[2]  the rank to start at: newest first for dead / delayed / active, a lane oldest
 --          first (the order its jobs start in)

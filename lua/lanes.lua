@@ -1,6 +1,7 @@
 -- lanes: the backlog and the head of each named lane, for the lane table (read-only).
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys
 -- ARGV[1..] group names (the caller sends at most 1000 a call: the work bound)
 -- Reply: a flat list, per group in ARGV order: its pending count, its head's score
 --   (priority * PRIO_SPAN + enqueue time in ms, as a string; '' for an empty lane), and its

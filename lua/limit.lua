@@ -1,6 +1,7 @@
 -- limit: set or clear a group's concurrency limit.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, place
 -- ARGV[1]  group
 -- ARGV[2]  the limit (an integer >= 1), or '' to clear it
 -- Reply: 1.

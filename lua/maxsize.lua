@@ -1,6 +1,7 @@
 -- maxsize: set or clear the cap on a group's waiting jobs.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: keys
 -- ARGV[1]  group
 -- ARGV[2]  the cap (an integer >= 0), or '' to clear the group's own cap
 -- Reply: 1.

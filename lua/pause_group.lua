@@ -1,6 +1,7 @@
 -- pause_group: park one lane (it keeps its backlog and its in-flight work) or unpark it.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, place
 -- ARGV[1]  group
 -- ARGV[2]  '1' pause, '0' resume
 -- Reply: 1 changed, 0 already so.

@@ -1,7 +1,8 @@
 -- promote: move due entries of `delayed` back to their lanes, and groups whose wait in
 -- `gwait` (a spent rate budget, a back-off) is over back to the ring.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys, place, ring
 -- ARGV[1]  limit, the most entries moved in this call (jobs and groups each)
 -- Reply: {moved, next_due_in_ms, claimable}: moved counts jobs; next_due_in_ms is -1 when
 --   `delayed` and `gwait` are empty, 0 when more are due now (the limit cut the batch),

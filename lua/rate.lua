@@ -1,6 +1,7 @@
 -- rate: set or clear a group's rate limit (at most max_jobs starts in any window of per_ms).
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys, place
 -- ARGV[1]  group
 -- ARGV[2]  max_jobs (an integer >= 1), or '' to clear the group's own rate
 -- ARGV[3]  per_ms (an integer >= 1); ignored when clearing

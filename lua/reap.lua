@@ -2,7 +2,8 @@
 -- and keep the queue's clock mark (the latest server time a reap saw), run by every master
 -- on its tick.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys, marks, timefair, place, history, wake, workflow
 -- ARGV[1]  limit, the most expired leases handled in this call
 -- Reply: {returned, dead, now, seen}: counts; the server time (ms) and the queue's clock mark
 --   before this call (0 for none): a mark ahead of now is a server clock stepped back.
@@ -16,7 +17,7 @@
 --   A returned job keeps its original enqueue time as score (ahead of newer work); groups
 --   rejoin the ring with a wake. A job claimed in time mode: its group pays its
 --   claim-to-deadline time (no estimate fed). A dead workflow step fails its workflow
---   (wf_fail in _common.lua). The clock mark (clock_mark in _common.lua) moves up to now,
+--   (wf_fail in lib/workflow.lua). The clock mark (clock_mark in lib/marks.lua) moves up to now,
 --   never back.
 
 local UNRUN = 'lease expired before the job was seen running (attempt not counted)'

@@ -2,7 +2,8 @@
 -- rolled back: a worker shutting down, or a task that hit an outside rate limit, is not
 -- the job's failure.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys, fence, timefair, place
 -- ARGV[1]  id
 -- ARGV[2]  attempts token
 -- ARGV[3]  nonce token

@@ -3,7 +3,8 @@
 -- back jobs whose row says they wait but no structure holds them (what a server restart
 -- without full persistence can leave behind).
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys, settings, seat, rows, place, ring, wake
 -- ARGV[1]  n, the number of groups that follow
 -- ARGV[2 .. n+1]  every group known to the queue (lanes, books, settings)
 -- then     d, and d names (after BASE) of derived keys to delete first: each holds the wrong

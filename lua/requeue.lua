@@ -1,6 +1,7 @@
 -- requeue: bring dead jobs back to their lanes with fresh attempts.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys, place
 -- ARGV[1..] ids; with none, the oldest 500 of `dead`
 -- Reply: the number requeued (ids not in `dead` are passed over).
 -- Side effects: per id, out of `dead`; attempts 0 (and its given-back claims, `unrun`),

@@ -1,7 +1,8 @@
 -- retry: fail a leased job (fenced): into `delayed` for a retry, or into `dead` when it has
 -- used its attempts (or when the caller says the failure is final).
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys, fence, timefair, place, history, wake, workflow
 -- ARGV[1]  id
 -- ARGV[2]  attempts token
 -- ARGV[3]  nonce token
@@ -9,11 +10,11 @@
 -- ARGV[5]  delay ms before the retry; '' means the row's own fixed delay
 -- ARGV[6]  '1' to dead-letter now whatever the attempts left (a job that can never run)
 -- Reply: 1 retry scheduled, 2 dead, 0 stale (nothing was written).
--- Side effects: counts it in the minute's history (_common.lua); removes the id from
+-- Side effects: counts it in the minute's history (lib/history.lua); removes the id from
 --   `active`; gactive-1 (a group held back by its limit returns to the ring with a wake);
 --   state delayed or dead, the error on the row; a job claimed in time mode settles its
---   group's time (time_settle in _common.lua). A dead workflow step fails its workflow
---   (wf_fail in _common.lua).
+--   group's time (time_settle in lib/timefair.lua). A dead workflow step fails its workflow
+--   (wf_fail in lib/workflow.lua).
 
 runs_when_full()
 local id = ARGV[1]

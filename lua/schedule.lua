@@ -1,6 +1,6 @@
 -- schedule: store, drop and fire periodic schedules; each slot is enqueued at most once.
 --
--- KEYS: the queue's fixed keys (see _common.lua), then three of its own (emqtasks/scripts.py
+-- KEYS: the queue's fixed keys (see lib/keys.lua), then three of its own (emqtasks/scripts.py
 --   VERB_KEYS; the prelude names them):
 --   K_schedules   (emq:{q}:schedules)  hash: name -> the schedule's spec (JSON, as
 --                 emqtasks/schedules.py writes it)
@@ -13,6 +13,7 @@
 --                         '<name>:origin' 'code' (declared in a worker's modules) or 'runtime'
 --   K_schedver    (emq:{q}:schedver)   string: bumped by every change of `schedules`;
 --                 masters re-read the schedules when it moved
+-- Includes: core, keys, wake, place
 -- ARGV[1]  op, one of:
 --   'put'   ARGV[2] name, ARGV[3] spec JSON, ARGV[4] timing key, ARGV[5] origin.
 --           A new schedule, or one whose timing key changed, owes no slot before now: its

@@ -2,7 +2,8 @@
 -- the verb that ends the job (ack, retry to dead, reap to dead, cancel) pushes a token on
 -- BASE .. 'done:' .. id for the caller to block on.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: keys
 -- ARGV[1]  id
 -- ARGV[2]  '1' to register as a waiter when the job is not finished, '0' only to read
 -- Reply: {state, result, error}; state is false when the row is gone.

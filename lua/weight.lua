@@ -1,6 +1,7 @@
 -- weight: set a group's weight, the consecutive claims it gets per turn of the ring.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: settings
 -- ARGV[1]  group
 -- ARGV[2]  weight, an integer >= 1, or '' to clear it (the group then has the default
 --          weight for every group, else 1; a weight of 1 with no default is stored as absent)

@@ -1,6 +1,7 @@
 -- wfcancel: cancel every step of a workflow that has not started, in one call.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, withdraw
 -- ARGV[1]  wf, the workflow's id
 -- Reply: the number of steps cancelled (0 when the workflow is gone).
 -- Side effects: the workflow's state is cancelled (its link_error step too, unreleased);

@@ -1,10 +1,11 @@
 -- workflow: enqueue a whole workflow (chain, group, chord) in one call, or none of it.
 --
--- KEYS: the queue's fixed keys (see _common.lua).
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys, settings, wake, place
 -- ARGV[1]  wf, the workflow's id (gated like a job id)
 -- ARGV[2]  seconds the workflow's hash lives
 -- ARGV[3]  f, then f field/value pairs of the workflow's hash (kind, steps, final, waiting,
---          lerr...: see _common.lua, workflows)
+--          lerr...: see lib/workflow.lua)
 -- then     m, the number of steps; per step the 10 fields of enqueue.lua (id task payload
 --          group max lease delay ttl countdown priority), then its mode ('r' ready now, 'w'
 --          waiting for a parent, 'e' the link_error step: waiting, and expiring with the

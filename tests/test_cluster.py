@@ -71,14 +71,14 @@ def test_a_cluster_url_names_startup_nodes_and_client_options() -> None:
 
 def test_every_script_declares_the_queue_keys_and_forms_others_from_base() -> None:
     folder = scripts.lua_dir()
-    common = (folder / "_common.lua").read_text()
-    assert "BASE" in common.split("\n\n", 1)[0] and "K_guard" in common
+    keys = (folder / "lib" / "keys.lua").read_text()
+    assert "BASE" in keys.split("\n\n", 1)[0] and "K_guard" in keys
     for name in scripts.VERBS:
         text = (folder / f"{name}.lua").read_text()
         head = text.split("\n\n", 1)[0]
-        assert "KEYS: the queue's fixed keys (see _common.lua)" in head, name
+        assert "KEYS: the queue's fixed keys (see lib/keys.lua)" in head, name
         code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
-        # Keys a verb forms come from _common's job_key / lane_key / notify (all BASE ..);
+        # Keys a verb forms come from lib/'s job_key / lane_key / notify (all BASE ..);
         # a verb names no key of its own, and nothing writes the guard.
         assert "BASE" not in code and "KEYS[" not in code and "K_guard" not in code, name
         assert not re.search(r"redis\.call\(\s*'\w+'\s*,\s*'", code), name

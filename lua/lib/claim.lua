@@ -1,0 +1,134 @@
+-- claim: lease the next job of the ring (claim_one).
+-- Includes: keys, core, settings, history, wake, ring, place, timefair, types, seat, rows
+
+-- The section runs in a block, with the names it uses copied next to the closures that use
+-- them: every run of a script makes every closure of the files it includes, and a closure
+-- captures a local by walking down the open ones, so capturing the far locals of the files
+-- before this one made each run of a verb several microseconds slower.
+local claim_one
+do
+  local K_active, K_gactive, K_gturn, K_gvrun, K_gvt, K_ring, K_wake =
+    K_active, K_gactive, K_gturn, K_gvrun, K_gvt, K_ring, K_wake
+  local bury, group_seat, hist, hist_started, job_key, lane_key, misfit, rate_ready =
+    bury, group_seat, hist, hist_started, job_key, lane_key, misfit, rate_ready
+  local ring_leave, ring_size, ring_turn, row_fault, starts_key, time_charge, time_fair =
+    ring_leave, ring_size, ring_turn, row_fault, starts_key, time_charge, time_fair
+  local type_of, wait_push, wake, wrong_type = type_of, wait_push, wake, wrong_type
+  local tonumber, type = tonumber, type
+  -- A claim meets what it cannot read without failing the queue: a job row it cannot read goes
+  -- to `dead` with the reason (bury), a group whose books it cannot read leaves the ring
+  -- (group_seat), and only a queue-wide key of the wrong type fails the call, before its first
+  -- write (claim_books). Every check reads before the claim writes anything, so a refused call
+  -- changes nothing and no job is ever left out of every structure.
+
+  -- Once per call, before the first write: the queue-wide keys a claim may write half-way
+  -- through a lease (`gturn`, this minute's history, in time mode `gvrun`). Returns false,
+  -- or the error text naming the key of the wrong type. (`active` and `dead`, written right
+  -- after the pop, are checked by that write: claim_one puts the job back on a refusal.)
+  local BOOKS = nil
+  local function claim_books(now)
+    if BOOKS ~= nil then return BOOKS end
+    local keys = {{K_gturn, 'hash'}}
+    local h = hist(now)
+    if h then keys[#keys + 1] = {h[1], 'hash'} end
+    if time_fair() then keys[#keys + 1] = {K_gvrun, 'hash'} end
+    BOOKS = misfit(keys) or false
+    return BOOKS
+  end
+
+  -- A wake at the end of a claim that skipped its fill: a hint, left out when `wake` is of
+  -- the wrong type (the next tick's promote finds the work anyway).
+  local function wake_soft()
+    local t = type_of(K_wake)
+    if t == 'none' or t == 'list' then wake() end
+  end
+
+  -- Claim one job: turn the ring one step (in time mode: take the group of least virtual time
+  -- and charge it, time_charge), pop the head of that lane, lease it.
+  -- Returns {id, task, payload, attempts, nonce, group, lease_ms, more, fence}, or nil when
+  -- nothing is serviceable, or nil and an error text when a queue-wide key a claim writes is
+  -- of the wrong type (claim_books: nothing was written). Ghosts (ids whose row is gone),
+  -- stale ring entries, groups whose books cannot be read (group_seat) and rows that cannot be
+  -- read (bury) are skipped, at most 64 of them per call; past that a wake is pushed so a
+  -- worker comes back for the rest.
+  function claim_one(nonce, now)
+    local tf = time_fair()
+    for _ = 1, 64 do
+      local g, vs
+      if tf then
+        local h = redis.call('ZRANGE', K_gvt, 0, 0, 'WITHSCORES')
+        g, vs = h[1], tonumber(h[2])
+      else
+        g = redis.call('LINDEX', K_ring, 0)
+      end
+      if not g then return nil end
+      local books = claim_books(now)
+      if books then return nil, books end
+      local seat = group_seat(g, tf)
+      local lane = lane_key(g)
+      local popped = seat and redis.pcall('ZPOPMIN', lane)
+      if not seat or popped.err or #popped == 0 then
+        ring_leave(g, false)
+      else
+        local id = popped[1]
+        local jk = job_key(id)
+        local row = redis.pcall('HMGET', jk, 'task', 'payload', 'lease', 'state', 'attempts',
+          'fence', 'group', 'max', 'ttl', 'delay', 'created')
+        local fault, refused = nil, nil
+        if row.err then
+          refused = bury(id, g, nil, now, type_of(jk))
+        elseif row[4] then
+          fault = row_fault(row, g)
+          if fault then refused = bury(id, g, fault, now) end
+        end
+        -- `active` first, by the write itself: a lease it refuses is no lease
+        if not (row.err or fault or not row[4])
+          and type(redis.pcall('ZADD', K_active, now + tonumber(row[3]), id)) == 'table' then
+          refused = wrong_type(K_active, 'zset')
+        end
+        if refused then
+          -- `dead` or `active` of the wrong type: the job goes back, the call changed nothing
+          redis.call('ZADD', lane, popped[2], id)
+          return nil, refused
+        end
+        if row.err or not row[4] or fault then
+          -- a ghost (its row is gone) or a buried row: look again
+          if redis.call('ZCARD', lane) == 0 then ring_leave(g, false) end
+        else
+          local rotated = true
+          if tf then time_charge(g, vs, jk, seat.est, seat.w) else rotated = ring_turn(g, seat.w) end
+          local att = tonumber(row[5]) + 1
+          local lease = tonumber(row[3])
+          -- fence: grows with every claim of the row, never rolled back (attempts is: by a
+          -- release, or a requeue of a dead job), so a task can guard writes elsewhere with it.
+          local fence = tonumber(row[6] or '0') + 1
+          redis.call('HSET', jk, 'state', 'active', 'attempts', att, 'nonce', nonce, 'started', now,
+            'fence', fence)
+          local act = redis.call('HINCRBY', K_gactive, g, 1)
+          if seat.m then
+            local starts = starts_key(g)
+            redis.call('LPUSH', starts, now)
+            redis.call('LTRIM', starts, 0, seat.m - 1)
+            redis.call('PEXPIRE', starts, seat.per)
+          end
+          -- more: 1 when other work is serviceable right now, so the claimant's master
+          -- wakes another child (or another master) only when there is something to take.
+          local more = 1
+          local closed = (seat.lim and act >= seat.lim) or redis.call('ZCARD', lane) == 0
+          local at = nil
+          if seat.m and not closed then at = rate_ready(g, now) end
+          if closed or at then
+            ring_leave(g, rotated)
+            if at then wait_push(g, at) end
+            if ring_size() == 0 then more = 0 end
+          end
+          -- last: a history counter that cannot be counted fails the call with the books whole
+          hist_started(now, row[1] or '', g, tonumber(popped[2]))
+          return {id, row[1], row[2], att, nonce, g, lease, more, fence}
+        end
+      end
+    end
+    wake_soft()
+    return nil
+  end
+end

@@ -1,0 +1,88 @@
+-- enqueue: what an enqueue.lua call will write, checked before its first write.
+-- Includes: keys, core, settings, history, types
+
+local enqueue_books
+do   -- the names it uses copied next to it, as lib/claim.lua explains
+  local K_delayed, K_gactive, K_gbackoff, K_gpaused, K_grate, K_gturn, K_gvrun, K_gvt =
+    K_delayed, K_gactive, K_gbackoff, K_gpaused, K_grate, K_gturn, K_gvrun, K_gvt
+  local K_gwait, K_ring, K_wake = K_gwait, K_ring, K_wake
+  local default, hist, int_ok, lane_key, limit_of, max_size_of, misfit, starts_key =
+    default, hist, int_ok, lane_key, limit_of, max_size_of, misfit, starts_key
+  local time_fair, type_of = time_fair, type_of
+  local ipairs, tonumber, type = ipairs, tonumber, type
+
+  -- Before the first write of enqueue.lua's call (ARGV: n, then 10 fields per job), what it
+  -- will write. Returns refused, books, caps: caps[i] the lane cap of job i when due now;
+  -- refused[i] is true for job i (0-based) whose lane is
+  -- not a zset, whose lane cap cannot be read, or, when its lane is empty (the job opens it),
+  -- whose group's limit, jobs in flight (with a limit), rate or start times cannot be read
+  -- (as group_seat reads them): such a job is refused with nothing written and the others go
+  -- on. books is the error text naming a queue-wide key the call writes that is of the wrong
+  -- type (then nothing is written at all); the keys the call only reads fail it by their read
+  -- (a server's WRONGTYPE), before any write too. The keys opening a lane writes are checked
+  -- only when a job opens one.
+  function enqueue_books(n, now)
+    local refused, caps, opening, keys, later = {}, {}, {}, {}, false
+    local h = hist(now)
+    if h then keys[#keys + 1] = {h[1], 'hash'} end
+    for i = 0, n - 1 do
+      local o = 1 + i * 10
+      local g = ARGV[o + 4]
+      if tonumber(ARGV[o + 9]) > 0 then
+        later = true
+      else
+        local size = redis.pcall('ZCARD', lane_key(g))
+        local cap = max_size_of(g)
+        caps[i] = cap
+        if type(size) == 'table' or (cap and not int_ok(cap)) then
+          refused[i] = true
+        elseif size == 0 then
+          opening[#opening + 1] = i
+        end
+      end
+    end
+    if later then
+      keys[#keys + 1] = {K_delayed, 'zset'}
+      keys[#keys + 1] = {K_wake, 'list'}
+    end
+    if #opening > 0 then
+      if time_fair() then
+        keys[#keys + 1] = {K_gvt, 'zset'}
+        keys[#keys + 1] = {K_gvrun, 'hash'}
+      else
+        keys[#keys + 1] = {K_ring, 'list'}
+      end
+      for _, k in ipairs({{K_gturn, 'hash'}, {K_gwait, 'zset'}, {K_wake, 'list'}}) do
+        keys[#keys + 1] = k
+      end
+    end
+    local books = misfit(keys)
+    if books then return refused, books, caps end
+    local seen = {}
+    for _, i in ipairs(opening) do
+      local g = ARGV[1 + i * 10 + 4]
+      if seen[g] == nil then
+        redis.call('SISMEMBER', K_gpaused, g)
+        redis.call('HGET', K_gbackoff, g)
+        local ok = true
+        local lim = limit_of(g)
+        if lim and not int_ok(lim) then ok = false end
+        if ok and lim then
+          local act = redis.call('HGET', K_gactive, g)
+          if act and not int_ok(act) then ok = false end
+        end
+        local rate = ok and (redis.call('HGET', K_grate, g) or default('rate'))
+        local m, per = nil, nil
+        if rate then m, per = string.match(rate, '^(%d+):(%d+)$') end
+        if m and (#m > 15 or #per > 15) then ok = false end
+        if ok and m then
+          local t = type_of(starts_key(g))
+          ok = t == 'none' or t == 'list'
+        end
+        seen[g] = ok
+      end
+      if not seen[g] then refused[i] = true end
+    end
+    return refused, nil, caps
+  end
+end

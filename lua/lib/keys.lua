@@ -1,0 +1,49 @@
+-- keys: the keyspace a script forms beyond the fixed keys, and the lanes' score.
+-- Includes: (none)
+--
+-- Before this file the loader declares the queue's fixed keys (emqtasks/keys.py FIXED):
+--   K_ring (list)  K_active (zset)  K_gactive (hash)  K_glimit (hash)  K_gweight (hash)
+--   K_gturn (hash) K_gpaused (set)  K_paused (string) K_delayed (zset) K_dead (zset)
+--   K_wake (list)  K_guard (never written: declared so that while the queue's Redis Cluster
+--   slot migrates every script is refused with TRYAGAIN, never run on a half-moved queue)
+-- and BASE, the queue's hash-tagged prefix "emq:{q}:" cut from KEYS[1]. The keys a script
+-- forms itself all carry the queue's tag, so one slot: job rows (BASE .. 'job:' .. id),
+-- lanes (BASE .. 'g:' .. group .. ':pending'), a rate-limited group's recent start times
+-- (BASE .. 'g:' .. group .. ':starts'), result notifications (BASE .. 'done:' .. id), and
+-- the fairness controls' books below (K_grate ... K_gwait), a group's recent busy time
+-- (BASE .. 'g:' .. group .. ':busy') and the time-fair mode's books (K_fairness ... K_busy),
+-- and workflows' hashes (BASE .. 'wf:' .. id) and chord results (BASE .. 'chord:' .. id),
+-- see lib/workflow.lua.
+--
+-- Lane scores carry a job's priority: priority * PRIO_SPAN + time (ms), so a lane pops its
+-- lowest priority first and, within a priority, its oldest job first. Priority 0 (the
+-- default) scores exactly its time.
+
+local PRIO_SPAN = 1e13   -- above any ms timestamp until the year 2286; |score| < 2^53
+
+local K_grate = BASE .. 'grate'           -- hash: group -> "max:per_ms", its rate limit
+local K_gmax = BASE .. 'gmax'             -- hash: group -> cap on its waiting jobs
+local K_gdefaults = BASE .. 'gdefaults'   -- hash: limit | rate | max_size | weight -> default
+local K_gbackoff = BASE .. 'gbackoff'     -- hash: group -> ms until which it sits out
+local K_gwait = BASE .. 'gwait'           -- zset: open groups held back, score = ready time
+-- The time-fair mode (lib/timefair.lua):
+local K_fairness = BASE .. 'fairness'     -- string: 'time' when time-fair; absent: turns
+local K_gvt = BASE .. 'gvt'               -- zset: time mode's ring, score = virtual time (us)
+local K_gvrun = BASE .. 'gvrun'           -- hash: group -> virtual time (us); '' -> the floor
+local K_gcost = BASE .. 'gcost'           -- hash: group -> estimated job cost (us); '' queue's
+local K_busy = BASE .. 'busy'             -- hash: 10 s slot -> busy ms of the whole queue
+-- The queue's own marks (emqtasks/clock.py, stats()):
+local K_clock = BASE .. 'clock'           -- hash: seen (latest server ms a reap saw), step, at
+local K_tally = BASE .. 'tally'           -- hash: stale_acks (acks the fence refused)
+
+local function job_key(id) return BASE .. 'job:' .. id end
+local function lane_key(g) return BASE .. 'g:' .. g .. ':pending' end
+local function starts_key(g) return BASE .. 'g:' .. g .. ':starts' end
+local function lane_score(prio, t) return (tonumber(prio) or 0) * PRIO_SPAN + t end
+local function busy_key(g) return BASE .. 'g:' .. g .. ':busy' end
+-- A key of the queue by its name after the base (repair deletes derived keys by name).
+local function queue_key(name) return BASE .. name end
+
+-- A workflow's hash and a chord's collected results (lib/workflow.lua).
+local function wf_key(wf) return BASE .. 'wf:' .. wf end
+local function chord_key(id) return BASE .. 'chord:' .. id end

@@ -1,0 +1,18 @@
+-- types: the key-type checks a verb makes before its first write, so that a key of the wrong
+-- type refuses the call with nothing written.
+-- Includes: core
+
+-- The error text naming a key of the wrong type (the module's is the same).
+local function wrong_type(key, want)
+  return 'WRONGTYPE emq: ' .. key .. ' holds a ' .. type_of(key) .. ', not a ' .. want
+end
+
+-- The first of keys ({key, type}...) that is neither missing nor of its type, as
+-- wrong_type's text; nil when all fit.
+local function misfit(keys)
+  for _, kw in ipairs(keys) do
+    local t = type_of(kw[1])
+    if t ~= 'none' and t ~= kw[2] then return wrong_type(kw[1], kw[2]) end
+  end
+  return nil
+end

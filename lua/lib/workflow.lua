@@ -1,0 +1,104 @@
+-- workflow: a step's hand-over to the steps waiting for it, and a workflow's failure.
+-- Includes: keys, wake, place
+--
+-- A workflow's steps are ordinary job rows carrying `wf` (the workflow's id). A step that
+-- waits for a parent has state 'waiting' and sits in no structure: no lane, no `delayed`.
+-- A parent's row names its children in `next` (space-separated ids) and, when the child is
+-- a chord's callback, its `slot` in the child's results. A waiting row holds: `par` (its
+-- parents), `imm` '1' (immutable: ignores their results), `splice` (the byte offset in its
+-- payload where the parent's result goes, right after the envelope's `"a":[`), `comma` '1'
+-- (its own arguments follow), `cd` (a countdown, ms, counted from its release), and for a
+-- chord's callback `npend` (members not yet done) and `nslots`. The members' results wait
+-- in BASE .. 'chord:' .. callback_id (hash: slot -> result JSON), once each (HSETNX), and
+-- the workflow's own hash is BASE .. 'wf:' .. wf_id (`waiting`: the ids a failure cancels,
+-- `lerr`: the link_error step, `failed`: the step that went dead first).
+
+-- A waiting step goes to its lane (or `delayed` for a countdown), with `arg` (JSON text, or
+-- nil) spliced in as its first argument.
+local function wf_release(id, arg, now)
+  local jk = job_key(id)
+  local r = redis.call('HMGET', jk, 'group', 'prio', 'splice', 'comma', 'cd', 'payload')
+  if arg then
+    local off = tonumber(r[3])
+    local sep = ''
+    if r[4] == '1' then sep = ',' end
+    redis.call('HSET', jk, 'payload', string.sub(r[6], 1, off) .. arg .. sep .. string.sub(r[6], off + 1))
+  end
+  local cd = tonumber(r[5] or '0') or 0
+  if cd > 0 then
+    redis.call('HSET', jk, 'state', 'delayed')
+    delay_push(id, now + cd)
+  else
+    redis.call('HSET', jk, 'state', 'pending')
+    lane_push(r[1], id, lane_score(r[2], now), now)
+  end
+end
+
+-- The collected results of a chord, in slot order, as one JSON array.
+local function wf_gather(rk, n)
+  local parts = {}
+  for s = 0, n - 1, 1000 do
+    local fields = {}
+    for i = s, math.min(n, s + 1000) - 1 do fields[#fields + 1] = string.format('%d', i) end
+    for _, v in ipairs(redis.call('HMGET', rk, unpack(fields))) do parts[#parts + 1] = v or 'null' end
+  end
+  return '[' .. table.concat(parts, ',') .. ']'
+end
+
+-- A step finished with `result`: each waiting child it names is released (a chord's
+-- callback once its last member is in), in the same call as the ack.
+local function wf_handover(nxt, slot, result, now)
+  for c in string.gmatch(nxt, '%S+') do
+    local ck = job_key(c)
+    local cr = redis.call('HMGET', ck, 'state', 'npend', 'imm', 'nslots')
+    if cr[1] == 'waiting' then
+      local arg = result
+      if cr[3] == '1' then arg = nil end
+      if not cr[2] then
+        wf_release(c, arg, now)
+      elseif slot then
+        local rk = chord_key(c)
+        if redis.call('HSETNX', rk, slot, result) == 1
+          and redis.call('HINCRBY', ck, 'npend', -1) <= 0 then
+          if arg then arg = wf_gather(rk, tonumber(cr[4])) end
+          redis.call('DEL', rk)
+          wf_release(c, arg, now)
+        end
+      end
+    end
+  end
+end
+
+-- A step still waiting in a workflow that failed at step `id` is cancelled.
+local function wf_cancel_waiting(c, id, now)
+  local ck = job_key(c)
+  local cr = redis.call('HMGET', ck, 'state', 'waiters', 'ttl')
+  if cr[1] == 'waiting' then
+    redis.call('HSET', ck, 'state', 'cancelled', 'error', 'workflow failed at step ' .. id,
+      'finished', now)
+    redis.call('DEL', chord_key(c))
+    notify(c, cr[2])
+    local ttl = tonumber(cr[3] or '0') or 0
+    if ttl > 0 then redis.call('EXPIRE', ck, ttl) else redis.call('DEL', ck) end
+  end
+end
+
+-- Step `id` of workflow `wf` went dead (or was found lost): the first such call fails the
+-- workflow, cancels every step still waiting and releases the link_error step, once.
+local function wf_fail(wf, id, now)
+  local wk = wf_key(wf)
+  if redis.call('HSETNX', wk, 'failed', id) == 0 then return end
+  redis.call('HSET', wk, 'state', 'failed')
+  local w = redis.call('HMGET', wk, 'waiting', 'lerr')
+  for c in string.gmatch(w[1] or '', '%S+') do wf_cancel_waiting(c, id, now) end
+  if w[2] then
+    local lr = redis.call('HMGET', job_key(w[2]), 'state', 'imm')
+    if lr[1] == 'waiting' then
+      local arg = '"' .. id .. '"'
+      if lr[2] == '1' then arg = nil end
+      wf_release(w[2], arg, now)
+      -- released: it lives as a job now, no longer with its workflow's hash
+      redis.call('PERSIST', job_key(w[2]))
+    end
+  end
+end

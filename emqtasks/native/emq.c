@@ -9,7 +9,7 @@
  * workflows' hashes BASE.."wf:"..id and chord results BASE.."chord:"..id, the fairness
  * controls' books BASE..{grate gmax gdefaults gbackoff gwait}, the time-fair mode's
  * BASE..{fairness gvt gvrun gcost busy} and a group's BASE.."g:"..group..":busy", and the
- * minute's history hash BASE.."h:"..minute (_common.lua hist_*: the same counters), then carry the
+ * minute's history hash BASE.."h:"..minute (lib/history.lua hist_*: the same counters), then carry the
  * same prefix, so the same slot and the same ACL key pattern, and never alias a fixed key). Replies are what the script returns
  * through RESP2: Lua tables are arrays, false a nil bulk, numbers integers.
  *
@@ -47,9 +47,9 @@
  *       -> {moved, next_due_in_ms (-1 none, 0 more due now), claimable}; due groups in gwait
  *          go back to the ring, and next_due covers gwait's head too
  *
- * The state transitions are the scripts' to the field (lua/_common.lua explains the ring,
+ * The state transitions are the scripts' to the field (lua/lib/*.lua explain the ring,
  * the books, the fence, the wake tokens and the time-fair mode's virtual times; this file
- * follows its helpers one for one). The mode switch (lua/fairness.lua) stays Lua-only.
+ * follows their helpers one for one). The mode switch (lua/fairness.lua) stays Lua-only.
  *
  * Where this differs from the scripts, it is on input they take without a check:
  *   - arity is exact (a script ignores extra ARGV, and extend's partial triple is stale);
@@ -64,7 +64,7 @@
  *     any other key of the wrong type stops the command where a script would stop too,
  *     with what was written before kept (and replicated), as with a script; claim and
  *     enqueue check what they write and read before writing, as their scripts now do
- *     (the claim and enqueue sections of _common.lua), so a refused call writes nothing;
+ *     (lua/lib/claim.lua and lua/lib/enqueue.lua), so a refused call writes nothing;
  *   - a priority, or a release back-off, that is no number counts as 0, as the scripts'
  *     `tonumber(x) or 0`; a non-integral one is stored as %.17g text (what 6.2's scripts
  *     write; 7's and Valkey's write the shortest round-trip text, "0.1" for 0.1), and a
@@ -169,7 +169,7 @@ static int fail(Q *q, const char *msg) {
  * answers OOM before it writes its first job, as enqueue.lua's first HSET is refused (a
  * batch of duplicates only writes nothing and answers); the verbs that settle, free or move
  * work run, as their scripts do (their first write is one that cannot grow memory, see
- * runs_when_full in _common.lua): no command is flagged deny-oom. */
+ * runs_when_full in lua/lib/core.lua): no command is flagged deny-oom. */
 #define OOM_REFUSED "OOM command not allowed when used memory > 'maxmemory'."
 
 static int full(RedisModuleCtx *ctx) {
@@ -495,7 +495,7 @@ static int expire_at(Q *q, RMK *h, RMS *key, long long at_ms) {
     return 0;
 }
 
-/* ---- _common.lua, helper for helper ------------------------------------------------ */
+/* ---- lua/lib/*.lua, helper for helper ---------------------------------------------- */
 
 /* A readiness token; 'd' tokens fill at most half the list, so a '1' always fits. */
 static int wake(Q *q, int due) {
@@ -745,7 +745,7 @@ static int under_limit(Q *q, RMS *g, int *ok) {
     return 0;
 }
 
-/* ---- the time-fair mode (_common.lua, "Fair share of worker time") ------------------- */
+/* ---- the time-fair mode (lua/lib/timefair.lua, "Fair share of worker time") --------- */
 
 #define DEFAULT_COST 10000.0   /* us: the first guess of a queue that has run nothing */
 
@@ -923,7 +923,7 @@ static int time_settle(Q *q, RMS *g, RMS *id, RMK *row, RMS *row_key, RMS *start
         if (!has) own = 0;
         double v = own + delta;
         if (delta < 0) {
-            /* a refund stops just past the floor and never raises a group: as _common.lua */
+            /* a refund stops just past the floor and never raises a group: as timefair.lua */
             if (book_num(q, "gvrun", F_EMPTY, &has, &floor_v) < 0) return -1;
             if (!has) floor_v = 0;
             double least = own < floor_v + 1 ? own : floor_v + 1;
@@ -1184,7 +1184,7 @@ static int settle(Q *q, RMS *g, int was) {
     return rc;
 }
 
-/* ---- history (_common.lua hist_*) --------------------------------------------------- */
+/* ---- history (lua/lib/history.lua hist_*) ------------------------------------------- */
 
 static const double HB[15] = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
                               60000, 300000, 1800000};
@@ -1476,7 +1476,7 @@ static RMS *ring_head(Q *q) {
     return g;
 }
 
-/* As _common.lua's claim section: a row a claim cannot read goes to `dead` with the reason
+/* As lua/lib/claim.lua: a row a claim cannot read goes to `dead` with the reason
  * (bury), a group whose books it cannot read leaves the ring (group_seat), and only a
  * queue-wide key of the wrong type fails the call, before its first write (claim_books). */
 
@@ -1589,7 +1589,7 @@ static int rate_text(RMS *s, long long *m, long long *per, int *too_long) {
     return 1;
 }
 
-/* group_seat (_common.lua): 1 read into *s, 0 unreadable (the group leaves the ring), -1
+/* group_seat (lib/seat.lua): 1 read into *s, 0 unreadable (the group leaves the ring), -1
  * error. */
 static int group_seat(Q *q, RMS *g, int tf, Seat *s) {
     memset(s, 0, sizeof *s);
@@ -1663,7 +1663,7 @@ static int row_fault(RMS **row, RMS *g, char *buf, size_t size) {
     return 0;
 }
 
-/* bury (_common.lua): job id, popped from g's lane, goes to `dead` with the reason; a key
+/* bury (lib/rows.lua): job id, popped from g's lane, goes to `dead` with the reason; a key
  * of another type than a hash (keytype its TYPE) is replaced by a dead row; a row without
  * a group gets g. job: the row's handle, open for writing (closed here). */
 static int bury(Q *q, RMS *id, RMS *g, const char *reason, const char *keytype, RMK *job,
@@ -1893,7 +1893,7 @@ static int claim_one(Q *q, RMS *nonce, Job *out) {
     return wake_soft(q) < 0 ? -1 : 0;
 }
 
-/* ---- workflows (lua/_common.lua, workflows) ---------------------------------------- */
+/* ---- workflows (lua/lib/workflow.lua) ---------------------------------------------- */
 /* A step's row names its waiting children in `next` and, for a chord's callback, its
  * `slot`; the ack releases them (wf_handover), a dead step fails its workflow (wf_fail).
  * Keys formed here: the child rows, BASE.."chord:"..callback_id and BASE.."wf:"..wf_id. */
@@ -2229,7 +2229,7 @@ static int opening_ok(Q *q, RMS *g) {
     return ok;
 }
 
-/* enqueue_books (_common.lua): before the first write, what the call will write. refused[i]
+/* enqueue_books (lib/enqueue.lua): before the first write, what the call will write. refused[i]
  * 1 for a job refused (its lane not a zset, its cap unreadable, or the books its opening
  * reads unreadable). 1 fine, -2 a queue-wide key it writes of the wrong type (q->errbuf), -1
  * error. */

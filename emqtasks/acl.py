@@ -37,7 +37,7 @@ from .keys import check_queue_name
 #: How the verbs run: EVALSHA, and EVAL of the source when the server lost its script cache.
 _SCRIPTING = ("evalsha", "eval")
 
-#: enqueue.lua and wait.lua (with the helpers of _common.lua they reach: LINDEX reads a
+#: enqueue.lua and wait.lua (with the lua/lib helpers they include: LINDEX reads a
 #: rate-limited group's recent starts when its lane opens), plus the direct calls of a
 #: producer: BLPOP in JobHandle.get, HGET (status), HGETALL (info), PING (CLI); and
 #: schedule.lua's put / drop (INCR of the version) for App.schedule and unschedule; GET of

@@ -3,7 +3,7 @@
 ``task.s(...)`` is a call not yet made; ``chain(a, b)`` (or ``a | b``) runs b with a's result
 as its first argument; ``group([...])`` runs its members side by side; ``chord(group, cb)``
 runs cb once with every member's result, in order. The hand-over is the server's: the ack of
-a step releases the steps waiting for it in the same script call (lua/_common.lua,
+a step releases the steps waiting for it in the same script call (lua/lib/workflow.lua,
 workflows), so nothing can be lost between a step's completion and the next step's start,
 and a chord's callback can only be released once.
 

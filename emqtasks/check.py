@@ -4,7 +4,7 @@ Read a quiet queue (no worker running) for an exact answer: the structures are r
 MULTI snapshot, but the job rows are scanned after it, so a live queue can show passing
 differences. It also checks what the verbs read: every key of the queue holds its type, the
 books a claim reads of each group are readable, and so is every waiting or running job's row
-(the rules of lua/_common.lua's claim section, ``int_ok`` and ``row_fault`` here); it reports
+(the rules of lua/lib/seat.lua and rows.lua, ``int_ok`` and ``row_fault`` here); it reports
 them and never fails on them. ``repair`` rebuilds the derived structures (ring, gactive, and
 any derived key of the wrong type), moves rows a claim could not read to ``dead`` with the
 reason, puts back jobs that no structure holds, and names what it could not mend.
@@ -46,19 +46,19 @@ _REBUILT_PREFIXES = ("h:", "done:", "worker:")
 _NEEDED = frozenset({"gdefaults", "fairness", "glimit", "gweight", "gpaused", "grate"})
 
 _INT = re.compile(r"0|-?[1-9][0-9]{0,14}")
-#: A row's integer fields as the verbs read them: (name, required), lua/_common.lua ROW_INTS.
+#: A row's integer fields as the verbs read them: (name, required), lua/lib/rows.lua row_fault.
 ROW_INTS = (("attempts", True), ("lease", True), ("fence", False), ("max", True),
             ("ttl", False), ("delay", False), ("created", True))
 _ROW_FIELDS = ("state", "group", *(name for name, _ in ROW_INTS))
 
 
 def int_ok(value: str | None) -> bool:
-    """Integer text as every writer stores it (lua/_common.lua int_ok)."""
+    """Integer text as every writer stores it (lua/lib/core.lua int_ok)."""
     return value is not None and _INT.fullmatch(value) is not None
 
 
 def row_fault(row: dict[str, str | None], lane: str | None = None) -> str | None:
-    """Why a claim could not lease this row (lua/_common.lua row_fault), or None. ``lane``:
+    """Why a claim could not lease this row (lua/lib/rows.lua row_fault), or None. ``lane``:
     the group of the lane it sits in, when it sits in one."""
     if row.get("group") is None:
         return "no group"
@@ -261,7 +261,7 @@ def check(queue: Queue) -> Report:
 
 
 def _check_books(report: Report, b: dict[str, Any], groups: list[str], base: str) -> None:
-    """What a claim reads of each group's books (lua/_common.lua group_seat): a group whose
+    """What a claim reads of each group's books (lua/lib/seat.lua group_seat): a group whose
     books it cannot read leaves the ring, so each is named here."""
     def bad(where: str, value: str, what: str, setting: bool = True) -> None:
         line = f"{where} is {value!r}, not {what}: a claim skips the group"

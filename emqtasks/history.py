@@ -1,6 +1,6 @@
 """History kept in the server: the per-minute counters the hot verbs write, read back.
 
-The verbs (lua/_common.lua ``hist_*``, and their native twins) count into one hash a minute
+The verbs (lua/lib/history.lua ``hist_*``, and their native twins) count into one hash a minute
 per queue, ``emq:{q}:h:<unix minute>``, expiring after the retention (App.set_history).
 Per task: ``w<i>:<task>`` the wait time (start - due) histogram (its sum: the starts),
 ``ws:<task>`` its sum (ms), ``r<i>:<task>`` the run time histogram of the successes (its sum:

@@ -112,10 +112,10 @@ class QueueKeys:
         self.gactive, self.glimit, self.gweight = b + "gactive", b + "glimit", b + "gweight"
         # The fairness controls' books, formed by the scripts from the same base:
         # rate limits, lane caps, the defaults for every group, back-offs, and the open
-        # groups held back until a time (see lua/_common.lua).
+        # groups held back until a time (see lua/lib/place.lua).
         self.grate, self.gmax, self.gdefaults = b + "grate", b + "gmax", b + "gdefaults"
         self.gbackoff, self.gwait = b + "gbackoff", b + "gwait"
-        # The time-fair mode's books (lua/_common.lua, "Fair share of worker time"): the
+        # The time-fair mode's books (lua/lib/timefair.lua): the
         # mode flag, its ring (a zset by virtual time), each group's virtual time and cost
         # estimate, and the queue's busy time in 10 s slots.
         self.fairness, self.gvt, self.gvrun = b + "fairness", b + "gvt", b + "gvrun"
@@ -129,7 +129,7 @@ class QueueKeys:
         return f"{self.base}done:{job_id}"
 
     def workflow(self, workflow_id: str) -> str:
-        """hash: a workflow's state, steps and failure (lua/_common.lua, workflows)."""
+        """hash: a workflow's state, steps and failure (lua/lib/workflow.lua)."""
         return f"{self.base}wf:{workflow_id}"
 
     def chord(self, callback_id: str) -> str:

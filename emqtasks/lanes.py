@@ -7,7 +7,7 @@ from typing import Any
 
 from .cluster import node_kwargs
 
-#: Lane scores are priority * PRIO_SPAN + enqueue time in ms (lua/_common.lua).
+#: Lane scores are priority * PRIO_SPAN + enqueue time in ms (lua/lib/keys.lua).
 PRIO_SPAN = 10**13
 DEFAULT_FIELDS = ("limit", "rate", "max_size", "weight")
 STATES = ("ready", "empty", "paused", "queue_paused", "at_limit", "rate_limited")

@@ -390,7 +390,7 @@ class Queue:
         return {name: parse_rate(value) if name == "rate" else int(value)
                 for name, value in raw.items() if name in lanes.DEFAULT_FIELDS}
 
-    # -- history (history.py; the verbs count, lua/_common.lua) -------------------------
+    # -- history (history.py; the verbs count, lua/lib/history.lua) ---------------------
     def set_history(self, hours: int = history.DEFAULT_HOURS,
                     max_groups: int = history.DEFAULT_MAX_GROUPS) -> None:
         """Keep ``hours`` of per-minute history (0: count nothing), tracking at most

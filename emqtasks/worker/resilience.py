@@ -109,7 +109,7 @@ class FullServer:
     when it starts refusing what a master writes on its own account — its heartbeat, a
     periodic schedule's job, a wake token handed on — and one when it takes them again, not
     one per tick. Jobs still run and settle meanwhile: the verbs that do so run on a full
-    server (lua/_common.lua, runs_when_full)."""
+    server (lua/lib/core.lua, runs_when_full)."""
 
     def __init__(self, log: logging.Logger, what: str) -> None:
         self.log = log

@@ -19,6 +19,7 @@ from helpers import make_task
 from emqtasks import App, Queue
 from emqtasks.errors import CorruptKey
 from emqtasks.lanetable import LaneTable
+from emqtasks.metrics import Exporter
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -205,3 +206,17 @@ def test_the_job_and_dead_pages_show_a_broken_job(app: App) -> None:
             status, body, _ = d.request(path)
             assert status == 200, (path, body)
             assert good in body
+
+
+# -- /metrics: the stale-ack tally --------------------------------------------------------------
+
+def test_metrics_count_the_stale_acks(app: App) -> None:
+    q = app.queue()
+    make_task(app).delay(1)
+    (lease,) = q.claim()
+    assert q.release(lease)
+    assert not q.ack(lease).verdict            # refused: the lease is not current
+    assert q.stats()["stale_acks"] == 1
+    text = Exporter([q]).render()
+    assert "# TYPE emqtasks_stale_acks_total counter" in text
+    assert f'emqtasks_stale_acks_total{{queue="{q.name}"}} 1' in text

@@ -194,18 +194,37 @@ def test_the_job_and_dead_commands_say_a_broken_job_in_one_line(app: App) -> Non
     assert good in dead.stdout and f"{q.keys.job(bad)} holds a string" in dead.stdout
 
 
-def test_the_job_and_dead_pages_show_a_broken_job(app: App) -> None:
+def test_the_job_page_names_a_job_key_of_the_wrong_type(app: App) -> None:
     q = app.queue()
-    good, bad = _dead(app, q, 2)
+    _good, bad = _dead(app, q, 2)
     _string(q, q.keys.job(bad))
     with DashServer([q]) as d:
         status, body, _ = d.request(f"/job?id={bad}")
         assert 400 <= status < 600 and "internal error" not in body
         assert f"{q.keys.job(bad)} holds a string" in body
-        for path in ("/dead", "/jobs?state=dead", "/jobs?state=dead&task=tests.dead"):
-            status, body, _ = d.request(path)
-            assert status == 200, (path, body)
-            assert good in body
+
+
+@pytest.mark.parametrize("path", ["/dead", "/jobs?state=dead", "/jobs?state=pending",
+                                  "/jobs?state=dead&task=tests.dead"])
+def test_the_job_lists_show_the_healthy_jobs_past_a_broken_key(app: App, path: str) -> None:
+    # Given a dead job key and a lane holding strings
+    q = app.queue()
+    good, bad = _dead(app, q, 2)
+    _string(q, q.keys.job(bad))
+    waiting = make_task(app, name="tests.wait", group=lambda g: g).map([("a",), ("b",)])
+    _string(q, q.keys.lane("a"))
+    with DashServer([q]) as d:
+        status, body, _ = d.request(path)
+        assert status == 200, body
+        assert (waiting[1].id if "pending" in path else good) in body
+
+
+def test_a_handles_status_names_a_job_key_of_the_wrong_type(app: App) -> None:
+    handle = make_task(app).delay(1)
+    q = app.queue()
+    _string(q, q.keys.job(handle.id))
+    with pytest.raises(CorruptKey, match=f"{q.keys.job(handle.id)} holds a string"):
+        handle.status()
 
 
 # -- /metrics: the stale-ack tally --------------------------------------------------------------

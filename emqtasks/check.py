@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .lanes import int_ok
 from .queue import Queue
 
 WAKE_CAP = 16
@@ -45,16 +46,10 @@ _REBUILT_PREFIXES = ("h:", "done:", "worker:")
 #: Settings the rebuild reads (a group's openness, its books): of the wrong type, they stop it.
 _NEEDED = frozenset({"gdefaults", "fairness", "glimit", "gweight", "gpaused", "grate"})
 
-_INT = re.compile(r"0|-?[1-9][0-9]{0,14}")
 #: A row's integer fields as the verbs read them: (name, required), lua/_common.lua ROW_INTS.
 ROW_INTS = (("attempts", True), ("lease", True), ("fence", False), ("max", True),
             ("ttl", False), ("delay", False), ("created", True))
 _ROW_FIELDS = ("state", "group", *(name for name, _ in ROW_INTS))
-
-
-def int_ok(value: str | None) -> bool:
-    """Integer text as every writer stores it (lua/_common.lua int_ok)."""
-    return value is not None and _INT.fullmatch(value) is not None
 
 
 def row_fault(row: dict[str, str | None], lane: str | None = None) -> str | None:

@@ -173,6 +173,7 @@ def job_view(job_id: str, row: dict[str, str]) -> dict[str, Any]:
         # None too for a count or time that is not an integer (a row a claim buried)
         view[field] = _int_or(row.get(field), None)
     view["max_attempts"] = view.pop("max")
+    view["corrupt"] = None    # a job key of the wrong type (dead_jobs): what it holds
     return view
 
 
@@ -453,15 +454,41 @@ class Queue:
                    for i in range(0, len(ids), 500))
 
     def dead_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
-        """The most recent dead jobs, newest first, each a job() view."""
+        """The most recent dead jobs, newest first, each a job() view (one round trip for
+        the rows). A job key of the wrong type is listed too, its ``corrupt`` naming it."""
         limit = integer(limit, "limit", 0)
         ids = self.client.zrevrange(self.keys.dead, 0, max(limit, 1) - 1)
-        return [j for j in (self.job(i) for i in ids) if j is not None]
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(self.keys.job(job_id))
+        views = []
+        for job_id, row in zip(ids, pipe.execute(raise_on_error=False)):
+            if isinstance(row, Exception):
+                faults: list[str] = []
+                lanes.readable(self.client, self.keys.job(job_id), row, None, faults)
+                views.append({**job_view(job_id, {}), "corrupt": f"{faults[0]}, not a hash"})
+            elif row:
+                views.append(job_view(job_id, row))
+        return views
 
     def job(self, job_id: str) -> dict[str, Any] | None:
-        """A read-only view of a job row, or None once it expired (or never was)."""
-        row = self.client.hgetall(self.keys.job(check_job_id(job_id)))
+        """A read-only view of a job row, or None once it expired (or never was); a job key
+        of the wrong type raises CorruptKey naming it."""
+        key = self.keys.job(check_job_id(job_id))
+        try:
+            row = self.client.hgetall(key)
+        except ResponseError as exc:
+            raise self.unreadable_row(job_id, exc) from None
         return job_view(job_id, row) if row else None
+
+    def unreadable_row(self, job_id: str, exc: ResponseError) -> CorruptKey:
+        """The error for a job key that a read found of the wrong type (``exc``, its
+        WRONGTYPE; any other error is raised as it is)."""
+        faults: list[str] = []
+        key = self.keys.job(job_id)
+        lanes.readable(self.client, key, exc, None, faults)
+        return CorruptKey(f"queue {self.name}: job {job_id} cannot be read: {faults[0]}, not "
+                          "a hash (emqtasks check --repair moves it to dead)", (key,))
 
     def outcome(self, job_id: str, register: bool = False) -> tuple[str | None, str | None,
                                                                       str | None]:
@@ -507,7 +534,10 @@ class Queue:
                     and nonce == lease.nonce)
 
     def status(self, job_id: str) -> str | None:
-        state: str | None = self.client.hget(self.keys.job(job_id), "state")
+        try:
+            state: str | None = self.client.hget(self.keys.job(job_id), "state")
+        except ResponseError as exc:
+            raise self.unreadable_row(job_id, exc) from None
         return state
 
     def ping(self) -> bool:
@@ -521,7 +551,8 @@ class Queue:
         return scan_keys(self.client, match, self.keys.ring)
 
     def groups(self) -> set[str]:
-        """Every group the queue knows of: with a lane, in flight, or configured."""
+        """Every group the queue knows of: with a lane, in flight, or configured (a book of
+        the wrong type names none: stats() names the key)."""
         k = self.keys
         found = {k.group_of_lane(key) for key in self.scan(k.lane_pattern)}
         pipe = self.client.pipeline(transaction=False)
@@ -529,12 +560,16 @@ class Queue:
             pipe.hkeys(getattr(k, name))
         pipe.zrange(k.gwait, 0, -1)
         pipe.smembers(k.gpaused)
-        for names in pipe.execute():
-            found.update(names)
+        for names in pipe.execute(raise_on_error=False):
+            if not isinstance(names, Exception):
+                found.update(names)
         return found
 
     def stats(self) -> dict[str, Any]:
-        """Queue totals, and per group its books, effective settings and state (lanes.py)."""
+        """Queue totals, and per group its books, effective settings and state (lanes.py).
+        A group whose books cannot be read is listed with the state "corrupt" and the reason
+        in its ``corrupt``; ``corrupt`` of the queue: its keys of the wrong type (each read
+        as empty), one line each."""
         k = self.keys
         groups = sorted(self.groups())
         books = lanes.read_books(self.client, k, groups)
@@ -544,13 +579,18 @@ class Queue:
         pipe.llen(k.ring)
         pipe.zcard(k.gvt)
         queue_marks(pipe, k)
-        delayed, dead, active, ring, ring_time, *marks = pipe.execute()
+        faults: list[str] = books["faults"]
+        replies = pipe.execute(raise_on_error=False)
+        delayed, dead, active, ring, ring_time = (
+            lanes.readable(self.client, key, r, 0, faults)
+            for key, r in zip((k.delayed, k.dead, k.active, k.ring, k.gvt), replies))
         per_group = {g: lanes.view(self.client, k, g, books) for g in groups}
         return {
             "queue": self.name, "paused": books["paused"], "fairness": books["fairness"],
             "pending": sum(v["pending"] for v in per_group.values()),
             "active": active, "delayed": delayed, "dead": dead, "ring": ring + ring_time,
-            **read_marks(marks, books["now_ms"]), "groups": per_group,
+            **read_marks(self.client, k, replies[5:], books["now_ms"], faults),
+            "corrupt": faults, "groups": per_group,
         }
 
     def workers(self) -> list[dict[str, Any]]:
@@ -583,10 +623,14 @@ def queue_marks(pipe: Any, keys: QueueKeys) -> None:
     pipe.hmget(keys.clock, "seen", "step", "at")
 
 
-def read_marks(replies: Sequence[Any], now_ms: int) -> dict[str, Any]:
-    """From queue_marks' replies: ``stale_acks`` (acks the fence refused, counted by the
-    server for every worker) and ``clock`` (steps of the server's clock, clock.state)."""
-    stale, (seen, step, at) = replies
+def read_marks(client: Any, keys: QueueKeys, replies: Sequence[Any], now_ms: int,
+               faults: list[str]) -> dict[str, Any]:
+    """From queue_marks' replies (a pipeline run with ``raise_on_error=False``):
+    ``stale_acks`` (acks the fence refused, counted by the server for every worker) and
+    ``clock`` (steps of the server's clock, clock.state); a key of the wrong type reads as
+    unset and is named in ``faults``."""
+    stale = lanes.readable(client, keys.tally, replies[0], None, faults)
+    seen, step, at = lanes.readable(client, keys.clock, replies[1], (None, None, None), faults)
     return {"stale_acks": _int_or(stale, 0), "clock": clock.state(now_ms, seen, step, at)}
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .queue import Queue
+from .store.queue import Queue
 
 WAKE_CAP = 16
 _PLACES = {"pending": "lane", "active": "active", "delayed": "delayed", "dead": "dead"}

@@ -18,9 +18,9 @@ from typing import Any
 
 from ..canvas import WorkflowHandle
 from ..errors import TaskFailed
-from ..keys import check_job_id
 from ..lanetable import LaneTable
-from ..queue import Queue, job_view
+from ..store.keys import check_job_id
+from ..store.queue import Queue, job_view
 from . import charts
 
 PAGE = 50

@@ -42,8 +42,8 @@ from .errors import (
     WorkflowError,
     WorkflowTooLarge,
 )
-from .queue import Acked, Lease, Queue
 from .schedules import Schedule, ScheduleInfo
+from .store.queue import Acked, Lease, Queue
 from .task import JobHandle, Task
 from .verdicts import (
     AckVerdict,

@@ -31,8 +31,8 @@ from typing import Any
 
 import redis
 
-from .cluster import node_kwargs
-from .keys import check_queue_name
+from .store.cluster import node_kwargs
+from .store.keys import check_queue_name
 
 #: How the verbs run: EVALSHA, and EVAL of the source when the server lost its script cache.
 _SCRIPTING = ("evalsha", "eval")

@@ -14,17 +14,17 @@ from . import schedules as _sched
 from . import validate
 from .canvas import Signature, WorkflowHandle
 from .config import Settings
-from .connection import connect
 from .cron import Timing
 from .errors import InvalidArgument, InvalidSchedule, LaneFull, UnknownSchedule, UnknownTask
 from .hooks import EVENTS, F, HookEvent, Hooks
-from .keys import check_job_id as validate_job_id
-from .keys import check_queue_name
 from .lanes import DEFAULT_FIELDS
-from .queue import Queue
 from .registry import GroupSpec, Registry, TaskSpec
 from .retry_policy import ExceptionTypes, RetryPolicy
 from .schedules import Schedule, ScheduleInfo, ScheduleStore
+from .store.connection import connect
+from .store.keys import check_job_id as validate_job_id
+from .store.keys import check_queue_name
+from .store.queue import Queue
 from .task import JobHandle, Task, build_job
 from .verdicts import CancelVerdict, EnqueueVerdict
 

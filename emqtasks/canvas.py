@@ -32,8 +32,8 @@ from .errors import (
     WorkflowError,
     WorkflowTooLarge,
 )
-from .keys import check_job_id, new_job_id
-from .queue import NewJob, Queue
+from .store.keys import check_job_id, new_job_id
+from .store.queue import NewJob, Queue
 from .task import build_job
 
 if TYPE_CHECKING:

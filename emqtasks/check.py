@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .lanes import int_ok
-from .queue import Queue
+from .store.queue import Queue
 
 WAKE_CAP = 16
 _PLACES = {"pending": "lane", "active": "active", "delayed": "delayed", "dead": "dead"}

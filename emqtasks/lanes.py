@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .cluster import node_kwargs
+from .store.cluster import node_kwargs
 
 #: Lane scores are priority * PRIO_SPAN + enqueue time in ms (lua/_common.lua).
 PRIO_SPAN = 10**13

@@ -24,7 +24,7 @@ from redis.exceptions import ResponseError
 
 from . import lanes
 from .lanes import split_score
-from .queue import Queue, queue_marks, read_marks
+from .store.queue import Queue, queue_marks, read_marks
 
 SCAN_EVERY = 60.0
 #: Groups per call of lua/lanes.lua (about a millisecond of the server's time per 200).

@@ -19,7 +19,7 @@ from typing import Any
 from . import history
 from .history import BUCKETS_MS, Counts
 from .lanetable import LaneTable
-from .queue import Queue
+from .store.queue import Queue
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_TOP_GROUPS = 50

@@ -8,8 +8,8 @@ from typing import Any
 
 from . import validate
 from .errors import DuplicateTaskName, InvalidGroup, UnknownTask
-from .keys import check_group
 from .retry_policy import DEFAULT_POLICY, RetryPolicy
+from .store.keys import check_group
 
 GroupSpec = str | Callable[..., str] | None
 

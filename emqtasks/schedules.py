@@ -24,13 +24,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 from . import serialization
-from .cluster import node_kwargs
 from .cron import Cron, Every, Timing, timing_of
 from .errors import EmqError, InvalidSchedule, InvalidScheduleName, UnknownTask
-from .keys import check_group, check_job_id, new_job_id
-from .queue import NewJob, Queue
 from .registry import TaskSpec
-from .scripts import VERB_KEYS
+from .store.cluster import node_kwargs
+from .store.keys import check_group, check_job_id, new_job_id
+from .store.queue import NewJob, Queue
+from .store.scripts import VERB_KEYS
 from .task import build_job
 from .verdicts import EnqueueVerdict, FireVerdict
 

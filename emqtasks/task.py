@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from . import serialization, validate
 from .callshape import fits, signature_of
-from .connection import MAX_BLOCK
 from .errors import InvalidArgument, InvalidGroup, ResultTimeout, TaskFailed
-from .keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
-from .queue import NewJob, Queue
 from .registry import TaskSpec
+from .store.connection import MAX_BLOCK
+from .store.keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
+from .store.queue import NewJob, Queue
 from .validate import integer
 
 if TYPE_CHECKING:

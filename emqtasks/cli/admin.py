@@ -24,7 +24,7 @@ import click
 from .. import validate
 from ..config import parse_queues
 from ..errors import EmqError
-from ..queue import Queue
+from ..store.queue import Queue
 from .common import (
     AdminCommand,
     CliError,

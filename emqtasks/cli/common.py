@@ -11,9 +11,9 @@ import redis
 
 from .. import validate
 from ..config import Settings, redacted
-from ..connection import connect
 from ..errors import CorruptKey, EmqError, InvalidArgument
-from ..queue import Queue
+from ..store.connection import connect
+from ..store.queue import Queue
 
 EXIT_USAGE = 2
 _POSITIVE = re.compile(r"[0-9]+")

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..queue import FAIRNESS_MODES, Queue
+from ..store.queue import FAIRNESS_MODES, Queue
 from .common import AdminCommand, CliError, positive_int, queue_options, run_admin
 
 _RATE = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]*\.?[0-9]+)\s*")

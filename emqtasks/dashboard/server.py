@@ -37,9 +37,9 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from ..canvas import WorkflowHandle
 from ..errors import CorruptKey, EmqError, ScriptError
-from ..keys import check_job_id
 from ..metrics import CONTENT_TYPE, Exporter
-from ..queue import Queue
+from ..store.keys import check_job_id
+from ..store.queue import Queue
 from . import guard, views
 from .guard import Refused
 

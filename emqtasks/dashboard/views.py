@@ -20,10 +20,10 @@ from redis.exceptions import ResponseError
 
 from ..canvas import WorkflowHandle
 from ..errors import TaskFailed
-from ..keys import check_job_id
 from ..lanes import int_ok, readable
 from ..lanetable import LaneTable
-from ..queue import Queue, job_view
+from ..store.keys import check_job_id
+from ..store.queue import Queue, job_view
 from . import charts
 
 PAGE = 50

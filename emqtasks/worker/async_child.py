@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..context import JobContext, reset_current, set_current
 from ..errors import SerializationError, UnknownTask
-from ..queue import Lease
+from ..store.queue import Lease
 from .queues import Claimed
 from .runner import Executed, Plan, limited
 from .slots import ASYNC

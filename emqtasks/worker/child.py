@@ -22,8 +22,8 @@ from typing import Any
 from ..context import install_log_fields
 from ..errors import TimeLimitExceeded
 from ..hooks import Hooks
-from ..queue import Queue
 from ..registry import Registry
+from ..store.queue import Queue
 from .queues import Claimed, QueueSet
 from .resilience import Outage, Refusals
 from .runner import LOG_TEXT_MAX, Outcome, Runner, every_hook, every_task

@@ -23,14 +23,14 @@ from typing import Any
 import multiprocess
 
 from .. import heartbeat
-from ..cluster import is_cluster
 from ..config import WorkerSettings
 from ..errors import TimeLimitExceeded, WorkerLost
 from ..heartbeat import Beat
 from ..hooks import Hooks
-from ..queue import WAKE_DUE, Lease, Queue
 from ..registry import Registry
 from ..retry_policy import bounded
+from ..store.cluster import is_cluster
+from ..store.queue import WAKE_DUE, Lease, Queue
 from . import park
 from .child import GO, GOT_WORK, HELD, IDLE, STOP, Child, ChildConfig
 from .resilience import TRANSIENT, FullServer, Outage

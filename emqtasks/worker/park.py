@@ -20,7 +20,7 @@ import redis.exceptions as rex
 from .. import clock
 from ..clock import ClockWatch
 from ..heartbeat import BEAT_TICKS, Beat
-from ..queue import WAKE_DUE, Queue
+from ..store.queue import WAKE_DUE, Queue
 from .resilience import TRANSIENT, FullServer, Outage
 from .scheduler import Scheduler
 

@@ -31,9 +31,9 @@ from ..errors import (
     UnknownTask,
 )
 from ..hooks import Hooks
-from ..queue import Lease, Queue
 from ..registry import Registry, TaskSpec
 from ..retry_policy import DEFAULT_POLICY
+from ..store.queue import Lease, Queue
 from .resilience import TRANSIENT, Refused
 from .slots import ASYNC, SYNC
 

@@ -21,7 +21,7 @@ import struct
 import time
 from typing import NamedTuple
 
-from ..queue import Lease
+from ..store.queue import Lease
 
 #: The most of a failure's error text a slot keeps (bytes): its first line and the start of
 #: its traceback, enough for the master to write the real reason.

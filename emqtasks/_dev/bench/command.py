@@ -15,10 +15,10 @@ import click
 import redis
 
 from ...cli.common import AdminCommand, Seconds
-from ...cluster import is_cluster_url
 from ...config import redacted
-from ...connection import connect
 from ...errors import EmqError
+from ...store.cluster import is_cluster_url
+from ...store.connection import connect
 from ..localserver import LocalRedis
 from .core import Bench, BenchError, Sizes, median, say
 from .scenarios import Row, render, run_all

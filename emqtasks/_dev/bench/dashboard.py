@@ -21,8 +21,8 @@ from urllib.parse import urlencode
 
 import click
 
-from ...connection import connect
-from ...queue import NewJob, Queue
+from ...store.connection import connect
+from ...store.queue import NewJob, Queue
 from .command import open_server
 from .core import say
 from .scenarios import Row, render

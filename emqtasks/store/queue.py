@@ -10,17 +10,12 @@ from typing import Any, NamedTuple, TypeVar
 from redis import ConnectionPool
 from redis.exceptions import ReadOnlyError, ResponseError
 
-from . import clock, heartbeat, history, lanes
-from .cluster import node_kwargs, scan_keys
-from .connection import MAX_BLOCK, PoolBusy, pool_wait
-from .errors import CorruptKey, InvalidArgument, InvalidJobId, ScriptError
-from .heartbeat import Beat
-from .keys import QueueKeys, check_group, check_job_id
-from .lanes import parse_rate
-from .native.selection import HotVerbs
-from .scripts import Scripts
-from .validate import MAX_COUNT, integer, optional_seconds, seconds
-from .verdicts import (
+from .. import clock, heartbeat, history, lanes
+from ..errors import CorruptKey, InvalidArgument, InvalidJobId, ScriptError
+from ..heartbeat import Beat
+from ..lanes import parse_rate
+from ..validate import MAX_COUNT, integer, optional_seconds, seconds
+from ..verdicts import (
     AckVerdict,
     CancelVerdict,
     EnqueueVerdict,
@@ -28,6 +23,11 @@ from .verdicts import (
     ReleaseVerdict,
     RetryVerdict,
 )
+from .cluster import node_kwargs, scan_keys
+from .connection import MAX_BLOCK, PoolBusy, pool_wait
+from .keys import QueueKeys, check_group, check_job_id
+from .scripts import Scripts
+from .selection import HotVerbs
 
 WAKE_WORK, WAKE_DUE = "1", "d"
 #: The fairness modes: one claim per turn of the ring, or a share of the worker time.
@@ -219,7 +219,7 @@ class Queue:
     def corrupt(self, groups: Iterable[str], outcome: str) -> CorruptKey:
         """The error for a verb refused by a key of the wrong type (or a book it cannot
         read), naming what the checker finds (emqtasks.check.diagnose)."""
-        from .check import diagnose
+        from ..check import diagnose
 
         found = diagnose(self, groups)
         what = "; ".join(found) if found else "a key of the queue holds the wrong type"

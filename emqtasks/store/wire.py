@@ -23,7 +23,7 @@ from typing import Any
 import hiredis
 import redis
 
-from ..cluster import is_cluster
+from .cluster import is_cluster
 
 
 class WireBroken(Exception):

@@ -17,7 +17,7 @@ from typing import Any
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
-from .errors import ConfigError, ServerFull
+from ..errors import ConfigError, ServerFull
 from .keys import FIXED
 
 VERBS = (
@@ -38,7 +38,7 @@ def lua_dir() -> Path:
     packaged = Path(str(resources.files("emqtasks"))) / "lua"
     if packaged.is_dir():
         return packaged
-    checkout = Path(__file__).resolve().parent.parent / "lua"
+    checkout = Path(__file__).resolve().parents[2] / "lua"
     if checkout.is_dir():
         return checkout
     raise ConfigError("emqtasks is installed without its lua/ folder")

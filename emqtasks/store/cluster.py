@@ -29,8 +29,8 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 
-from .config import redacted
-from .errors import ClusterUrlError
+from ..config import redacted
+from ..errors import ClusterUrlError
 
 SCHEMES = ("redis+cluster", "rediss+cluster")
 DEFAULT_PORT = 6379

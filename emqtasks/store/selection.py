@@ -25,9 +25,9 @@ from redis.exceptions import (
     ResponseError,
 )
 
-from ..cluster import is_cluster
 from ..errors import ConfigError, NativeUnavailable, ServerFull
-from . import COMMANDS, module_path
+from ..native import COMMANDS, module_path
+from .cluster import is_cluster
 from .wire import Wire, WireBroken
 
 MODES = ("auto", "off", "require")

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import redis
 from redis.connection import Connection, SSLConnection, UnixDomainSocketConnection
 
-from . import embedded
+from .. import embedded
 from .cluster import connect_cluster, is_cluster_url
 
 #: Longer than any blocking call emqtasks makes (parks and result waits are capped at

@@ -11,7 +11,7 @@ import os
 import re
 import time
 
-from .errors import InvalidGroup, InvalidJobId, InvalidQueueName
+from ..errors import InvalidGroup, InvalidJobId, InvalidQueueName
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 #: Caller-chosen job ids: letters, digits and ``_ . : -``, 1 to 128 characters.

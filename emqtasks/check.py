@@ -18,9 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .store.keys import WAKE_CAP
 from .store.queue import Queue
 
-WAKE_CAP = 16
 _PLACES = {"pending": "lane", "active": "active", "delayed": "delayed", "dead": "dead"}
 
 #: The type of each key of a queue, by its name after the queue's base (keys.py).

@@ -25,11 +25,10 @@ from ..verdicts import (
 )
 from .cluster import node_kwargs, scan_keys
 from .connection import MAX_BLOCK, PoolBusy, pool_wait
-from .keys import QueueKeys, check_group, check_job_id
+from .keys import WAKE_DUE, WAKE_WORK, QueueKeys, check_group, check_job_id
 from .scripts import Scripts
 from .selection import HotVerbs
 
-WAKE_WORK, WAKE_DUE = "1", "d"
 #: The fairness modes: one claim per turn of the ring, or a share of the worker time.
 FAIRNESS_MODES = ("turns", "time")
 #: The most jobs one enqueue script call admits. At 9 arguments a job it stays far under the
@@ -333,12 +332,12 @@ class Queue:
 
     def push_wake(self, token: str = WAKE_WORK) -> None:
         """Hand a token on: WAKE_WORK (work is claimable) or WAKE_DUE (re-read when to
-        promote). Bounded like the ones the scripts push."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.rpush(self.keys.wake, token)
-        pipe.ltrim(self.keys.wake, 0, 15)
-        pipe.expire(self.keys.wake, 60)
-        pipe.execute()
+        promote). Through the wake verb, so the list is bounded by the one rule every verb
+        pushes by (lua/_common.lua wake: a WAKE_DUE token only under half the cap)."""
+        if token not in (WAKE_WORK, WAKE_DUE):
+            raise InvalidArgument(f"a wake token is {WAKE_WORK!r} or {WAKE_DUE!r}, "
+                                  f"not {token!r}")
+        self.scripts.wake(self._k, [token])
 
     # -- admin ------------------------------------------------------------------------
     def pause(self) -> None:

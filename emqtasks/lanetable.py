@@ -25,8 +25,6 @@ from .lanes import split_score
 from .store.queue import Queue, queue_marks, read_marks
 
 SCAN_EVERY = 60.0
-#: Groups per call of lua/lanes.lua (about a millisecond of the server's time per 200).
-LANES_CHUNK = 500
 
 
 class LaneTable:
@@ -64,16 +62,13 @@ class LaneTable:
                        | set(books["gweight"]) | set(books["grate"]) | set(books["gmax"])
                        | set(gbackoff) | set(books["gpaused"]) | set(books["gwait"])
                        | self._lanes_seen())
-        replies: list[Any] = []
-        for i in range(0, len(names), LANES_CHUNK):   # lua/lanes.lua: count and head
-            replies += q.scripts.lanes(k.fixed, names[i:i + LANES_CHUNK])
-        books["busy"] = {g: int(replies[3 * i + 2]) for i, g in enumerate(names)}
+        heads = q.lane_heads(names)   # lua/lanes.lua: count, head and busy time
+        books["busy"] = {g: h.busy_ms for g, h in zip(names, heads)}
         mode, paused, gvt = books["fairness"], books["paused"], books["gvt"]
         groups: dict[str, dict[str, Any]] = {}
-        for i, g in enumerate(names):
-            head = replies[3 * i + 1]
-            groups[g] = lanes.group_row(g, int(replies[3 * i]),
-                                        split_score(float(head))[1] if head else None, books)
+        for g, h in zip(names, heads):
+            head = None if h.head_score is None else split_score(h.head_score)[1]
+            groups[g] = lanes.group_row(g, h.pending, head, books)
         return {"queue": q.name, "paused": bool(paused), "fairness": mode,
                 "pending": sum(r["pending"] for r in groups.values()),
                 "active": int(active), "delayed": int(delayed), "dead": int(dead),

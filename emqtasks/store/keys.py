@@ -201,6 +201,11 @@ class QueueKeys:
         return self.base + "tally"
 
     @property
+    def doctor(self) -> str:
+        """A key of the queue no verb uses: the doctor's ACL probes run on it (acl.py)."""
+        return self.base + "doctor"
+
+    @property
     def all_pattern(self) -> str:
         # Queue names hold no glob characters, and Redis globs give braces no meaning.
         return self.base + "*"

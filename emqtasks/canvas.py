@@ -344,16 +344,8 @@ class _Builder:
 
 
 def _send(queue: Queue, wf: str, meta: dict[str, str], rows: list[_Step]) -> WorkflowHandle:
-    args: list[Any] = [wf, WORKFLOW_TTL, len(meta)]
-    for k, v in meta.items():
-        args += [k, v]
-    args.append(len(rows))
-    for s in rows:
-        args += [*s.job, s.mode, len(s.extra)]
-        for k, v in s.extra.items():
-            args += [k, v]
-    code, what = queue.scripts.workflow(queue.keys.fixed, args)
-    code = int(code)
+    code, what = queue.send_workflow(wf, WORKFLOW_TTL, meta,
+                                     [(s.job, s.mode, s.extra) for s in rows])
     if code == 0 and what == wf:
         return WorkflowHandle(queue, wf, "duplicate")
     if code == 0:
@@ -460,7 +452,7 @@ class WorkflowHandle:
 
     def cancel(self) -> int:
         """Cancel every step not yet started (one script call); returns how many."""
-        return int(self._queue.scripts.wfcancel(self._queue.keys.fixed, [self.id]))
+        return self._queue.cancel_workflow(self.id)
 
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.id}>"

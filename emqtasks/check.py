@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .lanes import int_ok
+from .store.keys import WAKE_CAP
 from .store.queue import Queue
 
-WAKE_CAP = 16
 _PLACES = {"pending": "lane", "active": "active", "delayed": "delayed", "dead": "dead"}
 
 #: The type of each key of a queue, by its name after the queue's base (keys.py).
@@ -414,11 +414,8 @@ def repair(queue: Queue) -> Repaired:
     if _NEEDED.intersection(stray):
         return Repaired(0, 0, 0, not_repaired=not_repaired)
     groups = sorted(set(report.group_names) | {g for g, _ in report.unreadable.values() if g})
-    bury = [x for i, (g, why) in sorted(report.unreadable.items()) for x in (i, g or "", why)]
-    ringed, restored = queue.scripts.repair(
-        queue.keys.fixed, [len(groups), *groups, len(rebuild), *rebuild, len(bury) // 3, *bury,
-                           *report.lost])
-    failed = sum(int(queue.scripts.wffail(queue.keys.fixed, [wf, parent, step]))
-                 for wf, step, parent in report.orphans)
+    bury = [(i, g or "", why) for i, (g, why) in sorted(report.unreadable.items())]
+    ringed, restored = queue.repair(groups, rebuild, bury, report.lost)
+    failed = sum(queue.fail_workflow(wf, parent, step) for wf, step, parent in report.orphans)
     return Repaired(int(ringed), int(restored), failed, len(report.unreadable),
                     tuple(base + n for n in rebuild), not_repaired)

@@ -7,9 +7,8 @@ import re
 from typing import Any
 
 from .store.cluster import node_kwargs
+from .store.keys import PRIO_SPAN
 
-#: Lane scores are priority * PRIO_SPAN + enqueue time in ms (lua/_common.lua).
-PRIO_SPAN = 10**13
 DEFAULT_FIELDS = ("limit", "rate", "max_size", "weight")
 STATES = ("ready", "empty", "paused", "queue_paused", "at_limit", "rate_limited", "corrupt")
 

@@ -24,11 +24,9 @@ from redis.exceptions import ResponseError
 
 from . import lanes
 from .lanes import split_score
-from .store.queue import Queue, queue_marks, read_marks
+from .store.queue import LANES_CHUNK, Queue, queue_marks, read_marks
 
 SCAN_EVERY = 60.0
-#: Groups per call of lua/lanes.lua (about a millisecond of the server's time per 200).
-LANES_CHUNK = 500
 
 
 class LaneTable:
@@ -92,7 +90,7 @@ class LaneTable:
         q = self.queue
         out: dict[str, tuple[int, int | None]] = {}
         try:
-            replies = q.scripts.lanes(q.keys.fixed, names)
+            heads = q.lane_heads(names)
         except ResponseError:
             exact = lanes.read_books(q.client, q.keys, names)
             for g in names:
@@ -102,10 +100,9 @@ class LaneTable:
                     books["corrupt"][g] = exact["corrupt"][g]
                 out[g] = (pending, split_score(first[0][1])[1] if first else None)
             return out
-        for i, g in enumerate(names):
-            head = replies[3 * i + 1]
-            books["busy"][g] = int(replies[3 * i + 2])
-            out[g] = (int(replies[3 * i]), split_score(float(head))[1] if head else None)
+        for g, h in zip(names, heads):
+            books["busy"][g] = h.busy_ms
+            out[g] = (h.pending, None if h.head_score is None else split_score(h.head_score)[1])
         return out
 
     def exact(self, names: list[str]) -> dict[str, dict[str, Any]]:

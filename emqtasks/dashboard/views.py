@@ -237,11 +237,10 @@ def _search(queue: Queue, f: JobFilter, groups: list[str] | None, want: float,
             if len(out) >= want or looked >= budget:
                 return out, False
             most = int(min(want - len(out), FIND_CHUNK))
-            reply = queue.scripts.find(queue.keys.fixed, [
-                which, rank, FIND_CHUNK, most, f.task, group, f.text,
-                "" if which == "lane" else bound])
-            rank, looked = int(reply[0]), looked + int(reply[1])
-            out += reply[2:]
+            page = queue.find(which, rank, FIND_CHUNK, most, f.task, group, f.text,
+                              "" if which == "lane" else bound)
+            rank, looked = page.next_rank, looked + page.looked
+            out += page.ids
     return out, True
 
 
@@ -262,13 +261,7 @@ def dead_bound(queue: Queue) -> str:
 
 def cancel_ids(queue: Queue, ids: list[str]) -> int:
     """Cancel these jobs, 500 cancel calls a round trip; how many were cancelled."""
-    done = 0
-    for i in range(0, len(ids), 500):
-        pipe = queue.client.pipeline(transaction=False)
-        for job_id in ids[i:i + 500]:
-            queue.scripts.cancel(queue.keys.fixed, [job_id], client=pipe)
-        done += sum(1 for r in pipe.execute() if int(r) == 1)
-    return done
+    return queue.cancel_many(ids, 500)
 
 
 def _read(queue: Queue, ids: list[str]) -> list[dict[str, Any] | None]:

@@ -31,9 +31,9 @@ from typing import Any
 import redis
 
 from .._dev.localserver import find_binary, free_port, wait_ready
+from ..store.commands import COMMANDS
 from ..store.keys import FIXED, QueueKeys
 from ..store.scripts import source
-from . import COMMANDS
 from .build import build, last_reason
 
 PAYLOAD = '{"v":1,"a":[42,"report"],"k":{}}'

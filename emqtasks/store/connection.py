@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -12,7 +12,6 @@ from urllib.parse import urlsplit
 import redis
 from redis.connection import Connection, SSLConnection, UnixDomainSocketConnection
 
-from .. import embedded
 from .cluster import connect_cluster, is_cluster_url
 
 #: Longer than any blocking call emqtasks makes (parks and result waits are capped at
@@ -33,12 +32,24 @@ POOL_WAIT = SOCKET_TIMEOUT
 #: What a ``rediss://`` client checks unless its URL says otherwise (redis-py's own defaults
 #: today, stated here so a change of library default cannot turn them off).
 TLS_DEFAULTS = {"ssl_cert_reqs": "required", "ssl_check_hostname": True}
+#: Resolvers of URLs no redis-py client opens (``embedded``): each returns a connectable
+#: URL, or the one it was given when that is not its own. The embedded server registers
+#: its own (emqtasks.embedded, imported by the package), so the store imports no optional
+#: part of emqtasks to know of it.
+_RESOLVERS: list[Callable[[str], str]] = []
+
+
+def register_url_resolver(resolve: Callable[[str], str]) -> None:
+    """Have connect() pass every URL through ``resolve`` first (once per function)."""
+    if resolve not in _RESOLVERS:
+        _RESOLVERS.append(resolve)
 
 
 def connect(url: str, single_thread: bool = False) -> Any:
     """A redis-py client for a URL, with replies decoded as text.
 
-    ``embedded`` / ``embedded:PATH`` start (or reuse) the embedded development server;
+    ``embedded`` / ``embedded:PATH`` start (or reuse) the embedded development server
+    (through the resolver emqtasks.embedded registers);
     ``redis+cluster://host:port[,host:port...]`` gives a Redis Cluster client (cluster.py).
     ``single_thread`` keeps one connection instead of a pool checkout per command (about a
     sixth of a worker child's time per job); only for a client one thread uses. Otherwise
@@ -57,7 +68,8 @@ def connect(url: str, single_thread: bool = False) -> Any:
         return connect_cluster(url, decode_responses=True, socket_timeout=SOCKET_TIMEOUT,
                                socket_connect_timeout=CONNECT_TIMEOUT,
                                encoding_errors=ENCODING_ERRORS, **tls)
-    url = embedded.resolve(url)
+    for resolve in _RESOLVERS:
+        url = resolve(url)
     options: dict[str, Any] = dict(
         decode_responses=True, encoding_errors=ENCODING_ERRORS, socket_timeout=SOCKET_TIMEOUT,
         socket_connect_timeout=CONNECT_TIMEOUT, connection_class=_connection_class(url),

@@ -38,6 +38,18 @@ FIXED = (
                  # a half-moved queue; see cluster.py
 )
 
+# The constants the three languages share (lua/_common.lua and native/emq.c write them too;
+# tests/test_store_layout.py fails when they differ). Python reads them from here only.
+#: The wake list's bound: tokens are hints (the ring is the truth), so a full list drops the
+#: push; a WAKE_DUE token is pushed only while the list holds under half of it.
+WAKE_CAP = 16
+#: Seconds the wake list lives after a push.
+WAKE_TTL = 60
+#: The wake tokens: work is claimable; `delayed` got a new earliest entry.
+WAKE_WORK, WAKE_DUE = "1", "d"
+#: Lane scores are priority * PRIO_SPAN + the enqueue time in ms.
+PRIO_SPAN = 10**13
+
 
 def check_queue_name(name: str) -> str:
     if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
@@ -187,6 +199,11 @@ class QueueKeys:
     def tally(self) -> str:
         """hash: counters of the queue's life, ``stale_acks`` (acks refused by the fence)."""
         return self.base + "tally"
+
+    @property
+    def doctor(self) -> str:
+        """A key of the queue no verb uses: the doctor's ACL probes run on it (acl.py)."""
+        return self.base + "doctor"
 
     @property
     def all_pattern(self) -> str:

@@ -20,16 +20,16 @@ from ..verdicts import (
     CancelVerdict,
     EnqueueVerdict,
     ExtendVerdict,
+    FireVerdict,
     ReleaseVerdict,
     RetryVerdict,
 )
 from .cluster import node_kwargs, scan_keys
 from .connection import MAX_BLOCK, PoolBusy, pool_wait
-from .keys import QueueKeys, check_group, check_job_id
-from .scripts import Scripts
+from .keys import WAKE_DUE, WAKE_WORK, QueueKeys, check_group, check_job_id
+from .scripts import VERB_KEYS, Scripts
 from .selection import HotVerbs
 
-WAKE_WORK, WAKE_DUE = "1", "d"
 #: The fairness modes: one claim per turn of the ring, or a share of the worker time.
 FAIRNESS_MODES = ("turns", "time")
 #: The most jobs one enqueue script call admits. At 9 arguments a job it stays far under the
@@ -108,6 +108,49 @@ class Lease(NamedTuple):
         # runner dead-letters it with the reason (and logs it) like any job that cannot run
         return cls(row[0], row[1] or "", row[2] or "", int(row[3]), row[4], row[5], int(row[6]),
                    bool(row[7]), int(row[8]) if len(row) > 8 else 0)
+
+
+class LaneHead(NamedTuple):
+    """One group's row of the lanes verb (lua/lanes.lua): its pending count, its head's lane
+    score (None for an empty lane: split it with lanes.split_score) and its busy ms over the
+    last minute."""
+
+    pending: int
+    head_score: float | None
+    busy_ms: int
+
+    @classmethod
+    def from_replies(cls, flat: Sequence[Any]) -> list[LaneHead]:
+        """The lanes verb answers three values a group, in the order the groups were sent."""
+        return [cls(int(flat[i]), float(flat[i + 1]) if flat[i + 1] else None,
+                    int(flat[i + 2])) for i in range(0, len(flat), 3)]
+
+
+class FoundPage(NamedTuple):
+    """One call of the find verb (lua/find.lua): the rank to go on from (negative once the
+    set was searched to its end), how many entries it looked at, and the matching ids."""
+
+    next_rank: int
+    looked: int
+    ids: list[str]
+
+    @classmethod
+    def from_reply(cls, reply: Sequence[Any]) -> FoundPage:
+        return cls(int(reply[0]), int(reply[1]), list(reply[2:]))
+
+
+class WorkflowSent(NamedTuple):
+    """What the workflow verb answered: ``code`` 1 written, 0 an id exists already (``what``
+    is the workflow's own id for a duplicate workflow, else the step's), 2 a lane is full
+    (``what`` is the step's id), 3 the server refused an id."""
+
+    code: int
+    what: str
+
+
+#: Groups per call of the lanes verb (lua/lanes.lua; about a millisecond of the server's time
+#: per 200 groups).
+LANES_CHUNK = 500
 
 
 D = TypeVar("D")
@@ -334,12 +377,12 @@ class Queue:
 
     def push_wake(self, token: str = WAKE_WORK) -> None:
         """Hand a token on: WAKE_WORK (work is claimable) or WAKE_DUE (re-read when to
-        promote). Bounded like the ones the scripts push."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.rpush(self.keys.wake, token)
-        pipe.ltrim(self.keys.wake, 0, 15)
-        pipe.expire(self.keys.wake, 60)
-        pipe.execute()
+        promote). Through the wake verb, so the list is bounded by the one rule every verb
+        pushes by (lua/_common.lua wake: a WAKE_DUE token only under half the cap)."""
+        if token not in (WAKE_WORK, WAKE_DUE):
+            raise InvalidArgument(f"a wake token is {WAKE_WORK!r} or {WAKE_DUE!r}, "
+                                  f"not {token!r}")
+        self.scripts.wake(self._k, [token])
 
     # -- admin ------------------------------------------------------------------------
     def pause(self) -> None:
@@ -390,6 +433,89 @@ class Queue:
         raw = self.client.hgetall(self.keys.gdefaults)
         return {name: parse_rate(value) if name == "rate" else int(value)
                 for name, value in raw.items() if name in lanes.DEFAULT_FIELDS}
+
+    # -- workflows (canvas.py) ----------------------------------------------------------
+    def send_workflow(self, workflow_id: str, ttl: int, meta: dict[str, str],
+                      steps: Sequence[tuple[NewJob, str, dict[str, str]]]) -> WorkflowSent:
+        """Write a workflow and its steps in one call (lua/workflow.lua): each step its job,
+        its mode and its extra row fields. Ids are the caller's to gate."""
+        args: list[Any] = [workflow_id, ttl, len(meta)]
+        for k, v in meta.items():
+            args += [k, v]
+        args.append(len(steps))
+        for job, mode, extra in steps:
+            args += [*job, mode, len(extra)]
+            for k, v in extra.items():
+                args += [k, v]
+        code, what = self.scripts.workflow(self._k, args)
+        return WorkflowSent(int(code), what)
+
+    def cancel_workflow(self, workflow_id: str) -> int:
+        """Cancel every step of a workflow not yet started; how many (lua/wfcancel.lua)."""
+        return int(self.scripts.wfcancel(self._k, [workflow_id]))
+
+    def fail_workflow(self, workflow_id: str, step: str, orphan: str = "") -> bool:
+        """Resolve a workflow as failed at ``step`` (cancelling ``orphan``, a step waiting for
+        it); False when it had failed already (lua/wffail.lua)."""
+        return int(self.scripts.wffail(self._k, [workflow_id, step, orphan])) == 1
+
+    # -- the checker's repair (check.py) --------------------------------------------------
+    def repair(self, groups: Sequence[str], rebuild: Sequence[str],
+               bury: Sequence[tuple[str, str, str]], lost: Sequence[str]) -> tuple[int, int]:
+        """Rebuild the derived structures of ``groups`` (deleting the ``rebuild`` keys, named
+        after the base, first), bury (id, group, why) rows in dead, put back ``lost`` ids;
+        returns (groups on the ring, jobs restored). lua/repair.lua."""
+        flat = [x for triple in bury for x in triple]
+        ringed, restored = self.scripts.repair(self._k, [
+            len(groups), *groups, len(rebuild), *rebuild, len(bury), *flat, *lost])
+        return int(ringed), int(restored)
+
+    # -- the dashboard's search and bulk actions (dashboard/views.py) ---------------------
+    def find(self, which: str, rank: int, chunk: int, most: int, task: str = "",
+             group: str = "", text: str = "", bound: str = "") -> FoundPage:
+        """One bounded look through ``which`` (dead, delayed, active, or lane: the lane of
+        ``group``) from ``rank``, at ``chunk`` entries at most (lua/find.lua)."""
+        return FoundPage.from_reply(self.scripts.find(self._k, [
+            which, rank, chunk, most, task, group, text, bound]))
+
+    def cancel_many(self, ids: Sequence[str], per_trip: int = 500) -> int:
+        """cancel() each id, ``per_trip`` calls a round trip; how many were cancelled."""
+        done = 0
+        for i in range(0, len(ids), per_trip):
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in ids[i:i + per_trip]:
+                self.scripts.cancel(self._k, [job_id], client=pipe)
+            done += sum(1 for r in pipe.execute() if int(r) == 1)   # CANCELLED's code
+        return done
+
+    # -- the lane table (lanetable.py) ----------------------------------------------------
+    def lane_heads(self, groups: Sequence[str]) -> list[LaneHead]:
+        """Each group's pending count, head and busy time, LANES_CHUNK groups a call."""
+        heads: list[LaneHead] = []
+        for i in range(0, len(groups), LANES_CHUNK):
+            heads += LaneHead.from_replies(self.scripts.lanes(self._k,
+                                                              groups[i:i + LANES_CHUNK]))
+        return heads
+
+    # -- periodic schedules (schedules.py, lua/schedule.lua) ------------------------------
+    def _schedule(self, args: list[Any]) -> Any:
+        keys = (*self._k, *(self.keys.base + k for k in VERB_KEYS["schedule"]))
+        return self.scripts.schedule(keys, args)
+
+    def schedule_put(self, name: str, spec_json: str, timing_key: str, origin: str) -> bool:
+        """Store (or update) a schedule; True when something changed."""
+        return bool(self._schedule(["put", name, spec_json, timing_key, origin]))
+
+    def schedule_drop(self, name: str) -> bool:
+        return bool(self._schedule(["drop", name]))
+
+    def schedule_fire(self, name: str, slot: int, overlap: bool,
+                      job: NewJob) -> tuple[FireVerdict, int, int]:
+        """Enqueue one slot of a schedule, at most once per slot: (verdict, the server's
+        time in ms, the latest slot handled)."""
+        verdict, now, last = self._schedule(["fire", name, slot, "1" if overlap else "0",
+                                             *job])
+        return FireVerdict(int(verdict)), int(now), int(last)
 
     # -- history (history.py; the verbs count, lua/_common.lua) -------------------------
     def set_history(self, hours: int = history.DEFAULT_HOURS,

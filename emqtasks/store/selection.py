@@ -26,8 +26,9 @@ from redis.exceptions import (
 )
 
 from ..errors import ConfigError, NativeUnavailable, ServerFull
-from ..native import COMMANDS, module_path
+from ..native import module_path
 from .cluster import is_cluster
+from .commands import COMMANDS
 from .wire import Wire, WireBroken
 
 MODES = ("auto", "off", "require")

@@ -30,7 +30,8 @@ from ..hooks import Hooks
 from ..registry import Registry
 from ..retry_policy import bounded
 from ..store.cluster import is_cluster
-from ..store.queue import WAKE_DUE, Lease, Queue
+from ..store.keys import WAKE_DUE
+from ..store.queue import Lease, Queue
 from . import park
 from .child import GO, GOT_WORK, HELD, IDLE, STOP, Child, ChildConfig
 from .resilience import TRANSIENT, FullServer, Outage

@@ -1,0 +1,12 @@
+"""Moved to ``emqtasks.store.keys``; this path stays for the callers that name it.
+
+The module object is the moved one (not a copy of its names), so what patches or reads a
+name here patches or reads it there.
+"""
+
+import sys
+
+from .store import keys as _moved
+from .store.keys import *  # noqa: F403  (the public names, for type checkers)
+
+sys.modules[__name__] = _moved

@@ -1,0 +1,12 @@
+"""Moved to ``emqtasks.store.selection``; this path stays for the callers that name it.
+
+The module object is the moved one (not a copy of its names), so what patches or reads a
+name here patches or reads it there.
+"""
+
+import sys
+
+from ..store import selection as _moved
+from ..store.selection import *  # noqa: F403  (the public names, for type checkers)
+
+sys.modules[__name__] = _moved

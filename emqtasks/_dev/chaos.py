@@ -39,7 +39,7 @@ from ..check import check, repair
 from ..errors import ServerFull
 from ..keys import QueueKeys
 from ..queue import NewJob
-from ..task import build_job
+from ..jobs import build_job
 from ..testing import WorkerProcess
 from ..worker.resilience import TRANSIENT
 from . import chaos_tasks, poison

@@ -27,11 +27,11 @@ from . import serialization
 from .cluster import node_kwargs
 from .cron import Cron, Every, Timing, timing_of
 from .errors import EmqError, InvalidSchedule, InvalidScheduleName, UnknownTask
+from .jobs import build_job
 from .keys import check_group, check_job_id, new_job_id
 from .queue import NewJob, Queue
 from .registry import TaskSpec
 from .scripts import VERB_KEYS
-from .task import build_job
 from .verdicts import EnqueueVerdict, FireVerdict
 
 #: Schedule names: they are part of job ids (``sched:<name>:<slot>``), so no ``:``.

@@ -32,7 +32,8 @@ from ..queue import WAKE_DUE, Lease, Queue
 from ..registry import Registry
 from ..retry_policy import bounded
 from . import park
-from .child import GO, GOT_WORK, HELD, IDLE, STOP, Child, ChildConfig
+from .child import Child, ChildConfig
+from .pipe import GO, GOT_WORK, HELD, IDLE, STOP
 from .resilience import TRANSIENT, FullServer, Outage
 from .scheduler import Scheduler
 from .slots import ASYNC, Running, Slots

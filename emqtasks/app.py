@@ -155,8 +155,9 @@ class App:
         named after the task, stored when a worker starts: ``emqtasks.cron(...)``,
         ``emqtasks.every(...)``, a cron string, or seconds.
         """
-        spec_options, policy_options, schedule = split_options(options)  # TypeError
-        # at decoration: InvalidArgument
+        # At decoration: an unknown option is a TypeError, a bad retry policy or schedule
+        # InvalidArgument / a ScheduleError; the rest are checked by TaskSpec at registration.
+        spec_options, policy_options, schedule = split_options(options)
         policy = RetryPolicy.of(**policy_options)
         timing = None if schedule is None else _sched.declared_timing(schedule)
         name = spec_options.pop("name", None)

@@ -32,9 +32,10 @@ from .errors import (
     WorkflowError,
     WorkflowTooLarge,
 )
+from .jobs import build_job
+from .registry import default_app
 from .store.keys import check_job_id, new_job_id
 from .store.queue import NewJob, Queue
-from .task import build_job
 
 if TYPE_CHECKING:
     from .app import App
@@ -236,8 +237,8 @@ class _Builder:
         if sig._app is not None:
             return sig._app
         if isinstance(sig.task, str):
-            from .app import default_app
-            return default_app
+            app: App = default_app()
+            return app
         return sig.task.app
 
     def _spec(self, sig: Signature) -> Any:

@@ -26,11 +26,11 @@ from typing import Any, NamedTuple
 from . import serialization
 from .cron import Cron, Every, Timing, timing_of
 from .errors import EmqError, InvalidSchedule, InvalidScheduleName, UnknownTask
+from .jobs import build_job
 from .registry import TaskSpec
 from .store.cluster import node_kwargs
 from .store.keys import check_group, check_job_id, new_job_id
 from .store.queue import NewJob, Queue
-from .task import build_job
 from .verdicts import EnqueueVerdict, FireVerdict
 
 #: Schedule names: they are part of job ids (``sched:<name>:<slot>``), so no ``:``.

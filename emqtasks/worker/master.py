@@ -33,7 +33,8 @@ from ..store.cluster import is_cluster
 from ..store.keys import WAKE_DUE
 from ..store.queue import Lease, Queue
 from . import park
-from .child import GO, GOT_WORK, HELD, IDLE, STOP, Child, ChildConfig
+from .child import Child, ChildConfig
+from .pipe import GO, GOT_WORK, HELD, IDLE, STOP
 from .resilience import TRANSIENT, FullServer, Outage
 from .scheduler import Scheduler
 from .slots import ASYNC, Running, Slots

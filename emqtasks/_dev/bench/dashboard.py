@@ -23,8 +23,8 @@ import click
 
 from ...store.connection import connect
 from ...store.queue import NewJob, Queue
-from .command import open_server
 from .core import say
+from .harness import open_server
 from .scenarios import Row, render
 
 GROUPS = 10_000

@@ -13,7 +13,8 @@
 --   `active`; gactive-1 (a group held back by its limit returns to the ring with a wake);
 --   state delayed or dead, the error on the row; a job claimed in time mode settles its
 --   group's time (time_settle in _common.lua). A dead workflow step fails its workflow
---   (wf_fail in _common.lua).
+--   (wf_fail in _common.lua). A group whose books cannot be read (group_books in _common.lua)
+--   keeps them as they are: the failure is written all the same.
 
 runs_when_full()
 local id = ARGV[1]
@@ -21,9 +22,11 @@ local row = fenced(id, ARGV[2], ARGV[3])
 if not row then return 0 end
 local jk = job_key(id)
 local now = now_ms()
-time_settle(row[4], id, row[8], row[9], now, true)
+-- read before the first write: books that cannot be read are left as they are
+local books = group_books(row[4], true, false, row[9])
+if not books then time_settle(row[4], id, row[8], row[9], now, true) end
 redis.call('ZREM', K_active, id)
-active_drop(row[4], now)
+if not books then active_drop(row[4], now) end
 if ARGV[6] == '1' or tonumber(row[2]) >= tonumber(row[5]) then
   redis.call('HSET', jk, 'state', 'dead', 'error', ARGV[4], 'finished', now)
   redis.call('ZADD', K_dead, now, id)

@@ -656,7 +656,7 @@ end
 -- closures that use them: every run of a script makes every closure of this file, and a
 -- closure captures a local by walking down the open ones, so capturing the prelude's far
 -- locals from here made each run of every verb several microseconds slower.
-local claim_one, enqueue_books, group_seat, bury, group_books, int_fault, lane_in
+local claim_one, enqueue_books, group_seat, bury, group_books, int_fault, lane_in, misfit_of
 do
   local DEFAULT_COST, K_active, K_dead, K_delayed, K_gactive, K_gbackoff, K_gcost =
     DEFAULT_COST, K_active, K_dead, K_delayed, K_gactive, K_gbackoff, K_gcost
@@ -689,6 +689,8 @@ do
     end
     return nil
   end
+
+  misfit_of = misfit
 
   -- Once per call, before the first write: the queue-wide keys a claim may write half-way
   -- through a lease (`gturn`, this minute's history, in time mode `gvrun`). Returns false,
@@ -830,8 +832,9 @@ do
     if opens then
       local tf = time_fair()
       if not group_seat(g, tf) then return true end
+      -- (ring_enter clears the turn count in either mode)
       local keys = {{K_ring, 'list'}, {K_gturn, 'hash'}}
-      if tf then keys = {{K_gvt, 'zset'}, {K_gvrun, 'hash'}} end
+      if tf then keys[1], keys[6] = {K_gvt, 'zset'}, {K_gvrun, 'hash'} end
       keys[3], keys[4], keys[5] = {K_gwait, 'zset'}, {K_wake, 'list'}, {K_gpaused, 'set'}
       if misfit(keys) then return true end
     end

@@ -28,8 +28,9 @@ local UNRUN = 'lease expired before the job was seen running (attempt not counte
 
 runs_when_full()
 local now = now_ms()
-local seen = clock_mark(now)
+-- read first: an `active` of the wrong type fails the call before the clock mark is written
 local ids = redis.call('ZRANGEBYSCORE', K_active, '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+local seen = clock_mark(now)
 local returned, dead = 0, 0
 for _, id in ipairs(ids) do
   local jk = job_key(id)
@@ -60,8 +61,10 @@ for _, id in ipairs(ids) do
     if type(books) == 'string' then fault, to_dead = books, true end
     if fault then
       refused = bury(id, g, fault, now, nil, type(books) == 'string' and books or nil)
-      if refused then return redis.error_reply(refused) end
+    elseif to_dead then
+      refused = misfit_of({{K_dead, 'zset'}})   -- of the wrong type: this job stays as it is
     end
+    if refused then return redis.error_reply(refused) end
     if not books then time_settle(g, id, row[7], row[8], now, false) end
     redis.call('ZREM', K_active, id)
     if not books then active_drop(g, now) end

@@ -28,7 +28,7 @@ local g = row[4]
 -- `dead` with the reason; other books that cannot be read are left as they are
 local books = group_books(g, true, true, row[9])
 if type(books) == 'string' then
-  local refused = bury(id, g, nil, now, nil, books)
+  local refused = misfit_of({{K_active, 'zset'}}) or bury(id, g, nil, now, nil, books)
   if refused then return redis.error_reply(refused) end
   redis.call('ZREM', K_active, id)
   return 1

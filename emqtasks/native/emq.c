@@ -1919,15 +1919,17 @@ static int group_books(Q *q, RMS *g, int leaving, int lane, RMS *vcharge, char *
         Seat seat;
         if (tf < 0 || (ok = group_seat(q, g, tf, &seat)) < 0) { rc = -1; goto out; }
         if (!ok) { rc = 1; goto out; }
-        RMS *keys[5] = {tf ? book_key(q, "gvt") : NULL, tf ? book_key(q, "gvrun") : NULL,
-                        book_key(q, "gwait"), NULL, NULL};
-        const int types[5] = {tf ? REDISMODULE_KEYTYPE_ZSET : REDISMODULE_KEYTYPE_LIST,
+        /* (ring_enter clears the turn count in either mode) */
+        RMS *keys[3] = {tf ? book_key(q, "gvt") : NULL, tf ? book_key(q, "gvrun") : NULL,
+                        book_key(q, "gwait")};
+        const int types[6] = {tf ? REDISMODULE_KEYTYPE_ZSET : REDISMODULE_KEYTYPE_LIST,
                               REDISMODULE_KEYTYPE_HASH, REDISMODULE_KEYTYPE_ZSET,
-                              REDISMODULE_KEYTYPE_LIST, REDISMODULE_KEYTYPE_SET};
-        RMS *names[5] = {tf ? keys[0] : q->k[K_RING], tf ? keys[1] : q->k[K_GTURN], keys[2],
-                         q->k[K_WAKE], q->k[K_GPAUSED]};
-        for (int i = 0; i < 5 && rc == 0; i++)
-            if (!key_fits(q, names[i], types[i])) rc = 1;
+                              REDISMODULE_KEYTYPE_LIST, REDISMODULE_KEYTYPE_SET,
+                              REDISMODULE_KEYTYPE_HASH};
+        RMS *names[6] = {tf ? keys[0] : q->k[K_RING], q->k[K_GTURN], keys[2], q->k[K_WAKE],
+                         q->k[K_GPAUSED], keys[1]};
+        for (int i = 0; i < 6 && rc == 0; i++)
+            if (names[i] && !key_fits(q, names[i], types[i])) rc = 1;
         for (int i = 0; i < 3; i++) sfree(q, keys[i]);
     }
 out:
@@ -2670,6 +2672,15 @@ static int retry(Q *q, RMS **a) {
     }
     char why[320];                               /* read before the first write, as ack */
     int books = group_books(q, r.group, 1, 0, r.vcharge, why, sizeof why);
+    /* the queue-wide keys the job leaves and goes into, as retry.lua */
+    RMS *into[3] = {q->k[K_ACTIVE], dead ? q->k[K_DEAD] : q->k[K_DELAYED],
+                    dead ? NULL : q->k[K_WAKE]};
+    const int types[3] = {REDISMODULE_KEYTYPE_ZSET, REDISMODULE_KEYTYPE_ZSET,
+                          REDISMODULE_KEYTYPE_LIST};
+    if (books >= 0 && types_fit(q, into, types, 3) == -2) {
+        row_free(q, &r);
+        return fail(q, q->errbuf);
+    }
     if (books < 0 ||
         (!books && time_settle(q, r.group, a[0], r.h, r.key, r.started, r.vcharge, 1) < 0)) {
         row_free(q, &r);
@@ -2700,7 +2711,8 @@ static int retry(Q *q, RMS **a) {
 static int cmd_retry(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 6) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv, B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT)) < 0) return finish(&q);
+    /* `active` checked in retry(), after the row, as retry.lua */
+    if (q_init(&q, ctx, argv, B(K_GACTIVE), B(K_GLIMIT)) < 0) return finish(&q);
     int verdict = retry(&q, argv + ARGV0);
     if (!q.err) RedisModule_ReplyWithLongLong(ctx, verdict);
     return finish(&q);
@@ -2759,6 +2771,12 @@ static int release(Q *q, RMS **a) {
     int books = rc == 0 ? group_books(q, r.group, 1, 1, r.vcharge, why, sizeof why) : 0;
     if (books < 0) rc = -1;
     if (rc == 0 && books == 2) {
+        const int type = REDISMODULE_KEYTYPE_ZSET;   /* `active` first, as release.lua */
+        if (types_fit(q, &q->k[K_ACTIVE], &type, 1) == -2) {
+            sfree(q, prio);
+            row_free(q, &r);
+            return fail(q, q->errbuf);
+        }
         rc = bury_as(q, a[0], r.group, NULL, why, r.h, r.key, REDISMODULE_KEYTYPE_HASH);
         r.h = NULL;
         if (rc == 0) zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], a[0]);
@@ -2810,7 +2828,8 @@ static int release(Q *q, RMS **a) {
 static int cmd_release(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 5) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv, B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT)) < 0) return finish(&q);
+    /* `active` checked in release(), after the row and its group's books, as release.lua */
+    if (q_init(&q, ctx, argv, B(K_GACTIVE), B(K_GLIMIT)) < 0) return finish(&q);
     int verdict = release(&q, argv + ARGV0);
     if (!q.err) RedisModule_ReplyWithLongLong(ctx, verdict);
     return finish(&q);
@@ -2902,6 +2921,12 @@ static int reap_one(Q *q, RMS *id) {
         job = NULL;
         if (rc < 0) goto out;
         job = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE);
+    } else if (to_dead) {                        /* of the wrong type: this job stays as it is */
+        const int type = REDISMODULE_KEYTYPE_ZSET;
+        if (types_fit(q, &q->k[K_DEAD], &type, 1) == -2) {
+            rc = fail(q, q->errbuf);
+            goto out;
+        }
     }
     if (!books && (rc = time_settle(q, g, id, job, jk, started, vcharge, 0)) < 0) goto out;
     zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], id);
@@ -3033,7 +3058,7 @@ static int promote_one(Q *q, RMS *id) {
 static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 1) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv, B(K_DELAYED), B(K_RING) | B(K_PAUSED)) < 0) return finish(&q);
+    if (q_init(&q, ctx, argv, B(K_DELAYED), B(K_PAUSED)) < 0) return finish(&q);
     long long limit, n;
     if (count_arg(&q, argv[ARGV0], &limit, "ERR emq: limit must be an integer >= 0") < 0)
         return finish(&q);
@@ -3084,12 +3109,14 @@ static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
     sfree(&q, wkey);
     /* ring_any: EXISTS ring gvt, without reading the mode */
     RMS *gk = book_key(&q, "gvt");
-    RMK *gh;
-    int rc = dk(&q, gk, 0, REDISMODULE_KEYTYPE_ZSET, &gh);
-    long long ringed = (long long)vlen(fx(&q, K_RING, 0)) + (long long)vlen(gh);
+    RMK *gh = RedisModule_OpenKey(ctx, gk, REDISMODULE_READ);   /* EXISTS: of any type */
+    RMK *rh = RedisModule_OpenKey(ctx, q.k[K_RING], REDISMODULE_READ);
+    long long ringed = (gh && RedisModule_KeyType(gh) != REDISMODULE_KEYTYPE_EMPTY) ||
+                       (rh && RedisModule_KeyType(rh) != REDISMODULE_KEYTYPE_EMPTY);
     if (gh) RedisModule_CloseKey(gh);
+    if (rh) RedisModule_CloseKey(rh);
     sfree(&q, gk);
-    if (rc < 0 || q.err) return finish(&q);
+    if (q.err) return finish(&q);
     long long claimable = ringed > 0 && !paused(&q);
     RedisModule_ReplyWithArray(ctx, 3);
     RedisModule_ReplyWithLongLong(ctx, n);

@@ -42,6 +42,7 @@ local K_clock = BASE .. 'clock'           -- hash: seen (latest server ms a reap
 local K_tally = BASE .. 'tally'           -- hash: stale_acks (acks the fence refused)
 
 local WAKE_CAP = 16
+local DEFAULT_GROUP = 'default'   -- a job's group when it names none (keys.py)
 local WAKE_TTL = 60
 
 local function now_ms()
@@ -655,7 +656,7 @@ end
 -- closures that use them: every run of a script makes every closure of this file, and a
 -- closure captures a local by walking down the open ones, so capturing the prelude's far
 -- locals from here made each run of every verb several microseconds slower.
-local claim_one, enqueue_books, group_seat, bury
+local claim_one, enqueue_books, group_seat, bury, group_books, int_fault, lane_in, misfit_of
 do
   local DEFAULT_COST, K_active, K_dead, K_delayed, K_gactive, K_gbackoff, K_gcost =
     DEFAULT_COST, K_active, K_dead, K_delayed, K_gactive, K_gbackoff, K_gcost
@@ -665,8 +666,8 @@ do
     default, hist, hist_failed, hist_started, int_ok, job_key, lane_key, limit_of
   local max_size_of, notify, rate_ready, ring_leave, ring_size, ring_turn, starts_key =
     max_size_of, notify, rate_ready, ring_leave, ring_size, ring_turn, starts_key
-  local time_charge, time_fair, type_of, wait_push, wake, wf_fail =
-    time_charge, time_fair, type_of, wait_push, wake, wf_fail
+  local time_charge, time_fair, type_of, wait_push, wake, wf_fail, lane_push =
+    time_charge, time_fair, type_of, wait_push, wake, wf_fail, lane_push
   local ipairs, tonumber, type = ipairs, tonumber, type
   -- A claim meets what it cannot read without failing the queue: a job row it cannot read goes
   -- to `dead` with the reason (bury), a group whose books it cannot read leaves the ring
@@ -688,6 +689,8 @@ do
     end
     return nil
   end
+
+  misfit_of = misfit
 
   -- Once per call, before the first write: the queue-wide keys a claim may write half-way
   -- through a lease (`gturn`, this minute's history, in time mode `gvrun`). Returns false,
@@ -742,7 +745,7 @@ do
 
   -- Why a row's field v (a count or a time every verb of the job's life reads as an integer)
   -- cannot be read, or nil.
-  local function int_fault(v, name, required)
+  function int_fault(v, name, required)
     if not v then
       if required then return 'no ' .. name end
     elseif not int_ok(v) then
@@ -767,7 +770,9 @@ do
   -- key of another type than a hash (keytype: its TYPE) is replaced by a dead row (a hash
   -- was never there to keep). A row that lost its group gets the lane's, so a requeue brings
   -- it back there (repair buries rows outside lanes too: g may be nil).
-  function bury(id, g, reason, now, keytype)
+  -- (text: the whole error to leave on the row, for a job buried for its lane, see
+  -- group_books.)
+  function bury(id, g, reason, now, keytype, text)
     local jk = job_key(id)
     if type(redis.pcall('ZADD', K_dead, now, id)) == 'table' then
       return wrong_type(K_dead, 'zset')   -- nothing written: the caller puts the job back
@@ -776,7 +781,7 @@ do
       redis.call('DEL', jk)
       reason = 'the key holds a ' .. keytype .. ', not a hash'
     end
-    redis.call('HSET', jk, 'state', 'dead', 'error', 'unreadable job row: ' .. reason,
+    redis.call('HSET', jk, 'state', 'dead', 'error', text or ('unreadable job row: ' .. reason),
       'finished', now)
     local r = redis.call('HMGET', jk, 'group', 'task', 'waiters', 'wf')
     if g and not r[1] then redis.call('HSET', jk, 'group', g) end
@@ -784,6 +789,62 @@ do
     notify(id, r[3])
     if r[4] then wf_fail(r[4], id, now) end
     return nil
+  end
+
+  -- The verbs that move a job in or out of its group's books (ack, retry, release, reap,
+  -- promote, requeue) read them with this before their first write, as a claim does with
+  -- group_seat: what cannot be read costs that group, not the job and not the queue.
+  -- leaving: the job leaves flight (its group's jobs in flight drop, and a group at its limit
+  -- reopens); lane: it goes into g's lane (the group may open); vcharge: its row's charge
+  -- (time mode: time_settle reads it and the group's weight). Returns nil when the books can
+  -- be read; the reason as text when g's lane is of the wrong type (the job goes to `dead`
+  -- with it, never into the lane); true when other books cannot (jobs in flight or limit not
+  -- an integer, or, when the group may open, what a claim of it reads (group_seat) or the
+  -- keys an opening writes): then the job is settled without them, they stay as they are,
+  -- a claim takes the group out of the ring and emqtasks check names the key.
+  function group_books(g, leaving, lane, vcharge)
+    local lk = lane_key(g)
+    if lane then
+      local t = type_of(lk)
+      if t ~= 'none' and t ~= 'zset' then
+        return 'its group\'s lane (g:' .. g .. ':pending) holds a ' .. t .. ', not a zset'
+      end
+    end
+    local act = redis.call('HGET', K_gactive, g)
+    if act and not int_ok(act) then return true end
+    local lim = limit_of(g)
+    if lim and not int_ok(lim) then return true end
+    if vcharge then
+      local w = redis.call('HGET', K_gweight, g) or default('weight')
+      if not int_ok(vcharge) or (w and not (int_ok(w) and tonumber(w) >= 1)) then
+        return true
+      end
+    end
+    local opens = lane
+    if leaving and lim and not lane then
+      local a, l = tonumber(act or '0'), tonumber(lim)
+      if a >= l and a - 1 < l then                  -- active_drop reopens it
+        local t = type_of(lk)
+        if t ~= 'none' and t ~= 'zset' then return true end
+        opens = true
+      end
+    end
+    if opens then
+      local tf = time_fair()
+      if not group_seat(g, tf) then return true end
+      -- (ring_enter clears the turn count in either mode)
+      local keys = {{K_ring, 'list'}, {K_gturn, 'hash'}}
+      if tf then keys[1], keys[6] = {K_gvt, 'zset'}, {K_gvrun, 'hash'} end
+      keys[3], keys[4], keys[5] = {K_gwait, 'zset'}, {K_wake, 'list'}, {K_gpaused, 'set'}
+      if misfit(keys) then return true end
+    end
+    return nil
+  end
+
+  -- A job into g's lane: opening the group as lane_push does, or, when its books cannot be
+  -- read (group_books returned true), only into the lane, the group left as it stands.
+  function lane_in(g, id, score, now, books)
+    if books then redis.call('ZADD', lane_key(g), score, id) else lane_push(g, id, score, now) end
   end
 
   -- A wake at the end of a claim that skipped its fill: a hint, left out when `wake` is of

@@ -1,5 +1,6 @@
 """emqtasks: a Celery-style background task runner on Redis, fair per group, without polling."""
 
+from . import embedded as _embedded  # noqa: F401  (registers ``embedded`` URLs with connect)
 from .app import App, default_app, on, task
 from .canvas import Chain, Chord, Group, Signature, WorkflowHandle, chain, chord, group
 from .context import JobContext, JobLogFilter, current_job
@@ -42,8 +43,8 @@ from .errors import (
     WorkflowError,
     WorkflowTooLarge,
 )
-from .queue import Acked, Lease, Queue
 from .schedules import Schedule, ScheduleInfo
+from .store.queue import Acked, Lease, Queue
 from .task import JobHandle, Task
 from .verdicts import (
     AckVerdict,

@@ -31,8 +31,8 @@ from typing import Any
 
 import redis
 
-from .cluster import node_kwargs
-from .keys import check_queue_name
+from .store.cluster import node_kwargs
+from .store.keys import QueueKeys
 
 #: How the verbs run: EVALSHA, and EVAL of the source when the server lost its script cache.
 _SCRIPTING = ("evalsha", "eval")
@@ -77,7 +77,7 @@ NATIVE_WORKER_COMMANDS = ("emq.enqueue", "emq.claim", "emq.ack", "emq.retry", "e
 
 def key_pattern(queue: str) -> str:
     """The ACL key pattern of every key of a queue (queue names hold no glob characters)."""
-    return f"~emq:{{{check_queue_name(queue)}}}:*"
+    return "~" + QueueKeys(queue).all_pattern
 
 
 def _rules(commands: Iterable[str], queues: tuple[str, ...]) -> list[str]:
@@ -142,7 +142,7 @@ return out
 
 
 def probe_key(queue: str) -> str:
-    return f"emq:{{{check_queue_name(queue)}}}:doctor"
+    return QueueKeys(queue).doctor
 
 
 def _calls(commands: Iterable[str], key: str) -> list[list[str]]:

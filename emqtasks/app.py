@@ -8,32 +8,43 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from . import schedules as _sched
 from . import validate
 from .canvas import Signature, WorkflowHandle
 from .config import Settings
-from .connection import connect
-from .cron import Timing
-from .errors import InvalidArgument, InvalidSchedule, LaneFull, UnknownSchedule, UnknownTask
+from .errors import InvalidArgument, InvalidSchedule, UnknownSchedule, UnknownTask
 from .hooks import EVENTS, F, HookEvent, Hooks
-from .keys import check_job_id as validate_job_id
-from .keys import check_queue_name
 from .lanes import DEFAULT_FIELDS
-from .queue import Queue
-from .registry import GroupSpec, Registry, TaskSpec
-from .retry_policy import ExceptionTypes, RetryPolicy
+from .registry import (
+    GroupSpec,
+    Registry,
+    ScheduleSpec,
+    TaskOptions,
+    TaskSpec,
+    set_default_app,
+    split_options,
+)
+from .retry_policy import RetryPolicy
 from .schedules import Schedule, ScheduleInfo, ScheduleStore
-from .task import JobHandle, Task, build_job
-from .verdicts import CancelVerdict, EnqueueVerdict
+from .store.connection import connect
+from .store.keys import check_job_id as validate_job_id
+from .store.keys import check_queue_name
+from .store.queue import Queue
+from .task import JobHandle, Task, send
+from .verdicts import CancelVerdict
+
+if TYPE_CHECKING:
+    # Python 3.10 has no typing.Unpack; the annotations are never evaluated at run time.
+    from typing_extensions import Unpack
+
+__all__ = ["App", "GroupSpec", "ScheduleSpec", "TaskOptions", "all_apps", "default_app",
+           "on", "task"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 _apps: list[App] = []
-#: What ``@task(schedule=...)`` takes: ``emqtasks.cron(...)``, ``emqtasks.every(...)``, a cron
-#: string, or seconds.
-ScheduleSpec = Timing | str | float | timedelta | None
 
 
 class App:
@@ -125,37 +136,17 @@ class App:
 
     # -- tasks --------------------------------------------------------------------------
     @overload
-    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
-
-    @overload
-    def task(self, fn: None = None, /, *, name: str | None = None, group: GroupSpec = None,
-             max_attempts: int = 3, retry_delay: float = 1.0, lease: float = 30.0,
-             queue: str | None = None, time_limit: float | None = None,
-             result_ttl: int = 86_400, retry_backoff: bool | float = False,
-             retry_backoff_max: float = 600.0, retry_jitter: bool = True,
-             retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
-             schedule: ScheduleSpec = None, max_result_bytes: int | None = None,
+    def task(self, fn: None = None, /, **options: Unpack[TaskOptions],
              ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     @overload
-    def task(self, fn: Callable[P, R], /, *, name: str | None = None,
-             group: GroupSpec = None, max_attempts: int = 3, retry_delay: float = 1.0,
-             lease: float = 30.0, queue: str | None = None, time_limit: float | None = None,
-             result_ttl: int = 86_400, retry_backoff: bool | float = False,
-             retry_backoff_max: float = 600.0, retry_jitter: bool = True,
-             retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
-             schedule: ScheduleSpec = None, max_result_bytes: int | None = None,
-             ) -> Task[P, R]: ...
+    def task(self, fn: Callable[P, R], /, **options: Unpack[TaskOptions]) -> Task[P, R]: ...
 
-    def task(self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
-             group: GroupSpec = None, max_attempts: int = 3, retry_delay: float = 1.0,
-             lease: float = 30.0, queue: str | None = None, time_limit: float | None = None,
-             result_ttl: int = 86_400, retry_backoff: bool | float = False,
-             retry_backoff_max: float = 600.0, retry_jitter: bool = True,
-             retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
-             schedule: ScheduleSpec = None, max_result_bytes: int | None = None) -> Any:
+    def task(self, fn: Callable[..., Any] | None = None, /,
+             **options: Unpack[TaskOptions]) -> Any:
         """Register a function (or an ``async def`` coroutine function) as a task; usable
-        as ``@app.task`` or ``@app.task(...)``.
+        as ``@app.task`` or ``@app.task(...)``. The options: registry.TaskOptions (their
+        defaults: TaskSpec's and RetryPolicy.of's).
 
         ``max_result_bytes`` caps the JSON of its result (None: the App's, 1 MB by default);
         a larger result fails the attempt with ResultTooLarge.
@@ -164,20 +155,20 @@ class App:
         named after the task, stored when a worker starts: ``emqtasks.cron(...)``,
         ``emqtasks.every(...)``, a cron string, or seconds.
         """
-        policy = RetryPolicy.of(retry_backoff, retry_backoff_max, retry_jitter, retry_for,
-                                dont_retry_for)   # at decoration: InvalidArgument
+        # At decoration: an unknown option is a TypeError, a bad retry policy or schedule
+        # InvalidArgument / a ScheduleError; the rest are checked by TaskSpec at registration.
+        spec_options, policy_options, schedule = split_options(options)
+        policy = RetryPolicy.of(**policy_options)
         timing = None if schedule is None else _sched.declared_timing(schedule)
+        name = spec_options.pop("name", None)
 
         def register(f: Callable[..., Any]) -> Task[Any, Any]:
-            if queue is not None:
-                check_queue_name(queue)   # at registration, not at the first delay()
+            if spec_options.get("queue") is not None:
+                check_queue_name(spec_options["queue"])   # at registration, not at delay()
             # TaskSpec checks the options (validate.py): a bad one fails here, at import.
             spec = TaskSpec(name=f"{_module_name(f)}.{f.__qualname__}" if name is None
-                            else name, fn=f, group=group, max_attempts=max_attempts,
-                            retry_delay=retry_delay, lease=lease, queue=queue,
-                            time_limit=time_limit, result_ttl=result_ttl, policy=policy,
-                            is_async=inspect.iscoroutinefunction(f),
-                            max_result_bytes=max_result_bytes)
+                            else name, fn=f, policy=policy,
+                            is_async=inspect.iscoroutinefunction(f), **spec_options)
             declared = None
             if timing is not None:   # checked before the task is registered
                 declared = _sched.make_schedule(spec.name, spec.name, timing=timing, fn=f)
@@ -203,16 +194,8 @@ class App:
         (nothing written) when a key it would write holds the wrong type.
         """
         spec = task.spec if isinstance(task, Task) else self._spec_for(validate.task_name(task))
-        job = build_job(spec, tuple(args), kwargs or {}, limit=self.settings.max_payload_bytes,
-                        job_id=job_id, group=group, countdown=countdown, eta=eta,
-                        priority=priority)
-        q = self.queue(queue if queue is not None else spec.queue)
-        verdict = q.enqueue_many([job])[0]
-        if verdict == EnqueueVerdict.FULL:
-            raise LaneFull(job.group, job.id)
-        if verdict == EnqueueVerdict.UNREADABLE:
-            raise q.corrupt([job.group], f"job {job.id} was not enqueued")
-        return JobHandle(q, job.id, verdict.word)
+        return send(self, spec, args, kwargs, queue=queue, job_id=job_id, group=group,
+                    countdown=countdown, eta=eta, priority=priority)
 
     def _spec_for(self, name: str) -> TaskSpec:
         return self._local_spec(name) or TaskSpec(name=name, fn=_not_here)
@@ -417,24 +400,19 @@ def _not_here(*_args: Any, **_kwargs: Any) -> None:
 
 
 default_app = App()
+set_default_app(default_app)
 
 
 @overload
-def task(fn: Callable[P, R], /) -> Task[P, R]: ...
-
-
-@overload
-def task(fn: None = None, /, *, name: str | None = None, group: GroupSpec = None,
-         max_attempts: int = 3, retry_delay: float = 1.0, lease: float = 30.0,
-         queue: str | None = None, time_limit: float | None = None,
-         result_ttl: int = 86_400, retry_backoff: bool | float = False,
-         retry_backoff_max: float = 600.0, retry_jitter: bool = True,
-         retry_for: ExceptionTypes = (Exception,), dont_retry_for: ExceptionTypes = (),
-         schedule: ScheduleSpec = None, max_result_bytes: int | None = None,
+def task(fn: None = None, /, **options: Unpack[TaskOptions],
          ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
-def task(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+@overload
+def task(fn: Callable[P, R], /, **options: Unpack[TaskOptions]) -> Task[P, R]: ...
+
+
+def task(fn: Callable[..., Any] | None = None, /, **options: Unpack[TaskOptions]) -> Any:
     """Register a task on the default App (settings from EMQ_REDIS_URL / EMQ_QUEUE)."""
     return default_app.task(fn, **options)
 

@@ -32,9 +32,10 @@ from .errors import (
     WorkflowError,
     WorkflowTooLarge,
 )
-from .keys import check_job_id, new_job_id
-from .queue import NewJob, Queue
-from .task import build_job
+from .jobs import build_job
+from .registry import default_app
+from .store.keys import check_job_id, new_job_id
+from .store.queue import NewJob, Queue
 
 if TYPE_CHECKING:
     from .app import App
@@ -236,8 +237,8 @@ class _Builder:
         if sig._app is not None:
             return sig._app
         if isinstance(sig.task, str):
-            from .app import default_app
-            return default_app
+            app: App = default_app()
+            return app
         return sig.task.app
 
     def _spec(self, sig: Signature) -> Any:
@@ -344,16 +345,8 @@ class _Builder:
 
 
 def _send(queue: Queue, wf: str, meta: dict[str, str], rows: list[_Step]) -> WorkflowHandle:
-    args: list[Any] = [wf, WORKFLOW_TTL, len(meta)]
-    for k, v in meta.items():
-        args += [k, v]
-    args.append(len(rows))
-    for s in rows:
-        args += [*s.job, s.mode, len(s.extra)]
-        for k, v in s.extra.items():
-            args += [k, v]
-    code, what = queue.scripts.workflow(queue.keys.fixed, args)
-    code = int(code)
+    code, what = queue.send_workflow(wf, WORKFLOW_TTL, meta,
+                                     [(s.job, s.mode, s.extra) for s in rows])
     if code == 0 and what == wf:
         return WorkflowHandle(queue, wf, "duplicate")
     if code == 0:
@@ -460,7 +453,7 @@ class WorkflowHandle:
 
     def cancel(self) -> int:
         """Cancel every step not yet started (one script call); returns how many."""
-        return int(self._queue.scripts.wfcancel(self._queue.keys.fixed, [self.id]))
+        return self._queue.cancel_workflow(self.id)
 
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.id}>"

@@ -18,9 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .queue import Queue
+from .lanes import int_ok
+from .store.keys import WAKE_CAP
+from .store.queue import Queue
 
-WAKE_CAP = 16
 _PLACES = {"pending": "lane", "active": "active", "delayed": "delayed", "dead": "dead"}
 
 #: The type of each key of a queue, by its name after the queue's base (keys.py).
@@ -45,16 +46,10 @@ _REBUILT_PREFIXES = ("h:", "done:", "worker:")
 #: Settings the rebuild reads (a group's openness, its books): of the wrong type, they stop it.
 _NEEDED = frozenset({"gdefaults", "fairness", "glimit", "gweight", "gpaused", "grate"})
 
-_INT = re.compile(r"0|-?[1-9][0-9]{0,14}")
 #: A row's integer fields as the verbs read them: (name, required), lua/lib/rows.lua row_fault.
 ROW_INTS = (("attempts", True), ("lease", True), ("fence", False), ("max", True),
             ("ttl", False), ("delay", False), ("created", True))
 _ROW_FIELDS = ("state", "group", *(name for name, _ in ROW_INTS))
-
-
-def int_ok(value: str | None) -> bool:
-    """Integer text as every writer stores it (lua/lib/core.lua int_ok)."""
-    return value is not None and _INT.fullmatch(value) is not None
 
 
 def row_fault(row: dict[str, str | None], lane: str | None = None) -> str | None:
@@ -419,11 +414,8 @@ def repair(queue: Queue) -> Repaired:
     if _NEEDED.intersection(stray):
         return Repaired(0, 0, 0, not_repaired=not_repaired)
     groups = sorted(set(report.group_names) | {g for g, _ in report.unreadable.values() if g})
-    bury = [x for i, (g, why) in sorted(report.unreadable.items()) for x in (i, g or "", why)]
-    ringed, restored = queue.scripts.repair(
-        queue.keys.fixed, [len(groups), *groups, len(rebuild), *rebuild, len(bury) // 3, *bury,
-                           *report.lost])
-    failed = sum(int(queue.scripts.wffail(queue.keys.fixed, [wf, parent, step]))
-                 for wf, step, parent in report.orphans)
+    bury = [(i, g or "", why) for i, (g, why) in sorted(report.unreadable.items())]
+    ringed, restored = queue.repair(groups, rebuild, bury, report.lost)
+    failed = sum(queue.fail_workflow(wf, parent, step) for wf, step, parent in report.orphans)
     return Repaired(int(ringed), int(restored), failed, len(report.unreadable),
                     tuple(base + n for n in rebuild), not_repaired)

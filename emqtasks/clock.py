@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .queue import Queue, Reaped
+    from .store.queue import Queue, Reaped
 
 #: Differences smaller than this are noise (round trips, a master's thread scheduling), not
 #: steps: NTP slews small offsets and steps only past 128 ms, and below 2 s no timing of a

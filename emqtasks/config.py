@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import ConfigError
-from .keys import check_queue_name
+from .store.keys import check_queue_name
 from .validate import integer, result_bytes
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import NoCurrentJob
 
 if TYPE_CHECKING:
-    from .queue import Lease, Queue
+    from .store.queue import Lease, Queue
 
 _CURRENT: ContextVar[JobContext | None] = ContextVar("emqtasks_job", default=None)
 

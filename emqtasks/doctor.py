@@ -19,10 +19,10 @@ import redis
 
 from . import acl, clock
 from .check import check
-from .cluster import is_cluster, node_kwargs
-from .native.selection import MODULE_NAME, loaded_version, missing_hint, native_mode
-from .queue import Queue
 from .servers import ServerInfo, identify
+from .store.cluster import is_cluster, node_kwargs
+from .store.queue import Queue
+from .store.selection import MODULE_NAME, loaded_version, missing_hint, native_mode
 
 Status = Literal["ok", "info", "warn", "error"]
 STATUSES: tuple[Status, ...] = ("ok", "info", "warn", "error")

@@ -25,6 +25,7 @@ import redis
 from .errors import ConfigError
 from .native import load_args
 from .servers import identify
+from .store.connection import register_url_resolver
 
 SCHEME = "embedded"
 DEFAULT_FOLDER = ".emqtasks"
@@ -192,3 +193,7 @@ def resolve(url: str) -> str:
     if not is_embedded(url):
         return url
     return EmbeddedServer(folder_of(url)).ensure()
+
+
+# connect() (the store) opens ``embedded`` URLs through this: the store does not import us.
+register_url_resolver(resolve)

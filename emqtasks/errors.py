@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from redis.exceptions import OutOfMemoryError
 
+from . import _seconds
+
 
 class EmqError(Exception):
     """Base class of every error emqtasks raises on purpose."""
@@ -142,9 +144,7 @@ class RateLimited(EmqError):
     seconds (other groups are not affected)."""
 
     def __init__(self, delay: float, reason: str = "") -> None:
-        from .validate import seconds
-
-        self.delay = seconds(delay, "RateLimited delay")
+        self.delay = _seconds.seconds(delay, "RateLimited delay", InvalidArgument)
         self.reason = reason
         super().__init__(reason or f"rate limited: the group sits out {self.delay:g}s")
 
@@ -156,9 +156,8 @@ class Retry(EmqError):
     """
 
     def __init__(self, delay: float | None = None, reason: str = "") -> None:
-        from .validate import optional_seconds  # here: validate imports this module
-
-        self.delay = optional_seconds(delay, "a Retry delay")
+        self.delay = None if delay is None else _seconds.seconds(delay, "a Retry delay",
+                                                                 InvalidArgument)
         self.reason = reason
         super().__init__(reason or f"retry requested (delay={delay})")
 

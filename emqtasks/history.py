@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cluster import node_kwargs
+from .store.cluster import node_kwargs
 from .validate import integer
 
 #: Upper bounds (ms) of the wait and run time histograms' buckets; one more holds the rest.

@@ -20,13 +20,13 @@ import threading
 import time
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from . import lanes
 from .lanes import split_score
-from .queue import Queue, queue_marks, read_marks
+from .store.queue import LANES_CHUNK, Queue, queue_marks, read_marks
 
 SCAN_EVERY = 60.0
-#: Groups per call of lua/lanes.lua (about a millisecond of the server's time per 200).
-LANES_CHUNK = 500
 
 
 class LaneTable:
@@ -57,28 +57,53 @@ class LaneTable:
         for key in (k.delayed, k.dead, k.active):
             pipe.zcard(key)
         queue_marks(pipe, k)
-        shared = pipe.execute()
-        ring, gbackoff, delayed, dead, active, *marks = shared[lanes.BOOK_REPLIES:]
-        books = lanes.make_books(shared, lanes.server_ms(c, k))
+        shared = pipe.execute(raise_on_error=False)
+        books = lanes.make_books(c, k, shared, lanes.server_ms(c, k))
+        faults: list[str] = books["faults"]
+        ring, gbackoff, delayed, dead, active = (
+            lanes.readable(c, key, r, empty, faults) for key, r, empty in zip(
+                (k.ring, k.gbackoff, k.delayed, k.dead, k.active),
+                shared[lanes.BOOK_REPLIES:], ([], {}, 0, 0, 0)))
+        marks = shared[lanes.BOOK_REPLIES + 5:]
         names = sorted(set(ring) | set(books["gactive"]) | set(books["glimit"])
                        | set(books["gweight"]) | set(books["grate"]) | set(books["gmax"])
                        | set(gbackoff) | set(books["gpaused"]) | set(books["gwait"])
                        | self._lanes_seen())
-        replies: list[Any] = []
-        for i in range(0, len(names), LANES_CHUNK):   # lua/lanes.lua: count and head
-            replies += q.scripts.lanes(k.fixed, names[i:i + LANES_CHUNK])
-        books["busy"] = {g: int(replies[3 * i + 2]) for i, g in enumerate(names)}
+        lane: dict[str, tuple[int, int | None]] = {}
+        for i in range(0, len(names), LANES_CHUNK):
+            lane.update(self._chunk(books, names[i:i + LANES_CHUNK]))
         mode, paused, gvt = books["fairness"], books["paused"], books["gvt"]
-        groups: dict[str, dict[str, Any]] = {}
-        for i, g in enumerate(names):
-            head = replies[3 * i + 1]
-            groups[g] = lanes.group_row(g, int(replies[3 * i]),
-                                        split_score(float(head))[1] if head else None, books)
+        groups = {g: lanes.group_row(g, *lane[g], books) for g in names}
         return {"queue": q.name, "paused": bool(paused), "fairness": mode,
                 "pending": sum(r["pending"] for r in groups.values()),
                 "active": int(active), "delayed": int(delayed), "dead": int(dead),
-                "ring": len(ring) + len(gvt), **read_marks(marks, books["now_ms"]),
+                "ring": len(ring) + len(gvt),
+                **read_marks(c, k, marks, books["now_ms"], faults), "corrupt": faults,
                 "groups": groups}
+
+    def _chunk(self, books: dict[str, Any],
+               names: list[str]) -> dict[str, tuple[int, int | None]]:
+        """lua/lanes.lua on these groups: each one's backlog and the enqueue time of its
+        lane's head (returned), and its busy time (into ``books["busy"]``). A key
+        it cannot read fails the call: then these groups are read as lanes.read_books
+        does, which names the key in the group's ``corrupt`` (a fault's rare path)."""
+        q = self.queue
+        out: dict[str, tuple[int, int | None]] = {}
+        try:
+            heads = q.lane_heads(names)
+        except ResponseError:
+            exact = lanes.read_books(q.client, q.keys, names)
+            for g in names:
+                pending, first, _last = exact["lanes"][g]
+                books["busy"][g] = exact["busy"][g]
+                if g in exact["corrupt"]:
+                    books["corrupt"][g] = exact["corrupt"][g]
+                out[g] = (pending, split_score(first[0][1])[1] if first else None)
+            return out
+        for g, h in zip(names, heads):
+            books["busy"][g] = h.busy_ms
+            out[g] = (h.pending, None if h.head_score is None else split_score(h.head_score)[1])
+        return out
 
     def exact(self, names: list[str]) -> dict[str, dict[str, Any]]:
         """These groups' rows as lanes.view reads them (oldest job across priorities)."""

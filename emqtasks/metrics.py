@@ -19,7 +19,7 @@ from typing import Any
 from . import history
 from .history import BUCKETS_MS, Counts
 from .lanetable import LaneTable
-from .queue import Queue
+from .store.queue import Queue
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_TOP_GROUPS = 50
@@ -105,6 +105,11 @@ class Exporter:
             for task, c in sorted(tasks.items()):
                 out.append(f"emqtasks_jobs_started_total{_labels(queue=q.name, task=task)} "
                            f"{c.started}")
+        out += ["# HELP emqtasks_stale_acks_total Acks the fence refused: the job's lease had "
+                "expired and it was handed on (counted by the server for every worker).",
+                "# TYPE emqtasks_stale_acks_total counter"]
+        for q, _, stats, _ in per_queue:
+            out.append(f"emqtasks_stale_acks_total{_labels(queue=q.name)} {stats['stale_acks']}")
         out += ["# HELP emqtasks_queue_jobs Jobs of the queue now, by state.",
                 "# TYPE emqtasks_queue_jobs gauge"]
         for q, _, stats, _ in per_queue:

@@ -1,17 +1,52 @@
-"""TaskSpec and the name -> task table of one App. No I/O: registering a task never connects."""
+"""The options of ``@task`` (declared once), TaskSpec, and the name -> task table of one
+App. No I/O: registering a task never connects."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import inspect
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from datetime import timedelta
+from typing import Any, TypedDict
 
 from . import validate
+from .cron import Timing
 from .errors import DuplicateTaskName, InvalidGroup, UnknownTask
-from .keys import check_group
-from .retry_policy import DEFAULT_POLICY, RetryPolicy
+from .retry_policy import DEFAULT_POLICY, ExceptionTypes, RetryPolicy
+from .store.keys import check_group
 
 GroupSpec = str | Callable[..., str] | None
+#: What ``@task(schedule=...)`` takes: ``emqtasks.cron(...)``, ``emqtasks.every(...)``, a cron
+#: string, or seconds.
+ScheduleSpec = Timing | str | float | timedelta | None
+
+
+class TaskOptions(TypedDict, total=False):
+    """The options of ``@task`` and ``@app.task``, declared once.
+
+    The decorators take ``**options: Unpack[TaskOptions]`` (a type checker checks each
+    keyword; at run time an unknown one is a TypeError, see ``split_options``). An option
+    named like a TaskSpec field goes to the TaskSpec, one named like a parameter of
+    ``RetryPolicy.of`` to the policy; ``schedule`` declares a schedule. Its default is the
+    one of the field or parameter that receives it: adding an option is a line here and
+    the field that carries it.
+    """
+
+    name: str | None                  # default: the function's module and qualified name
+    group: GroupSpec
+    max_attempts: int
+    retry_delay: float
+    lease: float
+    queue: str | None
+    time_limit: float | None
+    result_ttl: int
+    retry_backoff: bool | float
+    retry_backoff_max: float
+    retry_jitter: bool
+    retry_for: ExceptionTypes
+    dont_retry_for: ExceptionTypes
+    schedule: ScheduleSpec            # default: none
+    max_result_bytes: int | None
 
 
 @dataclass(frozen=True)
@@ -52,6 +87,25 @@ class TaskSpec:
         elif self.group is not None and not callable(self.group):
             raise InvalidGroup(f"a task's group is a string or a function of the call's "
                                f"arguments, not {self.group!r}")
+
+
+#: The options that go to RetryPolicy.of, and the one that declares a schedule; the rest
+#: are TaskSpec fields (tests/test_layout.py checks that each option has one receiver).
+POLICY_OPTIONS = frozenset(inspect.signature(RetryPolicy.of).parameters)
+SCHEDULE_OPTION = "schedule"
+
+
+def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """(the TaskSpec fields, the RetryPolicy.of arguments, the schedule or None) of the
+    options given to a decorator. An option TaskOptions does not declare is the TypeError
+    Python raises for an unexpected keyword argument."""
+    for key in options:
+        if key not in TaskOptions.__optional_keys__:
+            raise TypeError(f"App.task() got an unexpected keyword argument {key!r}")
+    spec = {k: v for k, v in options.items() if k not in POLICY_OPTIONS
+            and k != SCHEDULE_OPTION}
+    policy = {k: v for k, v in options.items() if k in POLICY_OPTIONS}
+    return spec, policy, options.get(SCHEDULE_OPTION)
 
 
 class Registry:
@@ -108,3 +162,20 @@ class Registry:
 
 def _origin(fn: Callable[..., Any]) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+# -- the default App -------------------------------------------------------------------------
+# app.py makes the App that module-level ``@task`` registers on (emqtasks.default_app) and
+# sets it here, so canvas.py finds it for a signature by name without importing app.py
+# (which imports canvas.py).
+_default_app: Any = None
+
+
+def set_default_app(app: Any) -> None:
+    global _default_app
+    _default_app = app
+
+
+def default_app() -> Any:
+    """emqtasks.default_app (app.py is imported with the package, so it is set)."""
+    return _default_app

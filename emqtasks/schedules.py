@@ -24,14 +24,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 from . import serialization
-from .cluster import node_kwargs
 from .cron import Cron, Every, Timing, timing_of
 from .errors import EmqError, InvalidSchedule, InvalidScheduleName, UnknownTask
-from .keys import check_group, check_job_id, new_job_id
-from .queue import NewJob, Queue
+from .jobs import build_job
 from .registry import TaskSpec
-from .scripts import VERB_KEYS
-from .task import build_job
+from .store.cluster import node_kwargs
+from .store.keys import check_group, check_job_id, new_job_id
+from .store.queue import NewJob, Queue
 from .verdicts import EnqueueVerdict, FireVerdict
 
 #: Schedule names: they are part of job ids (``sched:<name>:<slot>``), so no ``:``.
@@ -231,23 +230,19 @@ class ScheduleStore:
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
         self.keys = queue.keys
-        self._verb = queue.scripts.schedule
-        self._k = (*queue.keys.fixed, *(queue.keys.base + k for k in VERB_KEYS["schedule"]))
 
     def put(self, schedule: Schedule, origin: str = "runtime") -> bool:
         """Store (or update) a schedule; True when something changed."""
-        return bool(self._verb(self._k, ["put", schedule.name, schedule.to_json(),
-                                         schedule.timing.key, origin]))
+        return self.queue.schedule_put(schedule.name, schedule.to_json(),
+                                       schedule.timing.key, origin)
 
     def drop(self, name: str) -> bool:
-        return bool(self._verb(self._k, ["drop", check_schedule_name(name)]))
+        return self.queue.schedule_drop(check_schedule_name(name))
 
     def fire(self, schedule: Schedule, slot: int, job: NewJob) -> Fired:
         """Enqueue one slot (at most once per slot, whatever the number of callers)."""
         check_job_id(job.id)
-        verdict, now, last = self._verb(self._k, [
-            "fire", schedule.name, slot, "1" if schedule.overlap else "0", *job])
-        return Fired(FireVerdict(int(verdict)), int(now), int(last))
+        return Fired(*self.queue.schedule_fire(schedule.name, slot, schedule.overlap, job))
 
     def version(self) -> str | None:
         """The change counter of the schedules (one GET): what a master reads each tick."""

@@ -7,25 +7,27 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from . import serialization, validate
-from .callshape import fits, signature_of
-from .connection import MAX_BLOCK
-from .errors import InvalidArgument, InvalidGroup, ResultTimeout, TaskFailed
-from .keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
-from .queue import NewJob, Queue
+from .canvas import Signature
+from .errors import InvalidArgument, LaneFull, ResultTimeout, TaskFailed
+from .jobs import build_job
 from .registry import TaskSpec
-from .validate import integer
+from .store.connection import MAX_BLOCK
+from .store.queue import Queue
+from .verdicts import EnqueueVerdict
 
 if TYPE_CHECKING:
+    # The type only: a Task reaches its App through the object it was made with (app.py
+    # imports this module, never the reverse).
     from .app import App
-    from .canvas import Signature
+
+__all__ = ["JobHandle", "Task", "build_job", "send"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -109,18 +111,16 @@ class Task(Generic[P, R]):
         """Enqueue one call. ``eta`` is a datetime or a UNIX timestamp; both go via delayed.
         ``priority`` (-100..100, lower first) orders jobs within the group's lane only.
         Raises LaneFull (nothing written) when the lane holds its cap of waiting jobs."""
-        return self.app.send_task(self, args, kwargs, job_id=job_id, group=group,
-                                  countdown=countdown, eta=eta, priority=priority)
+        return send(self.app, self.spec, args, kwargs, job_id=job_id, group=group,
+                    countdown=countdown, eta=eta, priority=priority)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature of this call for a workflow: chain, group, chord (emqtasks.canvas).
         In a chain it gets the result of the step before as its first argument."""
-        from .canvas import Signature
         return Signature(self, args, kwargs)
 
     def si(self, *args: Any, **kwargs: Any) -> Signature:
         """An immutable signature: in a chain it ignores the result of the step before."""
-        from .canvas import Signature
         return Signature(self, args, kwargs, immutable=True)
 
     def map(self, calls: Iterable[Any], priority: int = 0) -> list[JobHandle[R]]:
@@ -139,69 +139,22 @@ class Task(Generic[P, R]):
         return f"<Task {self.name}>"
 
 
-def _by_name(fn: Callable[..., Any], args: tuple[Any, ...],
-             kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """A call's arguments bound to the task's parameters, passed by name where they can be."""
-    sig = signature_of(fn)
-    try:
-        bound = sig.bind(*args, **kwargs) if sig is not None else None
-    except TypeError:
-        bound = None
-    if bound is None:
-        return args, kwargs
-    params = bound.signature.parameters
-    star = any(params[n].kind is inspect.Parameter.VAR_POSITIONAL and v
-               for n, v in bound.arguments.items())
-    pos: list[Any] = []
-    named: dict[str, Any] = {}
-    for name, value in bound.arguments.items():
-        kind = params[name].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            pos.extend(value)
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            named.update(value)
-        elif kind is inspect.Parameter.POSITIONAL_ONLY or (
-                star and kind is inspect.Parameter.POSITIONAL_OR_KEYWORD):
-            pos.append(value)
-        else:
-            named[name] = value
-    return tuple(pos), named
-
-
-def build_job(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any], *, limit: int,
-              job_id: str | None = None, group: str | None = None,
-              countdown: float | None = None, eta: datetime | float | None = None,
-              priority: int = 0) -> NewJob:
-    """The row of one call of a task, gated: raises before anything is written."""
-    payload = serialization.dumps_args(args, kwargs, limit)
-    return NewJob(
-        id=check_job_id(job_id) if job_id is not None else new_job_id(),
-        task=spec.name,
-        payload=payload,
-        group=check_group(group if group is not None else _group_of(spec, args, kwargs)),
-        max_attempts=spec.max_attempts,
-        lease_ms=int(spec.lease * 1000),
-        delay_ms=int(spec.retry_delay * 1000),
-        ttl=spec.result_ttl,
-        countdown_ms=validate.countdown_ms(countdown, eta),
-        priority=integer(priority, "a priority", -100, 100),
-    )
-
-
-def _group_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    g = spec.group
-    if g is None:
-        return DEFAULT_GROUP
-    if isinstance(g, str):
-        return g
-    # The call as made, if it fits the group function; else the task's arguments by name,
-    # so ``lambda tenant, **_: tenant`` serves ``build_report.delay("acme", 42)``.
-    call = (args, kwargs) if fits(g, args, kwargs) else _by_name(spec.fn, args, kwargs)
-    try:
-        group: str = g(*call[0], **call[1])
-    except Exception as exc:
-        raise InvalidGroup(f"the group function of {spec.name} failed: {exc!r}") from exc
-    return group
+def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
+         kwargs: dict[str, Any] | None = None, *, queue: str | None = None,
+         job_id: str | None = None, group: str | None = None, countdown: float | None = None,
+         eta: datetime | float | None = None, priority: int = 0) -> JobHandle[Any]:
+    """Enqueue one call of ``spec`` on ``app``'s server (``Task.apply_async`` and
+    ``App.send_task``): LaneFull or CorruptKey, nothing written, as the verdict says."""
+    job = build_job(spec, tuple(args), kwargs or {}, limit=app.settings.max_payload_bytes,
+                    job_id=job_id, group=group, countdown=countdown, eta=eta,
+                    priority=priority)
+    q = app.queue(queue if queue is not None else spec.queue)
+    verdict = q.enqueue_many([job])[0]
+    if verdict == EnqueueVerdict.FULL:
+        raise LaneFull(job.group, job.id)
+    if verdict == EnqueueVerdict.UNREADABLE:
+        raise q.corrupt([job.group], f"job {job.id} was not enqueued")
+    return JobHandle(q, job.id, verdict.word)
 
 
 def _split_call(call: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

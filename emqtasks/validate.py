@@ -15,11 +15,15 @@ import numbers
 from datetime import datetime, timezone
 from typing import Any
 
+from . import _seconds
+from ._seconds import MAX_DURATION, YEAR
+from ._seconds import shown as _shown
 from .errors import InvalidArgument
 
-YEAR = 365 * 86_400.0
-#: The longest lease, retry delay and time limit: longer ones are typos (ms vs s).
-MAX_DURATION = YEAR
+__all__ = ["MAX_ATTEMPTS", "MAX_COUNT", "MAX_COUNTDOWN", "MAX_DURATION", "MAX_RESULT_BYTES",
+           "MAX_TTL", "MIN_LEASE", "YEAR", "countdown_ms", "integer", "lease",
+           "optional_seconds", "result_bytes", "seconds", "task_name", "time_limit"]
+
 #: How far ahead a countdown or an eta may schedule a job.
 MAX_COUNTDOWN = 10 * YEAR
 #: The shortest lease: one millisecond, the unit the server counts in.
@@ -33,35 +37,11 @@ MAX_COUNT = 2**31 - 1
 MAX_RESULT_BYTES = 512 * 1024 * 1024
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
-
-
 def seconds(value: Any, what: str, *, low: float = 0.0, high: float = MAX_DURATION,
             above_low: bool = False) -> float:
     """A finite number of seconds in [low, high] (in (low, high] with ``above_low``)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidArgument(f"{what} must be a number of seconds, not {_shown(value)}")
-    try:
-        x = float(value)
-    except (OverflowError, ValueError):
-        x = math.inf
-    if not math.isfinite(x):
-        raise InvalidArgument(f"{what} must be a finite number of seconds, not {_shown(value)}")
-    if x < low or (above_low and x == low) or x > high:
-        floor = f"above {low:g}" if above_low else f"at least {low:g}"
-        ceiling = "" if high == math.inf else f"at most {_span(high)}"
-        bounds = " and ".join(b for b in (floor if low > -math.inf else "", ceiling) if b)
-        raise InvalidArgument(f"{what} must be {bounds}, not {_shown(value)}")
-    return x
-
-
-def _span(high: float) -> str:
-    years = high / YEAR
-    if years >= 1 and years == int(years):
-        return f"{int(years)} year{'s' if years > 1 else ''} ({high:.0f} s)"
-    return f"{high:g} seconds"
+    return _seconds.seconds(value, what, InvalidArgument, low=low, high=high,
+                            above_low=above_low)
 
 
 def optional_seconds(value: Any, what: str, **bounds: Any) -> float | None:

@@ -2,7 +2,7 @@
 -- in the same call, so a busy worker pays one script call per job.
 --
 -- KEYS: the queue's fixed keys (see lib/keys.lua).
--- Includes: core, keys, fence, timefair, place, history, wake, workflow, marks, claim
+-- Includes: core, keys, fence, timefair, place, history, wake, workflow, marks, claim, books
 -- ARGV[1]  id
 -- ARGV[2]  attempts, the token read at claim time
 -- ARGV[3]  nonce, drawn at claim time
@@ -17,7 +17,8 @@
 --   back by its limit returns to the ring with a wake. A job claimed in time mode settles
 --   its group's virtual time, cost estimate and busy time (time_settle in lib/timefair.lua). A
 --   workflow step (a row with `next`) releases its waiting children in the same call: see
---   wf_handover in lib/workflow.lua.
+--   wf_handover in lib/workflow.lua. A group whose books cannot be read (group_books in
+--   lib/books.lua) keeps them as they are: the job is done all the same.
 
 runs_when_full()
 local id = ARGV[1]
@@ -26,7 +27,10 @@ local now = now_ms()
 local row = fenced(id, ARGV[2], ARGV[3])
 if row then
   local jk = job_key(id)
-  time_settle(row[4], id, row[8], row[9], now, true)
+  -- read before the first write: books that cannot be read are left as they are (the job's
+  -- outcome is written all the same: it ran)
+  local books = group_books(row[4], true, false, row[9])
+  if not books then time_settle(row[4], id, row[8], row[9], now, true) end
   redis.call('ZREM', K_active, id)
   local ttl = tonumber(row[6] or '0')
   if ttl > 0 then
@@ -36,7 +40,7 @@ if row then
   else
     redis.call('DEL', jk)
   end
-  active_drop(row[4], now)
+  if not books then active_drop(row[4], now) end
   hist_succeeded(now, row[13] or '', row[4], tonumber(row[8]))
   notify(id, row[7])
   if row[11] then wf_handover(row[11], row[12], ARGV[4], now) end

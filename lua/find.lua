@@ -28,14 +28,17 @@ elseif which == 'active' then key = K_active
 elseif which == 'lane' and want_group ~= '' then key = lane_key(want_group)
 else return redis.error_reply('ERR find: unknown set ' .. which) end
 
+-- A set or a job key of the wrong type (a producer-ACL user may write one) holds no match:
+-- the search goes on past it instead of failing the page (emqtasks check names the key).
 local ids
 if which == 'lane' then
-  ids = redis.call('ZRANGE', key, start, start + look - 1)
+  ids = redis.pcall('ZRANGE', key, start, start + look - 1)
 elseif bound ~= '' then
-  ids = redis.call('ZREVRANGEBYSCORE', key, bound, '-inf', 'LIMIT', start, look)
+  ids = redis.pcall('ZREVRANGEBYSCORE', key, bound, '-inf', 'LIMIT', start, look)
 else
-  ids = redis.call('ZREVRANGE', key, start, start + look - 1)
+  ids = redis.pcall('ZREVRANGE', key, start, start + look - 1)
 end
+if ids.err then return {-1, 0} end
 local out = {-1, 0}
 local n = 0
 -- a lane holds only its group's jobs: no group to check there
@@ -44,8 +47,8 @@ local any = want_task == '' and want_group == '' and text == ''
 for i, id in ipairs(ids) do
   local ok = any
   if not any then
-    local row = redis.call('HMGET', job_key(id), 'task', 'group', 'error')
-    ok = (want_task == '' or row[1] == want_task)
+    local row = redis.pcall('HMGET', job_key(id), 'task', 'group', 'error')
+    ok = not row.err and (want_task == '' or row[1] == want_task)
       and (want_group == '' or row[2] == want_group)
       and (text == '' or (row[3] and string.find(string.lower(row[3]), text, 1, true)))
   end

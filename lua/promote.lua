@@ -2,7 +2,7 @@
 -- `gwait` (a spent rate budget, a back-off) is over back to the ring.
 --
 -- KEYS: the queue's fixed keys (see lib/keys.lua).
--- Includes: core, keys, place, ring
+-- Includes: core, keys, place, ring, rows, books
 -- ARGV[1]  limit, the most entries moved in this call (jobs and groups each)
 -- Reply: {moved, next_due_in_ms, claimable}: moved counts jobs; next_due_in_ms is -1 when
 --   `delayed` and `gwait` are empty, 0 when more are due now (the limit cut the batch),
@@ -13,24 +13,40 @@
 -- Side effects: per due id, state pending and into its lane with score now (behind work
 --   already waiting, within its priority); per due group, back on the ring (or in gwait
 --   again until its new ready time); groups join the ring with a wake.
+--   What promote cannot read costs that job or that group, never the tick: a job key that is
+--   not a hash is replaced by a dead row, a row without a group goes to `dead` with the
+--   reason (bury in lib/rows.lua), a job whose lane is of the wrong type goes to `dead` naming
+--   it; a job whose group's other books cannot be read goes into its lane only, and such a
+--   group leaves `gwait` without joining the ring (group_books in lib/books.lua).
 
 runs_when_full()
 local now = now_ms()
 local limit = tonumber(ARGV[1])
 local ids = redis.call('ZRANGEBYSCORE', K_delayed, '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(ids) do
-  redis.call('ZREM', K_delayed, id)
   local jk = job_key(id)
-  local row = redis.call('HMGET', jk, 'group', 'prio')
-  if row[1] then
+  local row = redis.pcall('HMGET', jk, 'group', 'prio')
+  local refused, books = nil, nil
+  if row.err then
+    refused = bury(id, nil, nil, now, type_of(jk))
+  elseif row[1] then
+    books = group_books(row[1], false, true)
+    if type(books) == 'string' then refused = bury(id, row[1], nil, now, nil, books) end
+  elseif type_of(jk) == 'hash' then
+    refused = bury(id, nil, 'no group', now)
+  end
+  if refused then return redis.error_reply(refused) end
+  redis.call('ZREM', K_delayed, id)
+  if row[1] and type(books) ~= 'string' then
     redis.call('HSET', jk, 'state', 'pending')
-    lane_push(row[1], id, lane_score(row[2], now), now)
+    lane_in(row[1], id, lane_score(row[2], now), now, books)
   end
 end
 local groups = redis.call('ZRANGEBYSCORE', K_gwait, '-inf', now, 'LIMIT', 0, limit)
 for _, g in ipairs(groups) do
   redis.call('ZREM', K_gwait, g)
-  if open(g) then admit(g, now) end
+  -- a group whose books cannot be read stays out (group_books), as a claim leaves it
+  if not group_books(g, false, true) and open(g) then admit(g, now) end
 end
 local next_due = -1
 for _, key in ipairs({K_delayed, K_gwait}) do

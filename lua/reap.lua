@@ -3,7 +3,7 @@
 -- on its tick.
 --
 -- KEYS: the queue's fixed keys (see lib/keys.lua).
--- Includes: core, keys, marks, timefair, place, history, wake, workflow
+-- Includes: core, keys, marks, timefair, place, history, wake, workflow, types, rows, books
 -- ARGV[1]  limit, the most expired leases handled in this call
 -- Reply: {returned, dead, now, seen}: counts; the server time (ms) and the queue's clock mark
 --   before this call (0 for none): a mark ahead of now is a server clock stepped back.
@@ -19,42 +19,76 @@
 --   claim-to-deadline time (no estimate fed). A dead workflow step fails its workflow
 --   (wf_fail in lib/workflow.lua). The clock mark (clock_mark in lib/marks.lua) moves up to now,
 --   never back.
+--   What the reaper cannot read costs that job or that group, never the tick: a job key that
+--   is not a hash is replaced by a dead row, a row without a group or whose attempts, max or
+--   created is not an integer goes to `dead` with the reason (bury in lib/rows.lua), a job
+--   bound for a lane of the wrong type goes to `dead` naming it, and other books its group
+--   cannot read are left as they are (group_books in lib/books.lua).
 
 local UNRUN = 'lease expired before the job was seen running (attempt not counted)'
 
 runs_when_full()
 local now = now_ms()
-local seen = clock_mark(now)
+-- read first: an `active` of the wrong type fails the call before the clock mark is written
 local ids = redis.call('ZRANGEBYSCORE', K_active, '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+local seen = clock_mark(now)
 local returned, dead = 0, 0
 for _, id in ipairs(ids) do
   local jk = job_key(id)
-  local row = redis.call('HMGET', jk, 'group', 'attempts', 'max', 'created', 'waiters', 'prio',
+  local row = redis.pcall('HMGET', jk, 'group', 'attempts', 'max', 'created', 'waiters', 'prio',
     'started', 'vcharge', 'wf', 'task', 'nonce', 'ran', 'unrun')
-  if row[1] then time_settle(row[1], id, row[7], row[8], now, false) end
-  redis.call('ZREM', K_active, id)
-  if row[1] then
-    active_drop(row[1], now)
+  local g, refused = nil, nil
+  if row.err then
+    refused = bury(id, nil, nil, now, type_of(jk))
+    dead = dead + 1
+  elseif row[1] then
+    g = row[1]
+  elseif type_of(jk) == 'hash' then
+    refused = bury(id, nil, 'no group', now)
+    dead = dead + 1
+  end
+  if refused then return redis.error_reply(refused) end
+  if not g then
+    redis.call('ZREM', K_active, id)          -- a ghost, or a row buried above
+  else
+    -- read before the job's first write: its row, then its group's books (group_books)
+    local fault = int_fault(row[2], 'attempts', true) or int_fault(row[3], 'max', true)
+      or int_fault(row[4], 'created', true)
     local unrun = tonumber(row[13] or '0') or 0
     if unrun ~= unrun then unrun = 0 end   -- nan: unreadable, as none
-    if row[12] ~= row[11] and unrun < tonumber(row[3]) then
+    local give_back = not fault and row[12] ~= row[11] and unrun < tonumber(row[3])
+    local to_dead = fault or (not give_back and tonumber(row[2]) >= tonumber(row[3]))
+    local books = group_books(g, true, not to_dead, row[8])
+    if type(books) == 'string' then fault, to_dead = books, true end
+    if fault then
+      refused = bury(id, g, fault, now, nil, type(books) == 'string' and books or nil)
+    elseif to_dead then
+      refused = misfit({{K_dead, 'zset'}})   -- of the wrong type: this job stays as it is
+    end
+    if refused then return redis.error_reply(refused) end
+    if not books then time_settle(g, id, row[7], row[8], now, false) end
+    redis.call('ZREM', K_active, id)
+    if not books then active_drop(g, now) end
+    if fault then
+      dead = dead + 1
+    elseif give_back then
       redis.call('HINCRBY', jk, 'attempts', -1)
       redis.call('HINCRBY', jk, 'unrun', 1)
       redis.call('HSET', jk, 'state', 'pending', 'error', UNRUN)
-      lane_push(row[1], id, lane_score(row[6], tonumber(row[4])), now)
-      hist_failed(now, row[10] or '', row[1], false)
+      lane_in(g, id, lane_score(row[6], tonumber(row[4])), now, books)
+      hist_failed(now, row[10] or '', g, false)
       returned = returned + 1
-    elseif tonumber(row[2]) >= tonumber(row[3]) then
+    elseif to_dead then
       redis.call('HSET', jk, 'state', 'dead', 'error', 'lease expired', 'finished', now)
       redis.call('ZADD', K_dead, now, id)
-      hist_failed(now, row[10] or '', row[1], true)
+      hist_failed(now, row[10] or '', g, true)
       notify(id, row[5])
       if row[9] then wf_fail(row[9], id, now) end
       dead = dead + 1
     else
       redis.call('HSET', jk, 'state', 'pending', 'error', 'lease expired')
-      lane_push(row[1], id, lane_score(row[6], tonumber(row[4])), now)
-      hist_failed(now, row[10] or '', row[1], false)
+      lane_in(g, id, lane_score(row[6], tonumber(row[4])), now, books)
+      hist_failed(now, row[10] or '', g, false)
       returned = returned + 1
     end
   end

@@ -3,7 +3,7 @@
 -- the job's failure.
 --
 -- KEYS: the queue's fixed keys (see lib/keys.lua).
--- Includes: core, keys, fence, timefair, place
+-- Includes: core, keys, fence, timefair, place, types, rows, books
 -- ARGV[1]  id
 -- ARGV[2]  attempts token
 -- ARGV[3]  nonce token
@@ -14,6 +14,9 @@
 --   its lane with its original enqueue time as score (so it keeps its place); with a
 --   back-off, `gbackoff` holds the group until then and it waits in `gwait`, off the ring.
 --   A job claimed in time mode: its group pays the time it held a worker (no estimate fed).
+--   Books its group cannot read (group_books in lib/books.lua): a lane of the wrong type, the
+--   job goes to `dead` with the reason naming it; others are left as they are (no back-off,
+--   the job into its lane only: a claim takes the group out of the ring).
 
 runs_when_full()
 local id = ARGV[1]
@@ -22,15 +25,24 @@ if not row then return 0 end
 local jk = job_key(id)
 local now = now_ms()
 local g = row[4]
-time_settle(g, id, row[8], row[9], now, false)
+-- read before the first write (group_books): a lane of the wrong type sends the job to
+-- `dead` with the reason; other books that cannot be read are left as they are
+local books = group_books(g, true, true, row[9])
+if type(books) == 'string' then
+  local refused = misfit({{K_active, 'zset'}}) or bury(id, g, nil, now, nil, books)
+  if refused then return redis.error_reply(refused) end
+  redis.call('ZREM', K_active, id)
+  return 1
+end
+if not books then time_settle(g, id, row[8], row[9], now, false) end
 redis.call('ZREM', K_active, id)
 redis.call('HINCRBY', jk, 'attempts', -1)
 redis.call('HSET', jk, 'state', 'pending', 'error', ARGV[4])
 local back = redis.call('HMGET', jk, 'created', 'prio')
-active_drop(g, now)
-lane_push(g, id, lane_score(back[2], tonumber(back[1] or '0')), now)
+if not books then active_drop(g, now) end
+lane_in(g, id, lane_score(back[2], tonumber(back[1] or '0')), now, books)
 local off = tonumber(ARGV[5] or '') or 0
-if off > 0 then
+if off > 0 and not books then
   local was = placed(g)
   local until_ms = math.max(now + off, tonumber(redis.call('HGET', K_gbackoff, g) or '0'))
   redis.call('HSET', K_gbackoff, g, until_ms)

@@ -2,7 +2,7 @@
 -- used its attempts (or when the caller says the failure is final).
 --
 -- KEYS: the queue's fixed keys (see lib/keys.lua).
--- Includes: core, keys, fence, timefair, place, history, wake, workflow
+-- Includes: core, keys, fence, timefair, place, history, wake, workflow, types, books
 -- ARGV[1]  id
 -- ARGV[2]  attempts token
 -- ARGV[3]  nonce token
@@ -14,7 +14,8 @@
 --   `active`; gactive-1 (a group held back by its limit returns to the ring with a wake);
 --   state delayed or dead, the error on the row; a job claimed in time mode settles its
 --   group's time (time_settle in lib/timefair.lua). A dead workflow step fails its workflow
---   (wf_fail in lib/workflow.lua).
+--   (wf_fail in lib/workflow.lua). A group whose books cannot be read (group_books in lib/books.lua)
+--   keeps them as they are: the failure is written all the same.
 
 runs_when_full()
 local id = ARGV[1]
@@ -22,10 +23,24 @@ local row = fenced(id, ARGV[2], ARGV[3])
 if not row then return 0 end
 local jk = job_key(id)
 local now = now_ms()
-time_settle(row[4], id, row[8], row[9], now, true)
+-- read before the first write: where the job goes (its attempts and max; its delay), its
+-- group's books (those that cannot be read are left as they are), and the queue-wide keys
+-- it leaves and goes into (of the wrong type: the call fails, nothing written)
+local dead = ARGV[6] == '1' or tonumber(row[2]) >= tonumber(row[5])
+local delay = nil
+if not dead then
+  delay = tonumber(ARGV[5]) or tonumber(redis.call('HGET', jk, 'delay') or '0')
+  if not delay then return redis.error_reply('ERR emq: a job row\'s delay is not a number') end
+end
+local books = group_books(row[4], true, false, row[9])
+local into = {{K_active, 'zset'}, {K_dead, 'zset'}}
+if not dead then into[2], into[3] = {K_delayed, 'zset'}, {K_wake, 'list'} end
+local unfit = misfit(into)
+if unfit then return redis.error_reply(unfit) end
+if not books then time_settle(row[4], id, row[8], row[9], now, true) end
 redis.call('ZREM', K_active, id)
-active_drop(row[4], now)
-if ARGV[6] == '1' or tonumber(row[2]) >= tonumber(row[5]) then
+if not books then active_drop(row[4], now) end
+if dead then
   redis.call('HSET', jk, 'state', 'dead', 'error', ARGV[4], 'finished', now)
   redis.call('ZADD', K_dead, now, id)
   hist_failed(now, row[13] or '', row[4], true)
@@ -34,8 +49,6 @@ if ARGV[6] == '1' or tonumber(row[2]) >= tonumber(row[5]) then
   return 2
 end
 hist_failed(now, row[13] or '', row[4], false)
-local delay = tonumber(ARGV[5])
-if not delay then delay = tonumber(redis.call('HGET', jk, 'delay') or '0') end
 redis.call('HSET', jk, 'state', 'delayed', 'error', ARGV[4])
 delay_push(id, now + delay)
 return 1

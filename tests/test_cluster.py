@@ -490,7 +490,10 @@ def test_a_worker_rides_out_the_crash_of_its_queue_master(cluster: ClusterServer
             s = app.stats()
             assert (s["pending"], s["active"], s["dead"]) == (0, 0, 0)
             assert check.check(app.queue()).ok
-            assert "Redis is back" in w.output()
+            # An outage the worker saw (the cluster client often rides a failover out on
+            # its own) is said once it ends
+            out = w.output()
+            assert "Redis unavailable" not in out or "Redis is back" in out, out
             assert w.stop() == 0
     finally:
         app.purge()

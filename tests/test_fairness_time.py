@@ -253,8 +253,11 @@ def test_every_way_out_of_flight_settles_the_charge(app: App, queue: Queue) -> N
     queue.enqueue_many(_jobs("g", 4, 1))
     r.hset(k.gcost, mapping={"g": 10_000, "": 10_000})
 
+    claimed_at = [time.monotonic()]
+
     def claim_held_for(ms: int) -> object:
         """Claim the next job and make its claim `ms` in the past (its lease still runs)."""
+        claimed_at[0] = time.monotonic()
         lease = queue.claim()[0]
         assert int(r.hget(k.job(lease.id), "vcharge")) == int(r.hget(k.gcost, "g"))
         r.hincrby(k.job(lease.id), "started", -ms)
@@ -263,23 +266,29 @@ def test_every_way_out_of_flight_settles_the_charge(app: App, queue: Queue) -> N
     def vtime() -> int:
         return int(r.hget(k.gvrun, "g"))
 
+    def at_most(ms: int) -> int:
+        """What a job held `ms` can pay in µs: the ms plus the real time since its claim (a
+        loaded machine can stall tens of ms between the claim and the settle)."""
+        return ms * 1000 + int((time.monotonic() - claimed_at[0]) * 1e6) + 1000
+
     # When a job is acked after 30 ms, Then g pays 30 ms and its estimate learns (3/4 + 1/4)
+    began = time.monotonic()
     before = vtime()
     lease = claim_held_for(30)
     queue.ack(lease)  # type: ignore[arg-type]
-    assert 30_000 <= vtime() - before <= 40_000
+    assert 30_000 <= vtime() - before <= at_most(30)
     assert 15_000 <= int(r.hget(k.gcost, "g")) <= 17_500
     assert r.hget(k.job(lease.id), "vcharge") is None  # type: ignore[attr-defined]
     # When one is released after 20 ms: it pays the 20 ms, its estimate does not learn
     est, before = r.hget(k.gcost, "g"), vtime()
     lease = claim_held_for(20)
     queue.release(lease)  # type: ignore[arg-type]
-    assert 20_000 <= vtime() - before <= 30_000 and r.hget(k.gcost, "g") == est
+    assert 20_000 <= vtime() - before <= at_most(20) and r.hget(k.gcost, "g") == est
     # When one fails into a retry after 5 ms: it pays, and the estimate learns
     before = vtime()
     lease = claim_held_for(5)
     queue.retry(lease, "boom", delay=60)  # type: ignore[arg-type]
-    assert 5_000 <= vtime() - before <= 15_000 and r.hget(k.gcost, "g") != est
+    assert 5_000 <= vtime() - before <= at_most(5) and r.hget(k.gcost, "g") != est
     # When a lease expires and is reaped: it pays claim to deadline, the estimate stays
     est, before = r.hget(k.gcost, "g"), vtime()
     lease = claim_held_for(100)
@@ -288,7 +297,8 @@ def test_every_way_out_of_flight_settles_the_charge(app: App, queue: Queue) -> N
     assert queue.reap() == (1, 0)
     assert vtime() - before == 40_000 and r.hget(k.gcost, "g") == est
     # And the group's busy time over the last minute holds what it used
-    assert 95 <= int(app.lane("g")["busy_s"] * 1000) <= 125
+    stalls_ms = int((time.monotonic() - began) * 1000)
+    assert 95 <= int(app.lane("g")["busy_s"] * 1000) <= 95 + stalls_ms + 10
     assert app.lane("g")["busy_share"] == pytest.approx(1.0)
     assert check(queue).ok
 

@@ -322,3 +322,147 @@ def test_a_row_without_a_task_name_goes_dead_and_the_child_lives(path_app: App) 
         assert w.children() == child
         assert "restarting it in" not in w.output() and "Traceback" not in w.output()
         w.stop()
+
+
+# -- the verbs past the claim: reap, promote, ack, retry, release, requeue ---------------------
+
+def _respoil(q: Queue, key: str) -> None:
+    q.client.delete(key)
+    q.client.set(key, "x")
+
+
+@pytest.mark.parametrize("fault", ["a string for a row", "attempts not an integer", "no group"])
+def test_reap_buries_a_lease_it_cannot_read_and_reaps_the_rest(path_app: App,
+                                                                fault: str) -> None:
+    # Given three expired leases, the first of which is spoilt while it runs
+    q, _bad = _lanes(path_app)
+    leases = q.claim(3)
+    spoilt, rest = leases[0], leases[1:]
+    {"a string for a row": lambda: _respoil(q, q.keys.job(spoilt.id)),
+     "attempts not an integer": lambda: q.client.hset(q.keys.job(spoilt.id), "attempts", "x"),
+     "no group": lambda: q.client.hdel(q.keys.job(spoilt.id), "group")}[fault]()
+    for lease in leases:
+        q.client.zadd(q.keys.active, {lease.id: 0})
+    # When the reaper runs, Then it buries the spoilt one and reaps the rest
+    assert q.reap() == (2, 1)
+    row = q.client.hgetall(q.keys.job(spoilt.id))
+    assert row["state"] == "dead" and row["error"].startswith("unreadable job row: "), row
+    assert q.client.zscore(q.keys.dead, spoilt.id) is not None
+    assert q.client.zcard(q.keys.active) == 0
+    for lease in rest:
+        assert q.client.hget(q.keys.job(lease.id), "state") == "pending"
+    # And the reaper runs again without an error
+    assert q.reap() == (0, 0)
+
+
+@pytest.mark.parametrize("fault", ["a string for a row", "no group"])
+def test_promote_buries_a_delayed_job_it_cannot_read_and_promotes_the_rest(
+        path_app: App, fault: str) -> None:
+    # Given three due delayed jobs, the first spoilt
+    t = make_task(path_app, name="tests.malformed", group=lambda g, i: g)
+    ids = [t.apply_async((f"g{i}", i), countdown=60).id for i in range(3)]
+    q = path_app.queue()
+    if fault == "a string for a row":
+        _respoil(q, q.keys.job(ids[0]))
+    else:
+        q.client.hdel(q.keys.job(ids[0]), "group")
+    q.client.zadd(q.keys.delayed, {i: 0 for i in ids})
+    # When promoted, Then the rest are pending and the spoilt one is dead with the reason
+    assert q.promote()[0] == 3
+    assert q.client.hget(q.keys.job(ids[0]), "state") == "dead"
+    assert q.client.hget(q.keys.job(ids[0]), "error").startswith("unreadable job row: ")
+    assert q.client.zcard(q.keys.delayed) == 0
+    assert sorted(lease.id for lease in q.claim(5)) == sorted(ids[1:])
+
+
+def test_promote_buries_a_job_whose_lane_is_a_string_naming_it(path_app: App) -> None:
+    # Given a due job whose lane holds a string, and one of another group
+    t = make_task(path_app, name="tests.malformed", group=lambda g, i: g)
+    broken = t.apply_async(("bad", 0), countdown=60).id
+    fine = t.apply_async(("ok", 1), countdown=60).id
+    q = path_app.queue()
+    _respoil(q, q.keys.lane("bad"))
+    q.client.zadd(q.keys.delayed, {broken: 0, fine: 0})
+    # When promoted, Then the job is dead naming the lane, the other pending
+    q.promote()
+    row = q.client.hgetall(q.keys.job(broken))
+    assert row["state"] == "dead", row
+    assert row["error"] == "its group's lane (g:bad:pending) holds a string, not a zset"
+    assert q.client.zscore(q.keys.dead, broken) is not None
+    assert [lease.id for lease in q.claim(5)] == [fine]
+    assert q.client.zcard(q.keys.delayed) == 0
+
+
+BOOK_FAULTS: dict[str, Callable[[Queue], Any]] = {
+    "its gactive is not an integer": lambda q: q.client.hset(q.keys.gactive, "bad", "abc"),
+    "its limit is not an integer": lambda q: q.client.hset(q.keys.glimit, "bad", "two"),
+    "its lane is a string": lambda q: _respoil(q, q.keys.lane("bad")),
+}
+
+
+def _settle(q: Queue, verb: str, lease: Any) -> Any:
+    if verb == "ack":
+        return q.ack(lease, '"r"').verdict
+    if verb == "retry":
+        return q.retry(lease, "boom", delay=0)
+    return q.release(lease)
+
+
+@pytest.mark.parametrize("verb", ["ack", "retry", "release"])
+@pytest.mark.parametrize("fault", sorted(BOOK_FAULTS))
+def test_a_settling_verb_settles_the_job_when_its_group_books_are_unreadable(
+        path_app: App, verb: str, fault: str) -> None:
+    # Given a job of group `bad` running, then its group's books spoilt
+    q, bad = _lanes(path_app)
+    lease = next(x for x in q.claim(10) if x.id == bad)
+    BOOK_FAULTS[fault](q)
+    books = {k: q.client.hgetall(k) for k in (q.keys.gactive, q.keys.glimit)}
+    # When the worker settles it, Then the call succeeds and the job is settled
+    assert _settle(q, verb, lease)
+    row = q.client.hgetall(q.keys.job(lease.id))
+    assert q.client.zscore(q.keys.active, lease.id) is None
+    want = {"ack": {"done"}, "retry": {"delayed"}, "release": {"pending"}}[verb]
+    if fault == "its lane is a string" and verb == "release":
+        want = {"dead"}                      # it cannot go back: dead, naming the lane
+        assert row["error"] == "its group's lane (g:bad:pending) holds a string, not a zset"
+        assert q.client.zscore(q.keys.dead, lease.id) is not None
+    assert (row.get("state") or "done") in want, row
+    if verb == "release" and want == {"pending"}:
+        assert q.client.zscore(q.keys.lane("bad"), lease.id) is not None
+    # And the broken books are left as they were, not half-written
+    if fault != "its lane is a string":
+        assert {k: q.client.hgetall(k) for k in books} == books
+    # And the other groups go on
+    make_task(path_app, name="tests.malformed", group=lambda g, i: g).delay("ok0", 9)
+    assert [x.group for x in q.claim(10)] == ["ok0"]
+
+
+def test_requeue_brings_back_a_dead_row_without_a_group_into_the_default_group(
+        path_app: App) -> None:
+    # Given a dead job whose row lost its group
+    t = make_task(path_app, name="tests.malformed", group=lambda g, i: g)
+    job = t.delay("a", 0).id
+    q = path_app.queue()
+    (lease,) = q.claim(1)
+    assert q.retry(lease, "boom", final=True)
+    q.client.hdel(q.keys.job(job), "group")
+    # When requeued, Then it is pending in the default group, and runs
+    assert q.requeue_dead(job) == 1
+    row = q.client.hgetall(q.keys.job(job))
+    assert row["state"] == "pending" and row["group"] == "default"
+    assert q.client.zscore(q.keys.dead, job) is None
+    assert [(x.id, x.group) for x in q.claim(1)] == [(job, "default")]
+
+
+def test_requeue_leaves_a_dead_job_whose_lane_is_broken_in_dead_with_the_reason(
+        path_app: App) -> None:
+    t = make_task(path_app, name="tests.malformed", group=lambda g, i: g)
+    job = t.delay("bad", 0).id
+    q = path_app.queue()
+    (lease,) = q.claim(1)
+    assert q.retry(lease, "boom", final=True)
+    _respoil(q, q.keys.lane("bad"))
+    assert q.requeue_dead(job) == 0
+    assert q.client.zscore(q.keys.dead, job) is not None
+    assert q.client.hget(q.keys.job(job), "error") == \
+        "not requeued: its group's lane (g:bad:pending) holds a string, not a zset"

@@ -37,9 +37,9 @@ import redis
 from ..app import App
 from ..check import check, repair
 from ..errors import ServerFull
-from ..keys import QueueKeys
-from ..queue import NewJob
-from ..task import build_job
+from ..jobs import build_job
+from ..store.keys import QueueKeys
+from ..store.queue import NewJob
 from ..testing import WorkerProcess
 from ..worker.resilience import TRANSIENT
 from . import chaos_tasks, poison

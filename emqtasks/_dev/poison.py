@@ -22,8 +22,8 @@ import random
 import time
 from typing import Any
 
-from ..keys import QueueKeys
-from ..queue import NewJob
+from ..store.keys import QueueKeys
+from ..store.queue import NewJob
 
 FLAVOURS = ("field", "string", "lane")
 #: A field of the row and what it holds instead of integer text.

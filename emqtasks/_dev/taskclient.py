@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from ..app import default_app
-from ..connection import connect
+from ..store.connection import connect
 
 _client: tuple[int, Any] | None = None
 

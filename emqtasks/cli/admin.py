@@ -5,7 +5,7 @@ Each command registers itself on the ``main`` group of :mod:`emqtasks.cli` (impo
 the bottom), takes ``--redis-url`` / ``-Q`` like every other command, and reports an error as
 one line ``emqtasks: error: ...`` on stderr: exit 2 for bad input (usage, JSON, a limit that
 is not a number), exit 1 when the verb ran but did not do what was asked (a job not dead, a
-cancel refused, a job that does not exist).
+cancel refused, a job that does not exist, a key it read holding the wrong type).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import click
 from .. import validate
 from ..config import parse_queues
 from ..errors import EmqError
-from ..queue import Queue
+from ..store.queue import Queue
 from .common import (
     AdminCommand,
     CliError,
@@ -123,7 +123,9 @@ def dead(redis_url: str | None, queue: str | None, count: int, as_json: bool) ->
     shown = f" (showing the newest {len(rows)})" if len(rows) < total else ""
     click.echo(f"{total} dead job{'' if total == 1 else 's'}{shown}")
     table = [(r["id"], r["task"] or "", r["group"] or "",
-              f"{r['attempts']}/{r['max_attempts']}", last_line(r["error"])) for r in rows]
+              f"{r['attempts']}/{r['max_attempts']}",
+              f"corrupt: {r['corrupt']}" if r["corrupt"] else last_line(r["error"]))
+             for r in rows]
     head = ("id", "task", "group", "attempts", "error")
     widths = [max(len(head[i]), *(len(t[i]) for t in table)) for i in range(4)]
     for line in (head, *table):
@@ -341,11 +343,16 @@ def _stats_lines(data: dict[str, Any]) -> list[str]:
     warning = (data.get("clock") or {}).get("warning")
     if warning:
         out.append(f"server clock: {warning}")
+    out += [f"corrupt: {line} (emqtasks check)" for line in data.get("corrupt") or ()]
     if data["groups"]:
         out.append(f"{'group':<24} {'state':<13} {'pending':>8} {'active':>7} {'limit':>6} "
                    f"{'weight':>6} {'rate':>9}  paused"
                    f"{'    busy/1m target' if timed else ''}")
         for g, row in data["groups"].items():
+            if row.get("corrupt"):   # its books cannot be read: one line saying why
+                out.append(f"{g[:24]:<24} {'corrupt':<13} {row['pending']:>8}  "
+                           f"{row['corrupt']}")
+                continue
             limit = "-" if row["limit"] is None else row["limit"]
             line = (f"{g[:24]:<24} {row['state']:<13} {row['pending']:>8} "
                     f"{row['active']:>7} {limit!s:>6} {row['weight']:>6} "

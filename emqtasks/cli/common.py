@@ -11,9 +11,9 @@ import redis
 
 from .. import validate
 from ..config import Settings, redacted
-from ..connection import connect
-from ..errors import EmqError, InvalidArgument
-from ..queue import Queue
+from ..errors import CorruptKey, EmqError, InvalidArgument
+from ..store.connection import connect
+from ..store.queue import Queue
 
 EXIT_USAGE = 2
 _POSITIVE = re.compile(r"[0-9]+")
@@ -102,6 +102,8 @@ def run_admin(redis_url: str | None, queue: str | None, verb: Callable[[Queue], 
     q = open_queue(settings_for(redis_url, queue))
     try:
         return verb(q)
+    except CorruptKey as exc:   # the verb ran, but a key it read is spoilt: exit 1
+        raise Refused(str(exc)) from None
     except EmqError as exc:
         raise CliError(str(exc)) from None
     except redis.exceptions.RedisError as exc:

@@ -12,7 +12,7 @@ import click
 
 from ..config import parse_queues
 from ..errors import EmqError
-from ..queue import Queue
+from ..store.queue import Queue
 from .common import AdminCommand, CliError, open_queue, settings_for
 
 DEFAULT_PORT = 8765

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..queue import FAIRNESS_MODES, Queue
+from ..store.queue import FAIRNESS_MODES, Queue
 from .common import AdminCommand, CliError, positive_int, queue_options, run_admin
 
 _RATE = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]*\.?[0-9]+)\s*")
@@ -108,7 +108,8 @@ def lane(redis_url: str | None, queue: str | None, group: str, as_json: bool) ->
     if as_json:
         click.echo(json.dumps(view, indent=2))
         return
-    click.echo(f"group {group}: {view['state']}")
+    click.echo(f"group {group}: {view['state']}"
+               f"{': ' + view['corrupt'] if view.get('corrupt') else ''}")
     if view["ready_at"] is not None:
         click.echo(f"  ready in {max(0.0, view['ready_at'] - time.time()):.1f}s")
     if view["oldest_age"] is not None:

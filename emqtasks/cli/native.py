@@ -6,10 +6,10 @@ import click
 import redis
 
 from ..config import redacted
-from ..connection import connect
 from ..errors import EmqError
 from ..native import build, module_path
-from ..native.selection import loaded_version, missing_hint, native_mode
+from ..store.connection import connect
+from ..store.selection import loaded_version, missing_hint, native_mode
 from .common import AdminCommand, CliError, queue_options, settings_for
 
 

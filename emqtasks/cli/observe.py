@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..queue import Queue
+from ..store.queue import Queue
 from .common import AdminCommand, queue_options, run_admin
 
 

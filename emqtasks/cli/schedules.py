@@ -20,9 +20,9 @@ import click
 from ..app import App, all_apps
 from ..cron import interval_seconds, zone
 from ..errors import EmqError, UnknownSchedule, UnknownTask
-from ..queue import Queue
 from ..registry import TaskSpec
 from ..schedules import CATCHUP_POLICIES, ScheduleInfo, ScheduleStore, deferred, make_schedule
+from ..store.queue import Queue
 from .admin import _json_option
 from .common import AdminCommand, CliError, Refused, queue_options, run_admin, settings_for
 

@@ -15,14 +15,14 @@ import redis
 
 from .. import __version__
 from ..app import all_apps, default_app
-from ..cluster import node_kwargs
 from ..config import DEFAULT_QUEUE, WorkerSettings, redacted
-from ..connection import connect
 from ..context import install_log_fields
 from ..errors import EmqError
-from ..queue import Queue
 from ..registry import Registry
 from ..schedules import ScheduleStore, deferred, register_declared
+from ..store.cluster import node_kwargs
+from ..store.connection import connect
+from ..store.queue import Queue
 from ..worker.queues import QueueSpec, parse_queues
 from ..worker.resilience import Outage
 from ..worker.runner import every_hook, every_task

@@ -8,8 +8,8 @@ import click
 
 from ..canvas import WorkflowHandle
 from ..errors import TaskFailed
-from ..keys import check_job_id
-from ..queue import Queue
+from ..store.keys import check_job_id
+from ..store.queue import Queue
 from .common import AdminCommand, Refused, queue_options, run_admin
 
 

@@ -36,10 +36,10 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 from ..canvas import WorkflowHandle
-from ..errors import EmqError, ScriptError
-from ..keys import check_job_id
+from ..errors import CorruptKey, EmqError, ScriptError
 from ..metrics import CONTENT_TYPE, Exporter
-from ..queue import Queue
+from ..store.keys import check_job_id
+from ..store.queue import Queue
 from . import guard, views
 from .guard import Refused
 
@@ -209,6 +209,10 @@ class Handler(BaseHTTPRequestHandler):
         too) as a logged 500."""
         if isinstance(exc, Refused):
             self._send(exc.status, self._render("error.html", message=str(exc)))
+        elif isinstance(exc, CorruptKey):   # the server's data, not the request, is at fault
+            log.warning("%s %s: %s", method, path, exc)
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR,
+                       self._render("error.html", message=str(exc)))
         elif isinstance(exc, EmqError) and not isinstance(exc, ScriptError):
             self._send(HTTPStatus.BAD_REQUEST, self._render("error.html", message=str(exc)))
         elif isinstance(exc, (BrokenPipeError, ConnectionResetError)):

@@ -16,11 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from ..canvas import WorkflowHandle
 from ..errors import TaskFailed
-from ..keys import check_job_id
+from ..lanes import int_ok, readable
 from ..lanetable import LaneTable
-from ..queue import Queue, job_view
+from ..store.keys import check_job_id
+from ..store.queue import Queue, job_view
 from . import charts
 
 PAGE = 50
@@ -124,6 +127,8 @@ def page_count(n: int) -> int:
 def why(row: dict[str, Any]) -> str:
     """A lane's state in words: why its jobs wait (or do not)."""
     state = row["state"]
+    if state == "corrupt":
+        return f"a claim cannot read its books: {row['corrupt']} (emqtasks check --repair)"
     if state == "empty":
         return "nothing waiting"
     if state == "queue_paused":
@@ -200,7 +205,9 @@ def find_jobs(queue: Queue, f: JobFilter, offset: int = 0, limit: int = PAGE,
         pipe = c.pipeline(transaction=False)
         for g in names:
             pipe.zcard(k.lane(g))
-        sizes = pipe.execute()
+        # a lane of the wrong type holds no job here (the lanes page says why)
+        sizes = [0 if isinstance(n, Exception) else n
+                 for n in pipe.execute(raise_on_error=False)]
         ids: list[str] = []
         skip = offset
         for g, size in zip(names, sizes):   # only the lanes the page falls in are read
@@ -230,11 +237,10 @@ def _search(queue: Queue, f: JobFilter, groups: list[str] | None, want: float,
             if len(out) >= want or looked >= budget:
                 return out, False
             most = int(min(want - len(out), FIND_CHUNK))
-            reply = queue.scripts.find(queue.keys.fixed, [
-                which, rank, FIND_CHUNK, most, f.task, group, f.text,
-                "" if which == "lane" else bound])
-            rank, looked = int(reply[0]), looked + int(reply[1])
-            out += reply[2:]
+            page = queue.find(which, rank, FIND_CHUNK, most, f.task, group, f.text,
+                              "" if which == "lane" else bound)
+            rank, looked = page.next_rank, looked + page.looked
+            out += page.ids
     return out, True
 
 
@@ -255,13 +261,7 @@ def dead_bound(queue: Queue) -> str:
 
 def cancel_ids(queue: Queue, ids: list[str]) -> int:
     """Cancel these jobs, 500 cancel calls a round trip; how many were cancelled."""
-    done = 0
-    for i in range(0, len(ids), 500):
-        pipe = queue.client.pipeline(transaction=False)
-        for job_id in ids[i:i + 500]:
-            queue.scripts.cancel(queue.keys.fixed, [job_id], client=pipe)
-        done += sum(1 for r in pipe.execute() if int(r) == 1)
-    return done
+    return queue.cancel_many(ids, 500)
 
 
 def _read(queue: Queue, ids: list[str]) -> list[dict[str, Any] | None]:
@@ -269,8 +269,12 @@ def _read(queue: Queue, ids: list[str]) -> list[dict[str, Any] | None]:
     for job_id in ids:
         pipe.hmget(queue.keys.job(job_id), *_FIELDS)
     out: list[dict[str, Any] | None] = []
-    for values in pipe.execute():
-        if values[0] is None and values[2] is None:
+    for job_id, values in zip(ids, pipe.execute(raise_on_error=False)):
+        if isinstance(values, Exception):   # a job key of the wrong type: listed, saying so
+            faults: list[str] = []
+            readable(queue.client, queue.keys.job(job_id), values, None, faults)
+            out.append({**dict.fromkeys(_FIELDS), "error": f"corrupt: {faults[0]}, not a hash"})
+        elif values[0] is None and values[2] is None:
             out.append(None)
         else:
             out.append(dict(zip(_FIELDS, values)))
@@ -284,13 +288,20 @@ def _rows(queue: Queue, ids: list[str]) -> list[dict[str, Any]]:
 
 
 def job_detail(queue: Queue, job_id: str) -> dict[str, Any] | None:
-    """Queue.job's view and what the job page shows besides, from one read of the row."""
-    row = queue.client.hgetall(queue.keys.job(check_job_id(job_id)))
+    """Queue.job's view and what the job page shows besides, from one read of the row; a
+    job key of the wrong type raises CorruptKey (the page says it)."""
+    try:
+        row = queue.client.hgetall(queue.keys.job(check_job_id(job_id)))
+    except ResponseError as exc:
+        raise queue.unreadable_row(job_id, exc) from None
     if not row:
         return None
     view = job_view(job_id, row)
-    view.update(payload=row.get("payload"), priority=int(row.get("prio") or 0),
-                fence=int(row.get("fence") or 0), workflow=row.get("wf"))
+    prio, fence = row.get("prio") or "0", row.get("fence") or "0"
+    view.update(payload=row.get("payload"), workflow=row.get("wf"),
+                # as text when it is not an integer (a row written by hand): shown, not read
+                priority=int(prio) if int_ok(prio) else prio,
+                fence=int(fence) if int_ok(fence) else fence)
     return view
 
 

@@ -9,19 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..store.commands import COMMANDS as _COMMANDS
+
 HERE = Path(__file__).resolve().parent
 
-#: Lua verb -> module command.
-COMMANDS = {
-    "enqueue": "EMQ.ENQUEUE",
-    "claim": "EMQ.CLAIM",
-    "ack": "EMQ.ACK",
-    "retry": "EMQ.RETRY",
-    "extend": "EMQ.EXTEND",
-    "release": "EMQ.RELEASE",
-    "reap": "EMQ.REAP",
-    "promote": "EMQ.PROMOTE",
-}
+#: Lua verb -> module command (the names are the store's; re-exported for callers here).
+COMMANDS = _COMMANDS
 
 
 def module_path() -> Path | None:

@@ -1667,8 +1667,8 @@ static int row_fault(RMS **row, RMS *g, char *buf, size_t size) {
  * of another type than a hash (keytype its TYPE) is replaced by a dead row; a row without
  * a group gets g. job: the row's handle, open for writing (closed here). */
 static int bury(Q *q, RMS *id, RMS *g, const char *reason, const char *keytype, RMK *job,
-                RMS *jkey) {
-    char text[128];
+                RMS *jkey, const char *whole) {
+    char text[400];
     RMS *group = NULL, *task = NULL, *waiters = NULL, *wf = NULL;
     int rc = zadd(q, fx(q, K_DEAD, 1), q->k[K_DEAD], (double)q->now, id, 0);
     if (rc < 0) {
@@ -1679,6 +1679,8 @@ static int bury(Q *q, RMS *id, RMS *g, const char *reason, const char *keytype, 
         RedisModule_DeleteKey(job);
         RedisModule_Replicate(q->ctx, "DEL", "s", jkey);
         snprintf(text, sizeof text, "unreadable job row: the key holds a %s, not a hash", keytype);
+    } else if (whole) {                          /* a job buried for its lane (group_books) */
+        snprintf(text, sizeof text, "%s", whole);
     } else {
         snprintf(text, sizeof text, "unreadable job row: %s", reason);
     }
@@ -1691,9 +1693,9 @@ static int bury(Q *q, RMS *id, RMS *g, const char *reason, const char *keytype, 
     sfree(q, now_s);
     RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_GROUP, &group, F_TASK, &task, F_WAITERS,
                         &waiters, F_WF, &wf, NULL);
-    if (!group) hset1(q, job, jkey, F_GROUP, g);
+    if (!group && g) hset1(q, job, jkey, F_GROUP, g);
     RedisModule_CloseKey(job);
-    rc = hist_failed(q, task, g, 1);
+    rc = g ? hist_failed(q, task, g, 1) : 0;
     if (rc == 0) rc = notify(q, id, waiters);
     if (rc == 0 && wf) rc = wf_fail(q, wf, id);
     sfree(q, group); sfree(q, task); sfree(q, waiters); sfree(q, wf);
@@ -1747,7 +1749,7 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
         if (buried) {
             char t[64];
             if (jt != REDISMODULE_KEYTYPE_HASH) type_name(q, jkey, t, sizeof t);
-            rc = bury(q, id, g, why, jt != REDISMODULE_KEYTYPE_HASH ? t : NULL, job, jkey);
+            rc = bury(q, id, g, why, jt != REDISMODULE_KEYTYPE_HASH ? t : NULL, job, jkey, NULL);
             job = NULL;
         }
         if (rc >= 0) rc = vlen(lane) == 0 ? ring_leave(q, g, 0) : 0;
@@ -1848,6 +1850,104 @@ out:
     if (job) RedisModule_CloseKey(job);
     sfree(q, lkey); sfree(q, jkey); sfree(q, id);
     for (int i = 0; i < NROW; i++) sfree(q, row[i]);
+    return rc;
+}
+
+/* bury for the verbs past the claim (release, reap, promote): `dead` checked first as the
+ * scripts' bury does (its ZADD), refused with q->err naming it; jt: the job key's type (not a
+ * hash: replaced by a dead row); whole: the row's whole error text (group_books's reason).
+ * job: open for writing, closed here. 0 buried, -1 error. */
+static int bury_as(Q *q, RMS *id, RMS *g, const char *reason, const char *whole, RMK *job,
+                   RMS *jkey, int jt) {
+    const int type = REDISMODULE_KEYTYPE_ZSET;
+    if (types_fit(q, &q->k[K_DEAD], &type, 1) == -2) {
+        RedisModule_CloseKey(job);
+        return fail(q, q->errbuf);
+    }
+    char t[64];
+    if (jt != REDISMODULE_KEYTYPE_HASH) type_name(q, jkey, t, sizeof t);
+    return bury(q, id, g, reason, jt != REDISMODULE_KEYTYPE_HASH ? t : NULL, job, jkey, whole);
+}
+
+/* group_books (lua/lib/books.lua): what the verbs that move a job in or out of its group's books
+ * read of them before their first write. 0 readable, 1 not (the job is settled without
+ * them), 2 g's lane is of the wrong type (why: the reason, the job goes to `dead`), -1
+ * error. */
+static int group_books(Q *q, RMS *g, int leaving, int lane, RMS *vcharge, char *why,
+                       size_t size) {
+    RMS *lk = lane_key(q, g), *v;
+    int rc = 0, has_lim, has, ok;
+    double act, lim, w;
+    if (lane && !key_fits(q, lk, REDISMODULE_KEYTYPE_ZSET)) {
+        char t[64];
+        size_t gl;
+        const char *gp = RedisModule_StringPtrLen(g, &gl);
+        type_name(q, lk, t, sizeof t);
+        snprintf(why, size, "its group's lane (g:%.*s:pending) holds a %s, not a zset",
+                 (int)gl, gp, t);
+        rc = 2;
+        goto out;
+    }
+    RMK *ga = fx(q, K_GACTIVE, 0);
+    if (q->err) { rc = -1; goto out; }
+    v = hget(ga, g);
+    ok = !v || int_ok(v);
+    act = ok ? int_val(v) : 0;
+    sfree(q, v);
+    if (!ok) { rc = 1; goto out; }
+    if ((rc = seat_int(q, K_GLIMIT, NULL, g, D_LIMIT, &has_lim, &lim)) <= 0) {
+        rc = rc < 0 ? -1 : 1;
+        goto out;
+    }
+    rc = 0;
+    if (vcharge) {
+        if (!int_ok(vcharge)) { rc = 1; goto out; }
+        if ((rc = seat_int(q, K_GWEIGHT, NULL, g, D_WEIGHT, &has, &w)) <= 0) {
+            rc = rc < 0 ? -1 : 1;
+            goto out;
+        }
+        rc = 0;
+        if (has && w < 1) { rc = 1; goto out; }
+    }
+    int opens = lane;
+    if (leaving && has_lim && !lane && act >= lim && act - 1 < lim) {   /* it reopens */
+        if (!key_fits(q, lk, REDISMODULE_KEYTYPE_ZSET)) { rc = 1; goto out; }
+        opens = 1;
+    }
+    if (opens) {
+        int tf = time_fair(q);
+        Seat seat;
+        if (tf < 0 || (ok = group_seat(q, g, tf, &seat)) < 0) { rc = -1; goto out; }
+        if (!ok) { rc = 1; goto out; }
+        /* (ring_enter clears the turn count in either mode) */
+        RMS *keys[3] = {tf ? book_key(q, "gvt") : NULL, tf ? book_key(q, "gvrun") : NULL,
+                        book_key(q, "gwait")};
+        const int types[6] = {tf ? REDISMODULE_KEYTYPE_ZSET : REDISMODULE_KEYTYPE_LIST,
+                              REDISMODULE_KEYTYPE_HASH, REDISMODULE_KEYTYPE_ZSET,
+                              REDISMODULE_KEYTYPE_LIST, REDISMODULE_KEYTYPE_SET,
+                              REDISMODULE_KEYTYPE_HASH};
+        RMS *names[6] = {tf ? keys[0] : q->k[K_RING], q->k[K_GTURN], keys[2], q->k[K_WAKE],
+                         q->k[K_GPAUSED], keys[1]};
+        for (int i = 0; i < 6 && rc == 0; i++)
+            if (names[i] && !key_fits(q, names[i], types[i])) rc = 1;
+        for (int i = 0; i < 3; i++) sfree(q, keys[i]);
+    }
+out:
+    sfree(q, lk);
+    return rc;
+}
+
+/* lane_in (lua/lib/books.lua): into g's lane, opening the group as lane_push does, or, when its
+ * books cannot be read (books 1), only into the lane. */
+static int lane_push(Q *q, RMS *g, RMS *id, double score);
+static int lane_in(Q *q, RMS *g, RMS *id, double score, int books) {
+    if (!books) return lane_push(q, g, id, score);
+    RMS *key = lane_key(q, g);
+    RMK *lane;
+    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &lane);
+    if (rc == 0) rc = zadd(q, lane, key, score, id, 0);
+    if (lane) RedisModule_CloseKey(lane);
+    sfree(q, key);
     return rc;
 }
 
@@ -2477,7 +2577,12 @@ static int ack_done(Q *q, RMS **a) {
         row_free(q, &r);
         return -1;
     }
-    if (time_settle(q, r.group, a[0], r.h, r.key, r.started, r.vcharge, 1) < 0) {
+    /* read before the first write: books that cannot be read are left as they are (the
+     * job's outcome is written all the same: it ran) */
+    char why[320];
+    int books = group_books(q, r.group, 1, 0, r.vcharge, why, sizeof why);
+    if (books < 0 ||
+        (!books && time_settle(q, r.group, a[0], r.h, r.key, r.started, r.vcharge, 1) < 0)) {
         row_free(q, &r);
         return -1;
     }
@@ -2495,7 +2600,7 @@ static int ack_done(Q *q, RMS **a) {
         RedisModule_DeleteKey(r.h);
         RedisModule_Replicate(q->ctx, "DEL", "s", r.key);
     }
-    int rc = active_drop(q, r.group);
+    int rc = books ? 0 : active_drop(q, r.group);
     if (rc == 0) rc = hist_succeeded(q, r.task, r.group, r.started);
     if (rc == 0) rc = notify(q, a[0], r.waiters);
     if (rc == 0 && r.next) rc = wf_handover(q, r.next, r.slot, a[3]);
@@ -2565,12 +2670,24 @@ static int retry(Q *q, RMS **a) {
         }
         dead = att >= max;
     }
-    if (time_settle(q, r.group, a[0], r.h, r.key, r.started, r.vcharge, 1) < 0) {
+    char why[320];                               /* read before the first write, as ack */
+    int books = group_books(q, r.group, 1, 0, r.vcharge, why, sizeof why);
+    /* the queue-wide keys the job leaves and goes into, as retry.lua */
+    RMS *into[3] = {q->k[K_ACTIVE], dead ? q->k[K_DEAD] : q->k[K_DELAYED],
+                    dead ? NULL : q->k[K_WAKE]};
+    const int types[3] = {REDISMODULE_KEYTYPE_ZSET, REDISMODULE_KEYTYPE_ZSET,
+                          REDISMODULE_KEYTYPE_LIST};
+    if (books >= 0 && types_fit(q, into, types, 3) == -2) {
+        row_free(q, &r);
+        return fail(q, q->errbuf);
+    }
+    if (books < 0 ||
+        (!books && time_settle(q, r.group, a[0], r.h, r.key, r.started, r.vcharge, 1) < 0)) {
         row_free(q, &r);
         return -1;
     }
     zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], a[0]);
-    int rc = active_drop(q, r.group);
+    int rc = books ? 0 : active_drop(q, r.group);
     if (rc == 0 && dead) {
         RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
         RedisModule_HashSet(r.h, REDISMODULE_HASH_NONE, F_STATE, S_DEAD, F_ERROR, a[3],
@@ -2594,7 +2711,8 @@ static int retry(Q *q, RMS **a) {
 static int cmd_retry(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 6) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv, B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT)) < 0) return finish(&q);
+    /* `active` checked in retry(), after the row, as retry.lua */
+    if (q_init(&q, ctx, argv, B(K_GACTIVE), B(K_GLIMIT)) < 0) return finish(&q);
     int verdict = retry(&q, argv + ARGV0);
     if (!q.err) RedisModule_ReplyWithLongLong(ctx, verdict);
     return finish(&q);
@@ -2647,7 +2765,27 @@ static int release(Q *q, RMS **a) {
     /* back-off: tonumber(ARGV[5]) or 0 */
     if (RedisModule_StringToDouble(a[4], &off) != REDISMODULE_OK || isnan(off)) off = 0;
     sfree(q, c);
-    if (rc == 0) rc = time_settle(q, r.group, a[0], r.h, r.key, r.started, r.vcharge, 0);
+    /* read before the first write (group_books): a lane of the wrong type sends the job to
+     * `dead` with the reason; other books that cannot be read are left as they are */
+    char why[320];
+    int books = rc == 0 ? group_books(q, r.group, 1, 1, r.vcharge, why, sizeof why) : 0;
+    if (books < 0) rc = -1;
+    if (rc == 0 && books == 2) {
+        const int type = REDISMODULE_KEYTYPE_ZSET;   /* `active` first, as release.lua */
+        if (types_fit(q, &q->k[K_ACTIVE], &type, 1) == -2) {
+            sfree(q, prio);
+            row_free(q, &r);
+            return fail(q, q->errbuf);
+        }
+        rc = bury_as(q, a[0], r.group, NULL, why, r.h, r.key, REDISMODULE_KEYTYPE_HASH);
+        r.h = NULL;
+        if (rc == 0) zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], a[0]);
+        sfree(q, prio);
+        row_free(q, &r);
+        return rc < 0 ? -1 : 1;
+    }
+    if (rc == 0 && !books)
+        rc = time_settle(q, r.group, a[0], r.h, r.key, r.started, r.vcharge, 0);
     if (rc == 0) {
         zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], a[0]);
         rc = hincrby(q, r.h, r.key, F_ATTEMPTS, -1, &att);
@@ -2655,11 +2793,11 @@ static int release(Q *q, RMS **a) {
     if (rc == 0) {
         RedisModule_HashSet(r.h, REDISMODULE_HASH_NONE, F_STATE, S_PENDING, F_ERROR, a[3], NULL);
         RedisModule_Replicate(q->ctx, "HSET", "sssss", r.key, F_STATE, S_PENDING, F_ERROR, a[3]);
-        rc = active_drop(q, r.group);
+        rc = books ? 0 : active_drop(q, r.group);
     }
-    if (rc == 0) rc = lane_push(q, r.group, a[0], lane_score(prio, created));
+    if (rc == 0) rc = lane_in(q, r.group, a[0], lane_score(prio, created), books);
     sfree(q, prio);
-    if (rc == 0 && off > 0) {
+    if (rc == 0 && off > 0 && !books) {
         int was;
         RMS *cur = NULL, *key = book_key(q, "gbackoff");
         double until = (double)q->now + off, prev = 0;
@@ -2690,7 +2828,8 @@ static int release(Q *q, RMS **a) {
 static int cmd_release(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 5) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv, B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT)) < 0) return finish(&q);
+    /* `active` checked in release(), after the row and its group's books, as release.lua */
+    if (q_init(&q, ctx, argv, B(K_GACTIVE), B(K_GLIMIT)) < 0) return finish(&q);
     int verdict = release(&q, argv + ARGV0);
     if (!q.err) RedisModule_ReplyWithLongLong(ctx, verdict);
     return finish(&q);
@@ -2727,43 +2866,74 @@ static void free_ids(Q *q, RMS **ids, long long n) {
     RedisModule_Free(ids);
 }
 
-/* One expired lease: 1 returned to its lane, 2 dead, 0 a ghost, -1 error. */
+/* One expired lease: 1 returned to its lane, 2 dead, 0 a ghost, -1 error. As reap.lua: a
+ * job key that is not a hash, a row without a group or one whose attempts, max or created is
+ * not an integer is buried, a job bound for a lane of the wrong type goes to `dead` naming
+ * it, other books its group cannot read are left as they are (group_books). */
 static int reap_one(Q *q, RMS *id) {
     RMS *jk = job_key(q, id);
     RMS *g = NULL, *att_s = NULL, *max_s = NULL, *created_s = NULL, *waiters = NULL;
     RMS *prio = NULL, *started = NULL, *vcharge = NULL, *wf = NULL, *task = NULL;
     RMS *nonce = NULL, *ran = NULL, *unrun_s = NULL;
-    RMK *job;
-    double att = 0, max = 0, created = 0, unrun = 0;
-    int give_back = 0;
-    int rc = dk(q, jk, 1, REDISMODULE_KEYTYPE_HASH, &job);
-    if (rc == 0 && RedisModule_KeyType(job) != REDISMODULE_KEYTYPE_EMPTY)
+    RMK *job = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE);
+    double unrun = 0;
+    int rc = 0, jt = RedisModule_KeyType(job), books = 0;
+    char fault[400] = "", why[320];
+    const char *whole = NULL;
+    if (jt == REDISMODULE_KEYTYPE_HASH)
         RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_GROUP, &g, F_ATTEMPTS, &att_s, F_MAX,
                             &max_s, F_CREATED, &created_s, F_WAITERS, &waiters, F_PRIO, &prio,
                             F_STARTED, &started, F_VCHARGE, &vcharge, F_WF, &wf, F_TASK, &task,
                             F_NONCE, &nonce, F_RAN, &ran, F_UNRUN, &unrun_s, NULL);
-    if (rc == 0 && g) {
-        rc = att_s ? num(q, att_s, &att, "ERR emq: a job row's attempts is not a number")
-                   : fail(q, "ERR emq: a job row has no attempts");
-        if (rc == 0)
-            rc = max_s ? num(q, max_s, &max, "ERR emq: a job row's max is not a number")
-                       : fail(q, "ERR emq: a job row has no max");
-        /* never seen running (`ran` is not this claim's nonce): given back, `max` times at
-         * most; an unreadable count of them counts as none, as the script's tonumber */
-        if (rc == 0 && unrun_s &&
-            (RedisModule_StringToDouble(unrun_s, &unrun) != REDISMODULE_OK || isnan(unrun)))
-            unrun = 0;
-        give_back = rc == 0 && !((!ran && !nonce) || (ran && nonce && eq(ran, nonce))) &&
-                    unrun < max;
-        if (rc == 0 && (give_back || att < max))
-            rc = created_s ? num(q, created_s, &created,
-                                 "ERR emq: a job row's created is not a number")
-                           : fail(q, "ERR emq: a job row has no created");
+    if (!g) {                                    /* not a hash, no group, or a ghost */
+        if (jt != REDISMODULE_KEYTYPE_EMPTY) {
+            rc = bury_as(q, id, NULL, "no group", NULL, job, jk, jt);
+            job = NULL;
+        }
+        if (rc == 0) zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], id);
+        if (rc == 0 && jt != REDISMODULE_KEYTYPE_EMPTY) rc = 2;
+        goto out;
     }
-    if (rc == 0 && g) rc = time_settle(q, g, id, job, jk, started, vcharge, 0);
-    if (rc == 0) zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], id);
-    if (rc == 0 && g) rc = active_drop(q, g);
-    if (rc == 0 && g && give_back) {
+    /* read before the job's first write: its row, then its group's books */
+    const struct { RMS *v; const char *name; } ints[3] = {
+        {att_s, "attempts"}, {max_s, "max"}, {created_s, "created"}};
+    for (int i = 0; i < 3 && !fault[0]; i++) {
+        if (!ints[i].v) snprintf(fault, sizeof fault, "no %s", ints[i].name);
+        else if (!int_ok(ints[i].v)) snprintf(fault, sizeof fault, "%s is not an integer",
+                                              ints[i].name);
+    }
+    double att = int_val(att_s), max = int_val(max_s), created = int_val(created_s);
+    /* never seen running (`ran` is not this claim's nonce): given back, `max` times at most;
+     * an unreadable count of them counts as none, as the script's tonumber */
+    if (unrun_s && (RedisModule_StringToDouble(unrun_s, &unrun) != REDISMODULE_OK || isnan(unrun)))
+        unrun = 0;
+    int give_back = !fault[0] && !((!ran && !nonce) || (ran && nonce && eq(ran, nonce))) &&
+                    unrun < max;
+    int to_dead = fault[0] || (!give_back && att >= max);
+    books = group_books(q, g, 1, !to_dead, vcharge, why, sizeof why);
+    if (books < 0) { rc = -1; goto out; }
+    if (books == 2) {
+        whole = why;
+        to_dead = 1;
+    }
+    if (fault[0] || whole) {
+        rc = bury_as(q, id, g, fault, whole, job, jk, REDISMODULE_KEYTYPE_HASH);
+        job = NULL;
+        if (rc < 0) goto out;
+        job = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE);
+    } else if (to_dead) {                        /* of the wrong type: this job stays as it is */
+        const int type = REDISMODULE_KEYTYPE_ZSET;
+        if (types_fit(q, &q->k[K_DEAD], &type, 1) == -2) {
+            rc = fail(q, q->errbuf);
+            goto out;
+        }
+    }
+    if (!books && (rc = time_settle(q, g, id, job, jk, started, vcharge, 0)) < 0) goto out;
+    zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], id);
+    if (!books && (rc = active_drop(q, g)) < 0) goto out;
+    if (fault[0] || whole) {
+        rc = 2;
+    } else if (give_back) {
         long long v;
         rc = hincrby(q, job, jk, F_ATTEMPTS, -1, &v);
         if (rc == 0) rc = hincrby(q, job, jk, F_UNRUN, 1, &v);
@@ -2772,11 +2942,11 @@ static int reap_one(Q *q, RMS *id) {
                                 NULL);
             RedisModule_Replicate(q->ctx, "HSET", "sssss", jk, F_STATE, S_PENDING, F_ERROR,
                                   S_UNRUN);
-            rc = lane_push(q, g, id, lane_score(prio, created));
+            rc = lane_in(q, g, id, lane_score(prio, created), books);
         }
         if (rc == 0) rc = hist_failed(q, task, g, 0);
         if (rc == 0) rc = 1;
-    } else if (rc == 0 && g && att >= max) {
+    } else if (to_dead) {
         RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
         RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_STATE, S_DEAD, F_ERROR,
                             S_LEASE_EXPIRED, F_FINISHED, now_s, NULL);
@@ -2788,15 +2958,16 @@ static int reap_one(Q *q, RMS *id) {
         if (rc == 0) rc = notify(q, id, waiters);
         if (rc == 0 && wf) rc = wf_fail(q, wf, id);
         if (rc == 0) rc = 2;
-    } else if (rc == 0 && g) {
+    } else {
         RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_STATE, S_PENDING, F_ERROR,
                             S_LEASE_EXPIRED, NULL);
         RedisModule_Replicate(q->ctx, "HSET", "sssss", jk, F_STATE, S_PENDING, F_ERROR,
                               S_LEASE_EXPIRED);
-        rc = lane_push(q, g, id, lane_score(prio, created));
+        rc = lane_in(q, g, id, lane_score(prio, created), books);
         if (rc == 0) rc = hist_failed(q, task, g, 0);
         if (rc == 0) rc = 1;
     }
+out:
     if (job) RedisModule_CloseKey(job);
     sfree(q, jk); sfree(q, g); sfree(q, att_s); sfree(q, max_s);
     sfree(q, created_s); sfree(q, waiters); sfree(q, prio); sfree(q, wf); sfree(q, task);
@@ -2850,19 +3021,32 @@ static int cmd_reap(RedisModuleCtx *ctx, RMS **argv, int argc) {
     return finish(&q);
 }
 
+/* One due id of `delayed`, as promote.lua: a job key that is not a hash or a row without a
+ * group is buried, a job whose lane is of the wrong type goes to `dead` naming it, one whose
+ * group's other books cannot be read goes into its lane only (group_books). */
 static int promote_one(Q *q, RMS *id) {
     RMS *jk = job_key(q, id), *g = NULL, *prio = NULL;
-    RMK *job;
-    int rc = dk(q, jk, 1, REDISMODULE_KEYTYPE_HASH, &job);
-    if (rc == 0) {
-        zrem(q, fx(q, K_DELAYED, 1), q->k[K_DELAYED], id);
-        if (RedisModule_KeyType(job) != REDISMODULE_KEYTYPE_EMPTY)
-            RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_GROUP, &g, F_PRIO, &prio, NULL);
+    RMK *job = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE);
+    int jt = RedisModule_KeyType(job), rc = 0, books = 0;
+    char why[320];
+    if (jt == REDISMODULE_KEYTYPE_HASH)
+        RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_GROUP, &g, F_PRIO, &prio, NULL);
+    if (!g && jt != REDISMODULE_KEYTYPE_EMPTY) {
+        rc = bury_as(q, id, NULL, "no group", NULL, job, jk, jt);
+        job = NULL;
+    } else if (g) {
+        books = group_books(q, g, 0, 1, NULL, why, sizeof why);
+        if (books < 0) rc = -1;
+        else if (books == 2) {
+            rc = bury_as(q, id, g, NULL, why, job, jk, jt);
+            job = NULL;
+        }
     }
-    if (rc == 0 && g) {
+    if (rc == 0) zrem(q, fx(q, K_DELAYED, 1), q->k[K_DELAYED], id);
+    if (rc == 0 && g && books != 2) {
         RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_STATE, S_PENDING, NULL);
         RedisModule_Replicate(q->ctx, "HSET", "sss", jk, F_STATE, S_PENDING);
-        rc = lane_push(q, g, id, lane_score(prio, (double)q->now));
+        rc = lane_in(q, g, id, lane_score(prio, (double)q->now), books);
     }
     if (job) RedisModule_CloseKey(job);
     sfree(q, jk);
@@ -2874,7 +3058,7 @@ static int promote_one(Q *q, RMS *id) {
 static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 1) return RedisModule_WrongArity(ctx);
     Q q;
-    if (q_init(&q, ctx, argv, B(K_DELAYED), B(K_RING) | B(K_PAUSED)) < 0) return finish(&q);
+    if (q_init(&q, ctx, argv, B(K_DELAYED), B(K_PAUSED)) < 0) return finish(&q);
     long long limit, n;
     if (count_arg(&q, argv[ARGV0], &limit, "ERR emq: limit must be an integer >= 0") < 0)
         return finish(&q);
@@ -2897,8 +3081,12 @@ static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
             int open, rc = dk(&q, wkey, 1, REDISMODULE_KEYTYPE_ZSET, &wh);
             if (rc == 0) rc = zrem(&q, wh, wkey, groups[i]) < 0 ? -1 : 0;
             if (wh) RedisModule_CloseKey(wh);
-            if (rc < 0 || is_open(&q, groups[i], &open) < 0) break;
-            if (open && admit(&q, groups[i]) < 0) break;
+            if (rc < 0) break;
+            /* a group whose books cannot be read stays out, as a claim leaves it */
+            char why[320];
+            int books = group_books(&q, groups[i], 0, 1, NULL, why, sizeof why);
+            if (books < 0 || (!books && is_open(&q, groups[i], &open) < 0)) break;
+            if (!books && open && admit(&q, groups[i]) < 0) break;
         }
     }
     free_ids(&q, groups, ng);
@@ -2921,12 +3109,14 @@ static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
     sfree(&q, wkey);
     /* ring_any: EXISTS ring gvt, without reading the mode */
     RMS *gk = book_key(&q, "gvt");
-    RMK *gh;
-    int rc = dk(&q, gk, 0, REDISMODULE_KEYTYPE_ZSET, &gh);
-    long long ringed = (long long)vlen(fx(&q, K_RING, 0)) + (long long)vlen(gh);
+    RMK *gh = RedisModule_OpenKey(ctx, gk, REDISMODULE_READ);   /* EXISTS: of any type */
+    RMK *rh = RedisModule_OpenKey(ctx, q.k[K_RING], REDISMODULE_READ);
+    long long ringed = (gh && RedisModule_KeyType(gh) != REDISMODULE_KEYTYPE_EMPTY) ||
+                       (rh && RedisModule_KeyType(rh) != REDISMODULE_KEYTYPE_EMPTY);
     if (gh) RedisModule_CloseKey(gh);
+    if (rh) RedisModule_CloseKey(rh);
     sfree(&q, gk);
-    if (rc < 0 || q.err) return finish(&q);
+    if (q.err) return finish(&q);
     long long claimable = ringed > 0 && !paused(&q);
     RedisModule_ReplyWithArray(ctx, 3);
     RedisModule_ReplyWithLongLong(ctx, n);

@@ -31,9 +31,9 @@ from typing import Any
 import redis
 
 from .._dev.localserver import find_binary, free_port, wait_ready
-from ..keys import FIXED, QueueKeys
-from ..scripts import source
-from . import COMMANDS
+from ..store.commands import COMMANDS
+from ..store.keys import FIXED, QueueKeys
+from ..store.scripts import source
 from .build import build, last_reason
 
 PAYLOAD = '{"v":1,"a":[42,"report"],"k":{}}'
@@ -247,8 +247,8 @@ def _history(b: Bench, opts: argparse.Namespace) -> int:
 def _loop_once(url: str, mode: str, n: int) -> tuple[float, float, float]:
     """(jobs/s, client CPU us/job, server CPU us/job) of one drain of n no-op jobs."""
     from ..app import App
-    from ..connection import connect
-    from ..queue import Queue
+    from ..store.connection import connect
+    from ..store.queue import Queue
     from ..worker.queues import QueueSet
     from ..worker.runner import Runner
 

@@ -1,76 +1,12 @@
-"""A hot verb's call as one pre-packed write and one read, past redis-py's per-command work.
+"""Moved to ``emqtasks.store.wire``; this path stays for the callers that name it.
 
-A module command's name and its 12 keys never change for a queue, so their RESP encoding
-is made once; a call packs only its ARGV (hiredis) and writes the lot on a connection of
-the client: the single connection of a single-thread client (a worker child), else one
-taken from the client's pool for the call and given back (so the connections of a client
-of many threads stay bounded by its pool, however many threads call, and a thread that
-finds them all busy waits as ``execute_command`` would). That skips, per call, the
-argument filtering and the observability records of redis-py's ``execute_command``, and
-for a worker child the pool checkout too (about a third of a child's CPU per job, see the
-README's "where the time goes"). Replies and errors come from the connection's own parser,
-so they are what ``execute_command`` would give. A connection error closes the connection and is
-raised as ``WireBroken``: the caller sends the call again through ``execute_command``,
-which has redis-py's retries (a verb is safe to send twice: enqueue is idempotent by job
-id and every lease verb is fenced).
+The module object is the moved one (not a copy of its names), so what patches or reads a
+name here patches or reads it there.
 """
 
-from __future__ import annotations
+import sys
 
-from collections.abc import Sequence
-from typing import Any
+from ..store import wire as _moved
+from ..store.wire import *  # noqa: F403  (the public names, for type checkers)
 
-import hiredis
-import redis
-
-from ..cluster import is_cluster
-
-
-class WireBroken(Exception):
-    """The connection failed mid-call (it is closed): send the call another way."""
-
-
-def _body(packed: bytes) -> bytes:
-    """A RESP array without its ``*N`` header."""
-    return packed[packed.index(b"\r\n") + 2:]
-
-
-class Wire:
-    """Pre-packed calls on one client; ``usable`` is False where it cannot help (a cluster
-    client, which must route each call, or a client of another shape)."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        # redis-py keeps a single-connection client's one connection in ``connection``
-        self.single = getattr(client, "connection", None) is not None
-        self.pool: Any = getattr(client, "connection_pool", None)
-        self.usable = not is_cluster(client) and (
-            self.single or isinstance(self.pool, redis.ConnectionPool))
-        self._prefixes: dict[tuple[str, tuple[str, ...]], bytes] = {}
-
-    def call(self, command: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        head = (command, tuple(keys))
-        prefix = self._prefixes.get(head)
-        if prefix is None:
-            words: tuple[Any, ...] = (command, *keys)
-            prefix = self._prefixes[head] = _body(hiredis.pack_command(words))
-        tail = _body(hiredis.pack_command(tuple[Any, ...](args))) if args else b""
-        packed = b"*%d\r\n" % (1 + len(keys) + len(args)) + prefix + tail
-        if self.single:
-            return _exchange(self.client.connection, packed)
-        conn = self.pool.get_connection()   # waits while the pool is busy (PoolBusy)
-        try:
-            return _exchange(conn, packed)
-        finally:
-            self.pool.release(conn)
-
-
-def _exchange(conn: Any, packed: bytes) -> Any:
-    """One packed command written and its reply read on a connection."""
-    try:
-        conn.send_packed_command([packed], check_health=False)
-        return conn.read_response()
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-            OSError) as exc:
-        conn.disconnect()
-        raise WireBroken(str(exc)) from exc
+sys.modules[__name__] = _moved

@@ -16,11 +16,10 @@ import asyncio
 import functools
 from typing import TYPE_CHECKING, Any
 
-from ..context import JobContext, reset_current, set_current
-from ..errors import SerializationError, UnknownTask
-from ..queue import Lease
+from ..store.queue import Lease
+from .pipe import GO, STOP
 from .queues import Claimed
-from .runner import Executed, Plan, limited
+from .runner import Executed, Plan
 from .slots import ASYNC
 
 if TYPE_CHECKING:
@@ -53,8 +52,6 @@ class AsyncDrain:
 
     # -- the pipe ---------------------------------------------------------------------------
     def _on_pipe(self) -> None:
-        from .child import GO, STOP
-
         try:
             while self.child.pipe.poll():
                 message = self.child.pipe.recv_bytes()
@@ -122,27 +119,8 @@ class AsyncDrain:
 
     # -- running and settling -------------------------------------------------------------------
     async def _run_async(self, slot: int, qi: int, lease: Lease, plan: Plan) -> None:
-        executed = await self._execute(lease, qi, plan)
+        executed = await self.runner.run(lease, qi, plan, on_loop=True)
         self._drive(self._settle(slot, qi, lease, plan, executed))
-
-    async def _execute(self, lease: Lease, qi: int, plan: Plan) -> Executed:
-        runner = self.runner
-        ctx = JobContext(lease, runner.queues[qi])
-        try:
-            fn, args, kwargs = runner.prepare(lease)
-        except (UnknownTask, SerializationError, TypeError) as exc:
-            return Executed(None, runner.cannot_run(ctx, qi, exc), ctx)
-        token = set_current(ctx)
-        try:
-            runner.fire("task_started", ctx)
-            value = await limited(fn(*args, **kwargs), plan.time_limit)
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            return Executed(None, runner.failed(ctx, qi, exc, plan), ctx)
-        finally:
-            reset_current(token)
-        return runner.encode(ctx, qi, value, plan)
 
     def _settle(self, slot: int, qi: int, lease: Lease, plan: Plan,
                 executed: Executed) -> Claimed | None:

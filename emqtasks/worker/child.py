@@ -22,8 +22,9 @@ from typing import Any
 from ..context import install_log_fields
 from ..errors import TimeLimitExceeded
 from ..hooks import Hooks
-from ..queue import Queue
 from ..registry import Registry
+from ..store.queue import Queue
+from .pipe import GO, GOT_WORK, HELD, IDLE, STOP
 from .queues import Claimed, QueueSet
 from .resilience import Outage, Refusals
 from .runner import LOG_TEXT_MAX, Outcome, Runner, every_hook, every_task
@@ -33,12 +34,6 @@ __all__ = ["GO", "STOP", "GOT_WORK", "HELD", "IDLE", "LOG_TEXT_MAX", "Child", "C
            "Outcome", "Runner", "every_hook", "every_task"]
 
 log = logging.getLogger("emqtasks.child")
-
-GO, STOP = b"go", b"stop"          # master -> child
-#: child -> master: "claimed, and more is waiting" (+ one byte: the queue's index) / "I
-#: accept a go" (idle, or an async child with room for more jobs) / "I stopped claiming
-#: because you were silent": a master that reads it is alive again and answers GO
-GOT_WORK, IDLE, HELD = b"g", b"i", b"h"
 
 
 @dataclass

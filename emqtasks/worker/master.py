@@ -23,16 +23,18 @@ from typing import Any
 import multiprocess
 
 from .. import heartbeat
-from ..cluster import is_cluster
 from ..config import WorkerSettings
 from ..errors import TimeLimitExceeded, WorkerLost
 from ..heartbeat import Beat
 from ..hooks import Hooks
-from ..queue import WAKE_DUE, Lease, Queue
 from ..registry import Registry
 from ..retry_policy import bounded
+from ..store.cluster import is_cluster
+from ..store.keys import WAKE_DUE
+from ..store.queue import Lease, Queue
 from . import park
-from .child import GO, GOT_WORK, HELD, IDLE, STOP, Child, ChildConfig
+from .child import Child, ChildConfig
+from .pipe import GO, GOT_WORK, HELD, IDLE, STOP
 from .resilience import TRANSIENT, FullServer, Outage
 from .scheduler import Scheduler
 from .slots import ASYNC, Running, Slots

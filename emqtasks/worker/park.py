@@ -20,7 +20,8 @@ import redis.exceptions as rex
 from .. import clock
 from ..clock import ClockWatch
 from ..heartbeat import BEAT_TICKS, Beat
-from ..queue import WAKE_DUE, Queue
+from ..store.keys import WAKE_DUE
+from ..store.queue import Queue
 from .resilience import TRANSIENT, FullServer, Outage
 from .scheduler import Scheduler
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from redis.exceptions import ResponseError
 
 from ..config import QueueSpec, parse_queues
-from ..queue import Lease, Queue
+from ..store.queue import Lease, Queue
 
 __all__ = ["Claimed", "QueueSet", "QueueSpec", "parse_queues"]
 

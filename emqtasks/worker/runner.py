@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -31,9 +31,9 @@ from ..errors import (
     UnknownTask,
 )
 from ..hooks import Hooks
-from ..queue import Lease, Queue
 from ..registry import Registry, TaskSpec
 from ..retry_policy import DEFAULT_POLICY
+from ..store.queue import Lease, Queue
 from .resilience import TRANSIENT, Refused
 from .slots import ASYNC, SYNC
 
@@ -129,25 +129,32 @@ class Runner:
     def execute(self, lease: Lease, qi: int = 0, plan: Plan | None = None) -> Executed:
         """Run one job here (an async task to its end on the loop). On a success returns
         its result JSON for the caller to ack; a failure went through the fence."""
-        plan = plan or self.plan(lease)
+        return _to_end(self.run(lease, qi, plan or self.plan(lease), on_loop=False))
+
+    async def run(self, lease: Lease, qi: int, plan: Plan, *, on_loop: bool) -> Executed:
+        """The one body of running a job, for the sync drain (``execute``) and the async
+        one (async_child.py): look it up, make its context current, fire task_started,
+        run it, then encode its result or settle its failure.
+
+        ``on_loop``: the async drain awaits an async task on its running loop. Else the
+        task is called right here (an async one run to its end on the runner's loop) and
+        nothing in this body is awaited, so ``execute`` finishes it without a loop; a
+        time-limit SIGTERM may then raise into the task (``current``, ``in_task``).
+        """
         ctx = JobContext(lease, self.queues[qi])
         try:
             fn, args, kwargs = self.prepare(lease)
         except (UnknownTask, SerializationError, TypeError) as exc:
             return Executed(None, self.cannot_run(ctx, qi, exc), ctx)
         token = set_current(ctx)
-        self.current = lease
+        if not on_loop:
+            self.current = lease
         try:
             self.fire("task_started", ctx)
-            self.in_task = True
-            try:
-                if plan.kind == ASYNC:
-                    value = self.loop().run_until_complete(
-                        limited(fn(*args, **kwargs), plan.time_limit))
-                else:
-                    value = fn(*args, **kwargs)
-            finally:
-                self.in_task = False
+            if on_loop:
+                value = await limited(fn(*args, **kwargs), plan.time_limit)
+            else:
+                value = self._call_here(fn, args, kwargs, plan)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -155,6 +162,17 @@ class Runner:
         finally:
             reset_current(token)
         return self.encode(ctx, qi, value, plan)
+
+    def _call_here(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
+                   plan: Plan) -> Any:
+        self.in_task = True
+        try:
+            if plan.kind == ASYNC:
+                return self.loop().run_until_complete(
+                    limited(fn(*args, **kwargs), plan.time_limit))
+            return fn(*args, **kwargs)
+        finally:
+            self.in_task = False
 
     def encode(self, ctx: JobContext, qi: int, value: Any, plan: Plan) -> Executed:
         """The result's JSON, to acknowledge. One JSON cannot encode makes the job dead at
@@ -289,6 +307,18 @@ async def limited(coro: Awaitable[Any], limit: float) -> Any:
     except BaseException:   # its CancelledError, or whatever it raised while cancelled
         pass
     raise TimeLimitExceeded(f"ran past its time limit of {limit:g}s")
+
+
+def _to_end(coro: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that awaits nothing (``Runner.run`` off the loop), run
+    here: its first step runs it to its return."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coro.close()
+    raise RuntimeError("Runner.run awaited off the event loop")
 
 
 async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:

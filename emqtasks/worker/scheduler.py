@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass
 
 from ..errors import EmqError, ServerFull
-from ..queue import NewJob, Queue
 from ..registry import Registry
 from ..schedules import (
     CATCHUP_MAX,
@@ -36,6 +35,7 @@ from ..schedules import (
     build_slot_job,
     slot_id,
 )
+from ..store.queue import NewJob, Queue
 from ..verdicts import FireVerdict
 from .resilience import TRANSIENT
 

@@ -21,24 +21,29 @@ import struct
 import time
 from typing import NamedTuple
 
-from ..queue import Lease
+from ..store.queue import Lease
 
 #: The most of a failure's error text a slot keeps (bytes): its first line and the start of
 #: its traceback, enough for the master to write the real reason.
 FAILURE_TEXT_MAX = 1000
 
-# seq, running, kind, queue, started (monotonic), time_limit, retry_delay, lease_ms,
-# attempts, id, nonce; then the failure being written: 0 none / 1 a retry / 2 final, its
-# delay (< 0: the row's), the start of its error text (UTF-8)
-_SLOT = struct.Struct(f"=QBBBdddqq128s48sBd{FAILURE_TEXT_MAX}s")
-_HEADER = struct.Struct("=B7xd")   # the pool-wide stop flag, the master's heartbeat
-_BEAT = struct.Struct("=d")        # the heartbeat, at _BEAT_AT (8-aligned: never torn)
-_BEAT_AT = 8
+# A slot: its sequence counter (an 8-byte word of its own), then its body: running, kind,
+# queue, started (monotonic), time_limit, retry_delay, lease_ms, attempts, id, nonce; then
+# the failure being written: 0 none / 1 a retry / 2 final, its delay (< 0: the row's), the
+# start of its error text (UTF-8). Padded to whole words, so every counter is 8-aligned.
+_BODY = struct.Struct(f"=BBBdddqq128s48sBd{FAILURE_TEXT_MAX}s")
+_SLOT_SIZE = -(-(8 + _BODY.size) // 8) * 8
+_HEADER_SIZE = 16     # the pool-wide stop flag (byte 0), the master's heartbeat (word 1)
+_BEAT_WORD = 1
 #: A master whose loop has not turned for this long is taken as frozen: its children claim
 #: nothing more until it turns again. The loop turns every 0.1 s while a child is busy, and
 #: writes the heartbeat before it wakes an idle child (an idle master may wait 1 s).
 MASTER_SILENT_AFTER = 1.0
 _LIMIT = struct.Struct("=48s")  # master -> child: nonce of the job past its time limit
+# The heartbeat and the counters are read while another process writes them, so each is
+# written and read as one aligned 8-byte word through a memoryview (one load or store);
+# never with struct.pack_into, which zeroes its bytes before it writes them: a child that
+# read the heartbeat then took a master that had just beaten for one silent since boot.
 
 SYNC, ASYNC = 0, 1              # kinds of job: a sync one is stopped by SIGTERM at its limit
 
@@ -64,8 +69,10 @@ class Slots:
         self.children = children
         self.per_child = per_child
         self.count = children * per_child
-        self.mem = mmap.mmap(-1, _HEADER.size + _SLOT.size * self.count
+        self.mem = mmap.mmap(-1, _HEADER_SIZE + _SLOT_SIZE * self.count
                              + _LIMIT.size * children)
+        self._words = memoryview(self.mem).cast("Q")   # the slots' counters
+        self._floats = memoryview(self.mem).cast("d")  # the heartbeat
         self._seq = [0] * self.count
         #: Child side: the job fields last written to each slot (failing() rewrites them).
         self._job: list[tuple[object, ...]] = [(0,) * 10] * self.count
@@ -75,19 +82,19 @@ class Slots:
         return range(child * self.per_child, (child + 1) * self.per_child)
 
     def _offset(self, index: int) -> int:
-        return _HEADER.size + _SLOT.size * index
+        return _HEADER_SIZE + _SLOT_SIZE * index
 
     def _limit_offset(self, child: int) -> int:
-        return _HEADER.size + _SLOT.size * self.count + _LIMIT.size * child
+        return _HEADER_SIZE + _SLOT_SIZE * self.count + _LIMIT.size * child
 
     # -- child side ------------------------------------------------------------------
     def _write(self, index: int, values: tuple[object, ...]) -> None:
-        off = self._offset(index)
+        word = self._offset(index) // 8
         seq = self._seq[index] + 1
-        struct.pack_into("=Q", self.mem, off, seq)  # odd: write under way
-        _SLOT.pack_into(self.mem, off, seq, *values)
+        self._words[word] = seq   # odd: write under way
+        _BODY.pack_into(self.mem, word * 8 + 8, *values)
         self._seq[index] = seq + 1
-        struct.pack_into("=Q", self.mem, off, seq + 1)
+        self._words[word] = seq + 1
         self._job[index] = values[:10]
 
     def start(self, index: int, lease: Lease, time_limit: float, kind: int = SYNC,
@@ -125,7 +132,7 @@ class Slots:
     def reset(self, child: int) -> None:
         """Master side, before a replacement child takes the child's slots."""
         for index in self.of_child(child):
-            seq = struct.unpack_from("=Q", self.mem, self._offset(index))[0]
+            seq = self._words[self._offset(index) // 8]
             self._seq[index] = seq + seq % 2
             self.clear(index)
         _LIMIT.pack_into(self.mem, self._limit_offset(child), b"")
@@ -133,12 +140,13 @@ class Slots:
     # -- master side -----------------------------------------------------------------
     def read(self, index: int) -> Running | None:
         """The job in a slot, or None when free (or mid-write: ask again later)."""
-        off = self._offset(index)
-        (seq, running, kind, queue, started, limit, retry_delay, lease_ms, attempts, raw_id,
-         raw_nonce, failing, failure_delay, failure) = _SLOT.unpack_from(self.mem, off)
-        if seq % 2 or not running:
+        word = self._offset(index) // 8
+        seq = self._words[word]
+        if seq % 2:
             return None
-        if struct.unpack_from("=Q", self.mem, off)[0] != seq:
+        (running, kind, queue, started, limit, retry_delay, lease_ms, attempts, raw_id,
+         raw_nonce, failing, failure_delay, failure) = _BODY.unpack_from(self.mem, word * 8 + 8)
+        if not running or self._words[word] != seq:
             return None
         lease = Lease(raw_id.rstrip(b"\0").decode(), "", "", attempts,
                       raw_nonce.rstrip(b"\0").decode(), "", lease_ms)
@@ -165,10 +173,10 @@ class Slots:
     def beat(self) -> None:
         """Master side: its main loop turned now (the time is the system's monotonic
         clock, the same in every process)."""
-        _BEAT.pack_into(self.mem, _BEAT_AT, time.monotonic())
+        self._floats[_BEAT_WORD] = time.monotonic()
 
     def master_silent(self) -> float:
         """Child side: seconds since the master's loop last turned, when that is longer
         than MASTER_SILENT_AFTER (else 0.0)."""
-        silent = time.monotonic() - _BEAT.unpack_from(self.mem, _BEAT_AT)[0]
+        silent = time.monotonic() - self._floats[_BEAT_WORD]
         return silent if silent > MASTER_SILENT_AFTER else 0.0

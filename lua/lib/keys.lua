@@ -20,6 +20,7 @@
 -- default) scores exactly its time.
 
 local PRIO_SPAN = 1e13   -- above any ms timestamp until the year 2286; |score| < 2^53
+local DEFAULT_GROUP = 'default'   -- a job's group when it names none (keys.py)
 
 local K_grate = BASE .. 'grate'           -- hash: group -> "max:per_ms", its rate limit
 local K_gmax = BASE .. 'gmax'             -- hash: group -> cap on its waiting jobs

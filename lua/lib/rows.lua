@@ -1,8 +1,8 @@
--- rows: what a verb cannot read of a job row (row_fault), and the burial in `dead` of a row
--- that cannot be read (bury).
+-- rows: what a verb cannot read of a job row (int_fault, row_fault), and the burial in `dead`
+-- of a row that cannot be read (bury).
 -- Includes: keys, core, types, history, wake, workflow
 
-local row_fault, bury
+local int_fault, row_fault, bury
 do   -- the names it uses copied next to it, as lib/claim.lua explains
   local K_dead, hist_failed, int_ok, job_key, notify, wf_fail, wrong_type =
     K_dead, hist_failed, int_ok, job_key, notify, wf_fail, wrong_type
@@ -10,7 +10,7 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
 
   -- Why a row's field v (a count or a time every verb of the job's life reads as an integer)
   -- cannot be read, or nil.
-  local function int_fault(v, name, required)
+  function int_fault(v, name, required)
     if not v then
       if required then return 'no ' .. name end
     elseif not int_ok(v) then
@@ -35,7 +35,9 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
   -- key of another type than a hash (keytype: its TYPE) is replaced by a dead row (a hash
   -- was never there to keep). A row that lost its group gets the lane's, so a requeue brings
   -- it back there (repair buries rows outside lanes too: g may be nil).
-  function bury(id, g, reason, now, keytype)
+  -- (text: the whole error to leave on the row, for a job buried for its lane, see
+  -- group_books in lib/books.lua.)
+  function bury(id, g, reason, now, keytype, text)
     local jk = job_key(id)
     if type(redis.pcall('ZADD', K_dead, now, id)) == 'table' then
       return wrong_type(K_dead, 'zset')   -- nothing written: the caller puts the job back
@@ -44,7 +46,7 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
       redis.call('DEL', jk)
       reason = 'the key holds a ' .. keytype .. ', not a hash'
     end
-    redis.call('HSET', jk, 'state', 'dead', 'error', 'unreadable job row: ' .. reason,
+    redis.call('HSET', jk, 'state', 'dead', 'error', text or ('unreadable job row: ' .. reason),
       'finished', now)
     local r = redis.call('HMGET', jk, 'group', 'task', 'waiters', 'wf')
     if g and not r[1] then redis.call('HSET', jk, 'group', g) end

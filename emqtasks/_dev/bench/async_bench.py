@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from .command import open_server
 from .core import CHUNK, FEW_GROUPS, Bench, Sizes, median, say
+from .harness import open_server
 
 CHILDREN, PER_CHILD, NAP = 2, 100, 0.2
 

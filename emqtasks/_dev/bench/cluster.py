@@ -27,10 +27,10 @@ import click
 import redis
 
 from ...app import App
-from ...cluster import is_cluster, is_cluster_url
-from ...connection import connect
 from ...errors import EmqError
-from ...keys import QueueKeys
+from ...store.cluster import is_cluster, is_cluster_url
+from ...store.connection import connect
+from ...store.keys import QueueKeys
 from ..localcluster import LocalCluster
 from ..localserver import LocalRedis
 from . import tasks as bench_tasks

@@ -6,8 +6,6 @@ import json
 import shutil
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
@@ -15,12 +13,11 @@ import click
 import redis
 
 from ...cli.common import AdminCommand, Seconds
-from ...cluster import is_cluster_url
 from ...config import redacted
-from ...connection import connect
-from ...errors import EmqError
+from ...store.cluster import is_cluster_url
 from ..localserver import LocalRedis
 from .core import Bench, BenchError, Sizes, median, say
+from .harness import exit_on_signal, open_server
 from .scenarios import Row, render, run_all
 
 
@@ -195,59 +192,6 @@ def run_chaos(seconds: float, concurrency: int | None, seed: int | None,
         raise SystemExit(1)
 
 
-@contextmanager
-def bench_on(redis_url: str | None, concurrency: int, runs: int | None, quick: bool,
-             title: str, detail: str = "") -> Iterator[tuple[Bench, str]]:
-    """(a Bench, the Redis version) on the given server or a private one, announced under
-    the title; the client and the private server are closed after."""
-    server, url, version = open_server(redis_url)
-    try:
-        b = Bench(url, Sizes.of(concurrency, None, runs, quick), shared=server is None)
-        say(f"{title}: redis {version}{detail}, {b.sizes.runs} run(s)")
-        try:
-            yield b, version
-        finally:
-            b.client.close()
-    finally:
-        if server is not None:
-            server.close()
-
-
-def report(b: Bench, rows: list[Row], version: str, title: str, as_json: bool,
-           detail: str = "", extra: dict[str, Any] | None = None,
-           before: list[str] | None = None) -> None:
-    """The rows as JSON (with ``extra``), or as the table, after the ``before`` lines."""
-    if as_json:
-        click.echo(json.dumps({"redis_version": version, "notes": b.notes, **(extra or {}),
-                               "figures": {r.key: r.figure for r in rows}}, indent=2))
-        return
-    if before:
-        click.echo("\n".join(before))
-        click.echo()
-    click.echo(render(rows, f"{title}: redis {version}{detail}, "
-                            f"median of {b.sizes.runs} run(s)"))
-    for note in b.notes:
-        click.echo(f"note: {note}")
-
-
-def open_server(redis_url: str | None) -> tuple[LocalRedis | None, str, str]:
-    """(the private server started here or None, its URL, the Redis version)."""
-    try:
-        server = None if redis_url else LocalRedis().start()
-    except EmqError as exc:
-        raise BenchError(f"cannot start a private redis-server: {exc}") from None
-    url = server.url if server is not None else str(redis_url)
-    try:
-        probe = connect(url)
-        version = str(probe.info("server").get("redis_version", "?"))
-        probe.close()
-    except (redis.exceptions.RedisError, ValueError, OSError) as exc:
-        if server is not None:
-            server.close()
-        raise BenchError(f"cannot reach Redis at {redacted(url)}: {exc}") from None
-    return server, url, version
-
-
 def _measure(redis_url: str | None, sizes: Sizes) -> tuple[Bench, str, list[Row]]:
     """Every scenario on the given server, or on a private one started and stopped here."""
     server: LocalRedis | None = None
@@ -266,7 +210,3 @@ def _measure(redis_url: str | None, sizes: Sizes) -> tuple[Bench, str, list[Row]
     finally:
         if server is not None:
             server.close()
-
-
-def exit_on_signal(signum: int, _frame: Any) -> None:
-    raise SystemExit(128 + signum)

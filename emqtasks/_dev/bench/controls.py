@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 
-from .command import bench_on, report
 from .core import CHUNK, Bench, median, say
+from .harness import bench_on, report
 from .scenarios import Row
 
 MANY = 10_000

@@ -29,7 +29,7 @@ import click
 from ... import testing
 from ...app import App
 from ...config import WorkerSettings
-from ...connection import connect
+from ...store.connection import connect
 
 CHUNK = 1000            # jobs per batch enqueue (one round trip each)
 FEW_GROUPS = 10

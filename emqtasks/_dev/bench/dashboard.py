@@ -21,10 +21,10 @@ from urllib.parse import urlencode
 
 import click
 
-from ...connection import connect
-from ...queue import NewJob, Queue
-from .command import open_server
+from ...store.connection import connect
+from ...store.queue import NewJob, Queue
 from .core import say
+from .harness import open_server
 from .scenarios import Row, render
 
 GROUPS = 10_000

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import time
 
-from .command import bench_on, report
 from .controls import claim_cost
 from .core import CHUNK, Bench, median, say
+from .harness import bench_on, report
 from .scenarios import Row
 
 POOL = 4

@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass, field, replace
 import click
 import redis
 
-from ...cluster import is_cluster_url
 from ...config import redacted
-from ...native.selection import loaded_version
+from ...store.cluster import is_cluster_url
+from ...store.selection import loaded_version
 from ..localserver import LocalRedis
-from .command import exit_on_signal, open_server
 from .core import CHUNK, FEW_GROUPS, Bench, BenchError, Sizes, median, percentile, say, tree_pss_mb
+from .harness import exit_on_signal, open_server
 from .peers import (
     FULL_RUNS,
     LATENCY_SAMPLES,

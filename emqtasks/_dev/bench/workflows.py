@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from ...canvas import chain, chord
-from .command import bench_on, report
 from .core import Bench, median, say
+from .harness import bench_on, report
 from .scenarios import Row
 
 

@@ -1,0 +1,85 @@
+"""build_job: one call of a task made into the row an enqueue writes, checked first.
+
+Below task.py, canvas.py, schedules.py and app.py, which all make jobs: none of them
+imports another to reach it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from . import serialization, validate
+from .callshape import fits, signature_of
+from .errors import InvalidGroup
+from .keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
+from .queue import NewJob
+from .registry import TaskSpec
+from .validate import integer
+
+
+def build_job(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any], *, limit: int,
+              job_id: str | None = None, group: str | None = None,
+              countdown: float | None = None, eta: datetime | float | None = None,
+              priority: int = 0) -> NewJob:
+    """The row of one call of a task, gated: raises before anything is written."""
+    payload = serialization.dumps_args(args, kwargs, limit)
+    return NewJob(
+        id=check_job_id(job_id) if job_id is not None else new_job_id(),
+        task=spec.name,
+        payload=payload,
+        group=check_group(group if group is not None else _group_of(spec, args, kwargs)),
+        max_attempts=spec.max_attempts,
+        lease_ms=int(spec.lease * 1000),
+        delay_ms=int(spec.retry_delay * 1000),
+        ttl=spec.result_ttl,
+        countdown_ms=validate.countdown_ms(countdown, eta),
+        priority=integer(priority, "a priority", -100, 100),
+    )
+
+
+def _group_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    g = spec.group
+    if g is None:
+        return DEFAULT_GROUP
+    if isinstance(g, str):
+        return g
+    # The call as made, if it fits the group function; else the task's arguments by name,
+    # so ``lambda tenant, **_: tenant`` serves ``build_report.delay("acme", 42)``.
+    call = (args, kwargs) if fits(g, args, kwargs) else _by_name(spec.fn, args, kwargs)
+    try:
+        group: str = g(*call[0], **call[1])
+    except Exception as exc:
+        raise InvalidGroup(f"the group function of {spec.name} failed: {exc!r}") from exc
+    return group
+
+
+def _by_name(fn: Callable[..., Any], args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A call's arguments bound to the task's parameters, passed by name where they can be."""
+    sig = signature_of(fn)
+    try:
+        bound = sig.bind(*args, **kwargs) if sig is not None else None
+    except TypeError:
+        bound = None
+    if bound is None:
+        return args, kwargs
+    params = bound.signature.parameters
+    star = any(params[n].kind is inspect.Parameter.VAR_POSITIONAL and v
+               for n, v in bound.arguments.items())
+    pos: list[Any] = []
+    named: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        kind = params[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            pos.extend(value)
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        elif kind is inspect.Parameter.POSITIONAL_ONLY or (
+                star and kind is inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            pos.append(value)
+        else:
+            named[name] = value
+    return tuple(pos), named

@@ -1,0 +1,212 @@
+"""The keyspace: every key name of a queue is built here, and the gates on the names in it.
+
+Every key of a queue carries the hash tag ``{q}`` so the whole queue lives in one Redis
+Cluster slot. Scripts receive the queue's fixed keys as KEYS (in ``FIXED`` order) and form
+the two dynamic kinds (job rows and lanes) from the same hash-tagged base.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+from ..errors import InvalidGroup, InvalidJobId, InvalidQueueName
+
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+#: Caller-chosen job ids: letters, digits and ``_ . : -``, 1 to 128 characters.
+JOB_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
+#: Group names are arbitrary non-empty UTF-8 up to this many bytes.
+GROUP_MAX_BYTES = 256
+DEFAULT_GROUP = "default"
+
+#: The fixed keys of a queue, in the order every script receives them as KEYS.
+FIXED = (
+    "ring",      # list: exactly the serviceable groups
+    "active",    # zset: leased ids, score = lease deadline (ms, server clock)
+    "gactive",   # hash: group -> jobs in flight
+    "glimit",    # hash: group -> concurrency limit
+    "gweight",   # hash: group -> weight for the deficit rotation
+    "gturn",     # hash: group -> turns taken in its current weighted visit (derived)
+    "gpaused",   # set: groups parked by a per-lane pause
+    "paused",    # string: the queue-wide pause flag
+    "delayed",   # zset: retries and countdowns, score = due time (ms, server clock)
+    "dead",      # zset: jobs that used up their attempts, score = time of death
+    "wake",      # list: readiness tokens, bounded
+    "guard",     # never written: on a cluster, while the queue's slot migrates, a script
+                 # that declares a missing key is refused (TRYAGAIN) instead of running on
+                 # a half-moved queue; see cluster.py
+)
+
+# The constants the three languages share (lua/lib/wake.lua, lua/lib/keys.lua and
+# native/emq.c write them too; tests/test_store_layout.py fails when they differ). Python
+# reads them from here only.
+#: The wake list's bound: tokens are hints (the ring is the truth), so a full list drops the
+#: push; a WAKE_DUE token is pushed only while the list holds under half of it.
+WAKE_CAP = 16
+#: Seconds the wake list lives after a push.
+WAKE_TTL = 60
+#: The wake tokens: work is claimable; `delayed` got a new earliest entry.
+WAKE_WORK, WAKE_DUE = "1", "d"
+#: Lane scores are priority * PRIO_SPAN + the enqueue time in ms.
+PRIO_SPAN = 10**13
+
+
+def check_queue_name(name: str) -> str:
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+        raise InvalidQueueName(
+            f"invalid queue name {name!r}: use 1-64 letters, digits, '_', '.' or '-'"
+        )
+    return name
+
+
+def check_job_id(job_id: str) -> str:
+    if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
+        raise InvalidJobId(
+            f"invalid job id {job_id!r}: use 1-128 letters, digits, '_', '.', ':' or '-'"
+        )
+    return job_id
+
+
+def check_group(group: object) -> str:
+    """A group name: any non-empty UTF-8 text up to GROUP_MAX_BYTES bytes, or InvalidGroup.
+
+    Anything else goes, braces, colons, spaces, control characters and NUL included: a lane
+    is ``emq:{q}:g:<group>:pending`` (the tag is the first ``{...}``, the queue's; the lane's
+    name is the group's bytes between a fixed prefix and a fixed suffix, so two groups
+    never share a lane), and other structures hold groups as members or fields, never in
+    key names. Lone surrogates (text that is not UTF-8) are refused.
+    """
+    if not isinstance(group, str) or not group:
+        raise InvalidGroup(f"invalid group {group!r}: a group is a non-empty string")
+    try:
+        size = len(group.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidGroup(f"invalid group {group[:40]!r}: not valid UTF-8 text "
+                           f"(a lone surrogate)") from None
+    if size > GROUP_MAX_BYTES:
+        raise InvalidGroup(f"invalid group: {size} bytes is longer than {GROUP_MAX_BYTES} "
+                           f"bytes")
+    return group
+
+
+_last_ms = 0
+_seq = 0
+
+
+def new_job_id() -> str:
+    """A time-ordered unique id: 12 hex digits of ms, 4 of a per-ms sequence, 8 random."""
+    global _last_ms, _seq
+    ms = time.time_ns() // 1_000_000
+    if ms <= _last_ms:
+        ms, _seq = _last_ms, (_seq + 1) & 0xFFFF
+    else:
+        _seq = 0
+    _last_ms = ms
+    return f"{ms:012x}{_seq:04x}{os.urandom(4).hex()}"
+
+
+class QueueKeys:
+    """Key names of one queue."""
+
+    __slots__ = ("name", "base", "fixed", "ring", "active", "delayed", "dead", "wake",
+                 "gactive", "glimit", "gweight", "gpaused", "paused", "grate", "gmax",
+                 "gdefaults", "gbackoff", "gwait", "fairness", "gvt", "gvrun", "gcost",
+                 "busy")
+
+    def __init__(self, name: str) -> None:
+        self.name = check_queue_name(name)
+        self.base = f"emq:{{{name}}}:"
+        self.fixed = tuple(self.base + k for k in FIXED)
+        b = self.base
+        self.ring, self.active, self.delayed, self.dead = b + "ring", b + "active", \
+            b + "delayed", b + "dead"
+        self.wake, self.paused, self.gpaused = b + "wake", b + "paused", b + "gpaused"
+        self.gactive, self.glimit, self.gweight = b + "gactive", b + "glimit", b + "gweight"
+        # The fairness controls' books, formed by the scripts from the same base:
+        # rate limits, lane caps, the defaults for every group, back-offs, and the open
+        # groups held back until a time (see lua/lib/place.lua).
+        self.grate, self.gmax, self.gdefaults = b + "grate", b + "gmax", b + "gdefaults"
+        self.gbackoff, self.gwait = b + "gbackoff", b + "gwait"
+        # The time-fair mode's books (lua/lib/timefair.lua): the
+        # mode flag, its ring (a zset by virtual time), each group's virtual time and cost
+        # estimate, and the queue's busy time in 10 s slots.
+        self.fairness, self.gvt, self.gvrun = b + "fairness", b + "gvt", b + "gvrun"
+        self.gcost, self.busy = b + "gcost", b + "busy"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.base}job:{job_id}"
+
+    def done(self, job_id: str) -> str:
+        """The list a finishing verb pushes to, for clients blocked in ``get()``."""
+        return f"{self.base}done:{job_id}"
+
+    def workflow(self, workflow_id: str) -> str:
+        """hash: a workflow's state, steps and failure (lua/lib/workflow.lua)."""
+        return f"{self.base}wf:{workflow_id}"
+
+    def chord(self, callback_id: str) -> str:
+        """hash: a chord callback's collected results, slot -> result JSON."""
+        return f"{self.base}chord:{callback_id}"
+
+    def lane(self, group: str) -> str:
+        return f"{self.base}g:{group}:pending"
+
+    def starts(self, group: str) -> str:
+        """A rate-limited group's last start times (ms), newest first, at most max_jobs."""
+        return f"{self.base}g:{group}:starts"
+
+    def group_busy(self, group: str) -> str:
+        """hash: 10 s slot -> ms of worker time the group's time-mode jobs used (last minute)."""
+        return f"{self.base}g:{group}:busy"
+
+    @property
+    def lane_pattern(self) -> str:
+        # Group names may hold glob characters; a SCAN pattern escapes none of them, so
+        # callers recover the group from the key by slicing, not from the pattern.
+        return f"{self.base}g:*:pending"
+
+    def group_of_lane(self, key: str) -> str:
+        return key[len(self.base) + 2 : -len(":pending")]
+
+    # -- periodic schedules (schedules.py, lua/schedule.lua) ------------------------------
+    @property
+    def schedules(self) -> str:
+        """hash: schedule name -> its spec (JSON)."""
+        return self.base + "schedules"
+
+    @property
+    def schedstate(self) -> str:
+        """hash: ``<name>:last`` / ``:job`` / ``:lastid`` / ``:key`` / ``:origin`` per schedule."""
+        return self.base + "schedstate"
+
+    @property
+    def schedver(self) -> str:
+        """string: bumped by every change of ``schedules``."""
+        return self.base + "schedver"
+
+    @property
+    def tasks(self) -> str:
+        """hash: task name -> its options (JSON), as the workers of the queue serve them."""
+        return self.base + "tasks"
+
+    @property
+    def clock(self) -> str:
+        """hash: ``seen`` (the latest server time a reap saw, ms), and the last step of the
+        server's clock a master saw: ``step`` (ms, + forward) and ``at`` (server ms)."""
+        return self.base + "clock"
+
+    @property
+    def tally(self) -> str:
+        """hash: counters of the queue's life, ``stale_acks`` (acks refused by the fence)."""
+        return self.base + "tally"
+
+    @property
+    def doctor(self) -> str:
+        """A key of the queue no verb uses: the doctor's ACL probes run on it (acl.py)."""
+        return self.base + "doctor"
+
+    @property
+    def all_pattern(self) -> str:
+        # Queue names hold no glob characters, and Redis globs give braces no meaning.
+        return self.base + "*"

@@ -1,0 +1,191 @@
+"""Loads the Lua verbs from ``lua/``, composes each with the helpers it includes, runs them by SHA.
+
+A verb's header names the helper files of ``lua/lib/`` it uses, on one line
+``-- Includes: keys, ring``; a helper file names its own the same way. The loader sends the
+prelude (the fixed keys and BASE), then every file reached from the verb's list, each once and
+after the files it includes, then the verb: so a verb loads only what it uses. An include that
+names no file, or a cycle of includes, refuses the load (ConfigError naming the file).
+
+Each verb computes its SHA on the client and runs EVALSHA; on NOSCRIPT it sends the source
+with EVAL, which loads and runs it in one command (and caches it for the next EVALSHA). So a
+``SCRIPT FLUSH`` or a restarted server costs one extra round trip, no error -- even when the
+cache is flushed again right after the reload, which redis-py's own SCRIPT LOAD-then-EVALSHA
+fallback does not survive.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
+
+from ..errors import ConfigError, ServerFull
+from .keys import FIXED
+
+VERBS = (
+    "enqueue", "claim", "ack", "retry", "release", "extend", "reap", "promote",
+    "pause", "pause_group", "limit", "weight", "cancel", "requeue", "wait",
+    "repair", "rate", "maxsize", "defaults", "schedule", "fairness", "workflow", "wffail",
+    "wfcancel", "find", "lanes", "wake",
+)
+#: Keys a verb takes after the fixed ones, in KEYS order; its prelude declares them as
+#: ``K_<name>``, so a script still forms no key of its own but job rows, lanes and done lists.
+VERB_KEYS: dict[str, tuple[str, ...]] = {
+    "schedule": ("schedules", "schedstate", "schedver"),
+}
+
+
+def lua_dir() -> Path:
+    """The folder of Lua sources: inside the installed package, or the checkout's ``lua/``."""
+    packaged = Path(str(resources.files("emqtasks"))) / "lua"
+    if packaged.is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parents[2] / "lua"
+    if checkout.is_dir():
+        return checkout
+    raise ConfigError("emqtasks is installed without its lua/ folder")
+
+
+def _prelude(verb: str = "") -> str:
+    names = ", ".join(f"K_{k}" for k in FIXED)
+    values = ", ".join(f"KEYS[{i}]" for i in range(1, len(FIXED) + 1))
+    base = f"local BASE = string.sub(KEYS[1], 1, -{len(FIXED[0]) + 1})"
+    extra = VERB_KEYS.get(verb, ())
+    more = "" if not extra else "local {} = {}\n".format(
+        ", ".join(f"K_{k}" for k in extra),
+        ", ".join(f"KEYS[{len(FIXED) + i}]" for i in range(1, len(extra) + 1)))
+    return f"local {names} = {values}\n{base}\n{more}"
+
+
+def _check_header(name: str, text: str) -> None:
+    head = text.split("\n\n", 1)[0]
+    if not head.startswith(f"-- {name}:") or "KEYS" not in head or "Reply" not in head:
+        raise ConfigError(f"lua/{name}.lua must open with its contract (name, KEYS, Reply)")
+
+
+_INCLUDES = re.compile(r"^-- Includes:(.*)$", re.MULTILINE)
+_LIB_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def includes(text: str, where: str) -> list[str]:
+    """The helper files a Lua file's header names on its ``-- Includes:`` line, in order
+    (none without the line); words in parentheses after the names are a comment."""
+    lines = _INCLUDES.findall(text.split("\n\n", 1)[0])
+    if len(lines) > 1:
+        raise ConfigError(f"{where} has more than one '-- Includes:' line")
+    listed = lines[0].split("(", 1)[0].strip() if lines else ""
+    names = [n.strip() for n in listed.split(",")] if listed else []
+    for n in names:
+        if not _LIB_NAME.match(n):
+            raise ConfigError(f"{where} includes {n!r}: not a helper file's name")
+    return names
+
+
+def load_order(folder: Path, name: str) -> list[str]:
+    """The helper files verb ``name`` loads, each once and after the files it includes."""
+    order: list[str] = []
+    visiting: list[str] = []
+
+    def visit(lib: str, includer: str) -> None:
+        if lib in order:
+            return
+        if lib in visiting:
+            cycle = " -> ".join(f"lib/{n}.lua" for n in visiting[visiting.index(lib):] + [lib])
+            raise ConfigError(f"lua/{includer} closes a cycle of includes: {cycle}")
+        path = folder / "lib" / f"{lib}.lua"
+        if not path.is_file():
+            raise ConfigError(f"lua/{includer} includes {lib!r}: there is no lua/lib/{lib}.lua")
+        visiting.append(lib)
+        for dep in includes(path.read_text(), f"lua/lib/{lib}.lua"):
+            visit(dep, f"lib/{lib}.lua")
+        visiting.pop()
+        order.append(lib)
+
+    for lib in includes((folder / f"{name}.lua").read_text(), f"lua/{name}.lua"):
+        visit(lib, f"{name}.lua")
+    return order
+
+
+def compose(folder: Path, name: str) -> str:
+    """The full text of verb ``name`` from the Lua sources in ``folder``: the prelude, the
+    helper files it includes (load_order), the verb."""
+    text = (folder / f"{name}.lua").read_text()
+    _check_header(name, text)
+    helpers = "".join((folder / "lib" / f"{lib}.lua").read_text() + "\n"
+                      for lib in load_order(folder, name))
+    return _prelude(name) + helpers + text
+
+
+@functools.cache
+def source(name: str) -> str:
+    """The full text sent to Redis for one verb: prelude, the helpers it includes, the verb."""
+    return compose(lua_dir(), name)
+
+
+#: A full server's refusal inside a script: its own reply (OOM) from Redis 7 on, the text of
+#: a script error on 6.2 ("Error running script ...: -OOM command not allowed ...").
+_OOM = "OOM command not allowed"
+
+
+class Verb(Script):
+    """A redis-py ``Script`` whose NOSCRIPT fallback is EVAL of the source: no window
+    between a reload and the run for another SCRIPT FLUSH to fail the call. A full server's
+    refusal is ServerFull (the script was stopped at its first write: nothing written)."""
+
+    def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        from redis.client import Pipeline
+
+        client = self.registered_client if client is None else client
+        if isinstance(client, Pipeline):   # pipelines load their scripts before EXEC
+            return super().__call__(keys, args, client)
+        keys, args = list(keys or ()), list(args or ())
+        try:
+            try:
+                return client.evalsha(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                return client.eval(self.script, len(keys), *keys, *args)
+        except ResponseError as exc:
+            if isinstance(exc, OutOfMemoryError) or _OOM in str(exc):
+                raise ServerFull.of(exc) from None   # refused at its first write: no write
+            raise
+
+
+class Scripts:
+    """One ``Verb`` per verb, bound to a client."""
+
+    def __init__(self, client: Any) -> None:
+        for name in VERBS:
+            setattr(self, name, Verb(client, source(name)))
+
+    enqueue: Any
+    claim: Any
+    ack: Any
+    retry: Any
+    release: Any
+    extend: Any
+    reap: Any
+    promote: Any
+    pause: Any
+    pause_group: Any
+    limit: Any
+    weight: Any
+    cancel: Any
+    requeue: Any
+    wait: Any
+    repair: Any
+    rate: Any
+    maxsize: Any
+    defaults: Any
+    schedule: Any
+    fairness: Any
+    workflow: Any
+    wffail: Any
+    wfcancel: Any
+    find: Any
+    lanes: Any
+    wake: Any

@@ -1,0 +1,156 @@
+"""Which path runs a queue's hot verbs: the module's EMQ.* commands or the Lua scripts.
+
+``EMQ_NATIVE`` picks: ``auto`` (the default) uses the module when the server has it, ``off``
+always runs the scripts, ``require`` refuses to run without the module (NativeUnavailable).
+Detection costs no extra command: the first hot verb is sent as its EMQ.* command, and a
+server that does not know it answers before anything is written; in ``auto`` the call is
+then sent as the script, and so is every later one of that queue object (a user not granted
+one EMQ.* command, NOPERM, falls back for that verb only). A server restarted without the
+module is noticed the same way; one that gains it is used by queues made after that (a
+worker restart). Both paths leave the same state (tests/test_native_diff.py), so a queue
+served by both at once is one queue.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from redis.exceptions import (
+    NoPermissionError,
+    NoScriptError,
+    OutOfMemoryError,
+    RedisError,
+    ResponseError,
+)
+
+from ..errors import ConfigError, NativeUnavailable, ServerFull
+from ..native import module_path
+from .cluster import is_cluster
+from .commands import COMMANDS
+from .wire import Wire, WireBroken
+
+MODES = ("auto", "off", "require")
+#: The name the module registers (MODULE LIST).
+MODULE_NAME = "emq"
+
+
+def native_mode(environ: Mapping[str, str] | None = None) -> str:
+    """``EMQ_NATIVE`` (auto, off or require; auto when unset); ConfigError otherwise."""
+    env = os.environ if environ is None else environ
+    mode = (env.get("EMQ_NATIVE") or "auto").strip().lower()
+    if mode not in MODES:
+        raise ConfigError(f"EMQ_NATIVE must be one of {', '.join(MODES)}, not {mode!r}")
+    return mode
+
+
+def _module_missing(exc: RedisError) -> bool:
+    """The server (or, on a cluster, the client's command table) does not know the command,
+    or this user may not run it: nothing was executed."""
+    if isinstance(exc, NoPermissionError):
+        return True
+    text = str(exc).lower()
+    if isinstance(exc, ResponseError):
+        return text.startswith("unknown command")
+    return "doesn't exist in redis commands" in text   # redis-py's cluster command table
+
+
+def missing_hint() -> str:
+    """What to do when EMQ_NATIVE=require meets a server without the module."""
+    path = module_path()
+    where = (f"load it with --loadmodule {path}" if path else
+             "it is not built here (`emqtasks native status` says why)")
+    return f"EMQ_NATIVE=require but the server has no emq module: {where}"
+
+
+def loaded_version(client: Any, **target: Any) -> int | None:
+    """The version of the emq module the server has loaded, or None (MODULE LIST; a user
+    that may not run it gets NoPermissionError)."""
+    for entry in client.execute_command("MODULE", "LIST", **target) or []:
+        row = entry if isinstance(entry, dict) else dict(zip(entry[::2], entry[1::2]))
+        name = row.get("name", row.get(b"name"))
+        if (name.decode() if isinstance(name, bytes) else str(name)) == MODULE_NAME:
+            return int(row.get("ver") or row.get(b"ver") or 0)
+    return None
+
+
+class HotVerbs:
+    """The eight hot verbs of one client, each called as ``call(verb, keys, args)``."""
+
+    def __init__(self, client: Any, scripts: Any, mode: str | None = None) -> None:
+        self.client = client
+        self.scripts = scripts
+        self.mode = native_mode() if mode is None else mode
+        #: Per verb: None until its first call tells, then whether the module serves it. A
+        #: server without the module turns every verb to False; a user not granted one
+        #: command (NOPERM) turns only that verb.
+        self.serves: dict[str, bool | None] = dict.fromkeys(
+            COMMANDS, False if self.mode == "off" else None)
+        self.wire = Wire(client)
+
+    @property
+    def native(self) -> bool | None:
+        """Whether the module serves this client (None: no hot verb has run yet)."""
+        known = [v for v in self.serves.values() if v is not None]
+        return any(known) if known else None
+
+    def call(self, verb: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        if self.serves[verb] is False:
+            return getattr(self.scripts, verb)(keys, args)
+        try:
+            reply = self._send(COMMANDS[verb], keys, args)
+        except OutOfMemoryError as exc:   # EMQ.ENQUEUE on a full server: nothing written
+            raise ServerFull.of(exc) from None
+        except RedisError as exc:
+            if not _module_missing(exc):
+                raise
+            if self.mode == "require":
+                if isinstance(exc, NoPermissionError):
+                    raise      # this user may not run this verb at all
+                raise NativeUnavailable(missing_hint()) from None
+            if isinstance(exc, NoPermissionError):
+                self.serves[verb] = False
+            else:
+                self.serves = dict.fromkeys(COMMANDS, False)
+            return getattr(self.scripts, verb)(keys, args)
+        self.serves[verb] = True
+        return reply
+
+    def call_piped(self, verb: str, keys: Sequence[str], args: Sequence[Any],
+                   also: Callable[[Any], None]) -> Any:
+        """The verb and the commands ``also`` adds to a pipeline, in one round trip (the
+        master's tick: reap and its heartbeat). A verb whose path is not known yet, or a
+        cluster client (its pipelines refuse EVALSHA), pays a round trip for each."""
+        served = self.serves[verb]
+        if served is None or is_cluster(self.client):
+            reply = self.call(verb, keys, args)
+            pipe = self.client.pipeline(transaction=False)
+            also(pipe)
+            pipe.execute()
+            return reply
+        pipe = self.client.pipeline(transaction=False)
+        if served:
+            pipe.execute_command(COMMANDS[verb], *keys, *args)
+        else:
+            pipe.evalsha(getattr(self.scripts, verb).sha, len(keys), *keys, *args)
+        also(pipe)
+        first, *rest = pipe.execute(raise_on_error=False)
+        for r in rest:
+            if isinstance(r, Exception):
+                raise r
+        if isinstance(first, NoScriptError) or (served and isinstance(first, RedisError)):
+            # a flushed script cache, or a server restarted without the module: the one
+            # call again, through the path that copes (a real error is raised again there)
+            return self.call(verb, keys, args)
+        if isinstance(first, Exception):
+            raise first
+        return first
+
+    def _send(self, command: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        if self.wire.usable:
+            try:
+                return self.wire.call(command, keys, args)
+            except WireBroken:
+                pass    # sent again below, with redis-py's reconnect and retries
+        return self.client.execute_command(command, *keys, *args)

@@ -161,7 +161,8 @@ def _number(pattern: str, text: str) -> float:
 
 def test_the_constants_the_three_languages_share_agree() -> None:
     lua = "".join((ROOT / "lua" / "lib" / f"{lib}.lua").read_text() for lib in ("wake", "keys"))
-    c = (PACKAGE / "native" / "emq.c").read_text()
+    native = PACKAGE / "native"
+    c = "\n".join(f.read_text() for f in (native / "emq.c", *sorted(native.glob("src/*.[ch]"))))
     assert _number(r"^local WAKE_CAP = (\S+)", lua) == keys.WAKE_CAP
     assert _number(r"^#define WAKE_CAP (\S+)", c) == keys.WAKE_CAP
     assert _number(r"^local WAKE_TTL = (\S+)", lua) == keys.WAKE_TTL

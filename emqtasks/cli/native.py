@@ -41,7 +41,7 @@ def _built_line() -> str:
     built = module_path()
     if built is None:
         return f"built: no ({why_not_built()})"
-    stale = "" if build.is_fresh(built) else " (older than emq.c: rebuild it)"
+    stale = "" if build.is_fresh(built) else " (older than its sources: rebuild it)"
     return f"built: {built}{stale}"
 
 

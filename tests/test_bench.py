@@ -1,4 +1,10 @@
-"""`emqtasks bench --quick --json` as users run it: a smoke test of the benchmark command."""
+"""`emqtasks bench --quick --json` as users run it: a smoke test of the benchmark command.
+
+The fairness and peer benchmarks run alone, first: they measure shares and rates that other
+load would skew. The others only check that their figures were measured, and wait mostly on
+worker start-ups and fixed windows: the first of them to run starts all that are selected at
+once, each on its own private server(s), and each test then checks its own.
+"""
 
 from __future__ import annotations
 
@@ -7,36 +13,91 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
 
 import pytest
 
 from emqtasks.native import module_path
 
+#: The benchmarks run side by side, by the test that checks each: its command's arguments.
+_TOGETHER: dict[str, list[str]] = {
+    "test_quick_bench_reports_throughput_and_fairness": ["--quick", "--json"],
+    "test_quick_workflow_bench_a_chain_step_rides_on_the_ack": [
+        "--workflows", "--quick", "--json"],
+    # One request per page (--quick asks 3 for a median): each page is still timed
+    "test_quick_dashboard_bench_times_the_pages_on_10000_groups": [
+        "--dashboard", "--quick", "--runs", "1", "--json"],
+    "test_the_cluster_benchmark_reports_one_to_three_queues": [
+        "--cluster", "--quick", "--jobs", "300", "--json"],
+}
 
-@pytest.mark.timeout(150)
-def test_quick_bench_reports_throughput_and_fairness() -> None:
-    # Given the CLI, When the quick benchmark runs on its own private server
-    proc = subprocess.run(
-        [sys.executable, "-m", "emqtasks.cli", "bench", "--quick", "--json"],
-        check=False, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout)
-    figures = report["figures"]
 
-    # Then every throughput figure is a positive rate
-    for key in ("enqueue_one_jobs_s", "enqueue_batch_jobs_s", "drain_10_groups_jobs_s",
-                "drain_1_group_jobs_s", "enqueue_batch_many_groups_jobs_s",
-                "drain_many_groups_jobs_s"):
-        assert figures[key] is not None and figures[key] > 0, (key, report["notes"])
-    # And the Redis-side and latency figures were measured
-    assert figures["drain_cmds_per_job"] > 0
-    assert figures["wake_latency_p50_ms"] is not None and figures["wake_latency_p50_ms"] > 0
-    assert figures["idle_cmds_per_s"] is not None
-    # And a quiet group's job starts before 10 jobs of a flood backlog have
-    assert figures["fairness_flood_before_quiet"] is not None
-    assert figures["fairness_flood_before_quiet"] < 10, report["rows"]
-    # And no drain got stuck
-    assert not [n for n in report["notes"] if n.startswith("stuck")], report["notes"]
+def _can_run(name: str) -> bool:
+    """False where the test skips (so its benchmark is not started for nothing)."""
+    if "dashboard" in name:
+        return importlib.util.find_spec("jinja2") is not None
+    if "cluster" in name:
+        return shutil.which("redis-server") is not None
+    return True
+
+
+class _Bench:
+    """``emqtasks bench ARGS`` started now, its output in files (pipes left unread while
+    another test runs could fill and stall it)."""
+
+    def __init__(self, args: list[str], folder: Path) -> None:
+        self.args = [sys.executable, "-m", "emqtasks.cli", "bench", *args]
+        self.out: IO[str] = open(folder / "stdout", "w+")
+        self.err: IO[str] = open(folder / "stderr", "w+")
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(self.args, stdout=self.out, stderr=self.err, text=True)
+
+    def result(self, timeout: float) -> subprocess.CompletedProcess[str]:
+        """Its exit, within ``timeout`` seconds of its start (as subprocess.run's timeout)."""
+        try:
+            self.proc.wait(max(0.0, self.started + timeout - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.close()
+            raise
+        self.out.seek(0)
+        self.err.seek(0)
+        return subprocess.CompletedProcess(self.args, self.proc.returncode, self.out.read(),
+                                           self.err.read())
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.out.close()
+        self.err.close()
+
+
+@pytest.fixture(scope="module")
+def benches(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _Bench]]:
+    """Every selected benchmark of _TOGETHER, started at once."""
+    selected = {item.name for item in request.session.items
+                if item.module is request.module and item.name in _TOGETHER}
+    started = {name: _Bench(_TOGETHER[name], tmp_path_factory.mktemp("bench"))
+               for name in sorted(selected) if _can_run(name)}
+    try:
+        yield started
+    finally:
+        for bench in started.values():
+            bench.close()
+
+
+def _run(benches: dict[str, _Bench], request: pytest.FixtureRequest,
+         timeout: float) -> subprocess.CompletedProcess[str]:
+    """The result of the test's own benchmark (started on its own if the fixture did not)."""
+    name = request.node.name
+    if name not in benches:
+        benches[name] = _Bench(_TOGETHER[name], Path(tempfile.mkdtemp(prefix="emq-bench-")))
+    return benches[name].result(timeout)
 
 
 _PEERS = [m for m in ("huey", "dramatiq") if importlib.util.find_spec(m) is not None]
@@ -91,11 +152,35 @@ def test_quick_fairness_bench_prints_the_share_table_and_claim_costs() -> None:
         assert figures[f"claim_cost_ratio_{mode}"] is not None
 
 
-def test_quick_workflow_bench_a_chain_step_rides_on_the_ack() -> None:
+@pytest.mark.timeout(150)
+def test_quick_bench_reports_throughput_and_fairness(
+        benches: dict[str, _Bench], request: pytest.FixtureRequest) -> None:
+    # Given the CLI, When the quick benchmark runs on its own private server
+    proc = _run(benches, request, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    figures = report["figures"]
+
+    # Then every throughput figure is a positive rate
+    for key in ("enqueue_one_jobs_s", "enqueue_batch_jobs_s", "drain_10_groups_jobs_s",
+                "drain_1_group_jobs_s", "enqueue_batch_many_groups_jobs_s",
+                "drain_many_groups_jobs_s"):
+        assert figures[key] is not None and figures[key] > 0, (key, report["notes"])
+    # And the Redis-side and latency figures were measured
+    assert figures["drain_cmds_per_job"] > 0
+    assert figures["wake_latency_p50_ms"] is not None and figures["wake_latency_p50_ms"] > 0
+    assert figures["idle_cmds_per_s"] is not None
+    # And a quiet group's job starts before 10 jobs of a flood backlog have
+    assert figures["fairness_flood_before_quiet"] is not None
+    assert figures["fairness_flood_before_quiet"] < 10, report["rows"]
+    # And no drain got stuck
+    assert not [n for n in report["notes"] if n.startswith("stuck")], report["notes"]
+
+
+def test_quick_workflow_bench_a_chain_step_rides_on_the_ack(
+        benches: dict[str, _Bench], request: pytest.FixtureRequest) -> None:
     # Given the CLI, When the quick workflow benchmark runs on its own private server
-    proc = subprocess.run(
-        [sys.executable, "-m", "emqtasks.cli", "bench", "--workflows", "--quick", "--json"],
-        check=False, capture_output=True, text=True, timeout=120)
+    proc = _run(benches, request, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     figures = json.loads(proc.stdout)["figures"]
     # Then a chain step costs the round trips of a plain job (one script call: the
@@ -108,11 +193,10 @@ def test_quick_workflow_bench_a_chain_step_rides_on_the_ack() -> None:
 
 
 @pytest.mark.timeout(300)
-def test_quick_dashboard_bench_times_the_pages_on_10000_groups() -> None:
+def test_quick_dashboard_bench_times_the_pages_on_10000_groups(
+        benches: dict[str, _Bench], request: pytest.FixtureRequest) -> None:
     pytest.importorskip("jinja2")
-    proc = subprocess.run(
-        [sys.executable, "-m", "emqtasks.cli", "bench", "--dashboard", "--quick", "--json"],
-        check=False, capture_output=True, text=True, timeout=280)
+    proc = _run(benches, request, timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     assert report["groups"] == 10_000 and report["dead"] == 20_000
@@ -122,12 +206,11 @@ def test_quick_dashboard_bench_times_the_pages_on_10000_groups() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_the_cluster_benchmark_reports_one_to_three_queues() -> None:
+def test_the_cluster_benchmark_reports_one_to_three_queues(
+        benches: dict[str, _Bench], request: pytest.FixtureRequest) -> None:
     if shutil.which("redis-server") is None:
         pytest.skip("no redis-server binary on PATH: cannot start a Redis Cluster")
-    proc = subprocess.run([sys.executable, "-m", "emqtasks.cli", "bench", "--cluster",
-                           "--quick", "--jobs", "300", "--json"],
-                          capture_output=True, text=True, timeout=110)
+    proc = _run(benches, request, timeout=110)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(proc.stdout)["rows"]
     assert [r["queues"] for r in rows] == [1, 2, 3]

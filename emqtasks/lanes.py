@@ -192,13 +192,14 @@ def view(client: Any, keys: Any, g: str, books: dict[str, Any]) -> dict[str, Any
 #: A group's settings a claim reads as integers: (field, its own book, what it is called).
 _INT_SETTINGS = (("limit", "glimit", "limit"), ("max_size", "gmax", "lane cap"),
                  ("weight", "gweight", "weight"))
+_SETTING_NAMES = {field: name for field, _, name in _INT_SETTINGS}
 
 
 def _setting(books: dict[str, Any], g: str, field: str, book: str) -> tuple[Any, str]:
     """A setting's stored text (the group's own, else the default) and the words naming
     where it is: "its limit (BASE glimit)", or "the default limit (BASE gdefaults)"."""
     own = books[book].get(g)
-    name = dict((f, n) for f, _, n in _INT_SETTINGS).get(field, field)
+    name = _SETTING_NAMES.get(field, field)
     if own is not None:
         return own, f"its {name} ({books['base']}{book})"
     return books["gdefaults"].get(field), f"the default {name} ({books['base']}gdefaults)"

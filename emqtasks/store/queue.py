@@ -590,9 +590,7 @@ class Queue:
         views = []
         for job_id, row in zip(ids, pipe.execute(raise_on_error=False)):
             if isinstance(row, Exception):
-                faults: list[str] = []
-                lanes.readable(self.client, self.keys.job(job_id), row, None, faults)
-                views.append({**job_view(job_id, {}), "corrupt": f"{faults[0]}, not a hash"})
+                views.append({**job_view(job_id, {}), "corrupt": self._not_a_hash(job_id, row)})
             elif row:
                 views.append(job_view(job_id, row))
         return views
@@ -610,11 +608,16 @@ class Queue:
     def unreadable_row(self, job_id: str, exc: ResponseError) -> CorruptKey:
         """The error for a job key that a read found of the wrong type (``exc``, its
         WRONGTYPE; any other error is raised as it is)."""
+        return CorruptKey(f"queue {self.name}: job {job_id} cannot be read: "
+                          f"{self._not_a_hash(job_id, exc)} (emqtasks check --repair moves "
+                          "it to dead)", (self.keys.job(job_id),))
+
+    def _not_a_hash(self, job_id: str, exc: Exception) -> str:
+        """"<job key> holds a <type>, not a hash" for a read its WRONGTYPE refused (any other
+        error is raised as it is)."""
         faults: list[str] = []
-        key = self.keys.job(job_id)
-        lanes.readable(self.client, key, exc, None, faults)
-        return CorruptKey(f"queue {self.name}: job {job_id} cannot be read: {faults[0]}, not "
-                          "a hash (emqtasks check --repair moves it to dead)", (key,))
+        lanes.readable(self.client, self.keys.job(job_id), exc, None, faults)
+        return f"{faults[0]}, not a hash"
 
     def outcome(self, job_id: str, register: bool = False) -> tuple[str | None, str | None,
                                                                       str | None]:

@@ -252,10 +252,13 @@ def test_schedules_on_a_redis_cluster_live_in_the_queues_slot() -> None:
         sched.run_due(app.queue())
         _wait_server_past(store, min(e.next for e in sched.entries.values()) + 0.01)
         sched.run_due(app.queue())
-        lease = app.queue().claim(1)[0]
-        assert lease.id.startswith("sched:cl:") and lease.task == "s.tick"
+        # The first look fires too when the schedule's second has already turned: take
+        # every firing, and the last one listed is one of them, running.
+        leases = app.queue().claim(10)
+        assert leases and {(x.id[:9], x.task) for x in leases} == {("sched:cl:", "s.tick")}
         info = app.schedules()[0]
-        assert (info.name, info.last_id, info.last_state) == ("cl", lease.id, "active")
+        assert info.name == "cl" and info.last_state == "active"
+        assert info.last_id == max((x.id for x in leases), key=lambda i: int(i.rsplit(":", 1)[1]))
         owner = servers.master_of_queue(name)
         with servers.node(owner) as node:   # every key of it on the queue's node
             held = set(node.scan_iter(match=QueueKeys(name).all_pattern, count=1000))

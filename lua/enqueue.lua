@@ -1,7 +1,7 @@
 -- enqueue: admit jobs idempotently, one or many in one call, each with its own verdict.
 --
 -- KEYS: the queue's fixed keys (see lib/keys.lua).
--- Includes: core, keys, enqueue, wake, place, history
+-- Includes: core, keys, enqueue, jobrow
 -- ARGV[1]      n, the number of jobs; then 10 fields per job:
 --   id         job id (gated again here: 1-128 of [A-Za-z0-9_.:-])
 --   task       registered task name
@@ -31,36 +31,19 @@ local refused, books, caps = enqueue_books(n, now)
 if books then return redis.error_reply(books) end
 local out = {}
 for i = 0, n - 1 do
-  local o = 1 + i * 10
-  local id, task, payload, g = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4]
-  local countdown = tonumber(ARGV[o + 9])
-  local prio = tonumber(ARGV[o + 10]) or 0
+  local at = 2 + i * 10    -- ARGV[at + J_*]: job i's arguments (lib/jobrow.lua)
+  local id = ARGV[at + J_ID]
   if #id > 128 or not string.match(id, '^[%w_.:%-]+$') then
     out[#out + 1] = -1
+  elseif redis.call('EXISTS', job_key(id)) == 1 then
+    out[#out + 1] = 0
+  elseif refused[i] then
+    out[#out + 1] = 3
   else
-    local jk = job_key(id)
-    local cap = caps[i]
-    if redis.call('EXISTS', jk) == 1 then
-      out[#out + 1] = 0
-    elseif refused[i] then
-      out[#out + 1] = 3
-    elseif cap and redis.call('ZCARD', lane_key(g)) >= tonumber(cap) then
-      out[#out + 1] = 2
-    else
-      local state = 'pending'
-      if countdown > 0 then state = 'delayed' end
-      redis.call('HSET', jk, 'task', task, 'payload', payload, 'group', g, 'state', state,
-        'attempts', 0, 'max', ARGV[o + 5], 'lease', ARGV[o + 6], 'delay', ARGV[o + 7],
-        'ttl', ARGV[o + 8], 'created', now)
-      if prio ~= 0 then redis.call('HSET', jk, 'prio', prio) end
-      if countdown > 0 then
-        delay_push(id, now + countdown)
-      else
-        lane_push(g, id, lane_score(prio, now), now)
-      end
-      hist_enqueued(now, g)
-      out[#out + 1] = 1
-    end
+    -- A producer's job: held to its lane's cap when due now (caps[i], nil for a countdown:
+    -- it joins its lane when due), and counted in the minute's history as enqueued.
+    local prio = tonumber(ARGV[at + J_PRIORITY]) or 0
+    out[#out + 1] = new_job(at, prio, now, caps[i], true, true, nil)
   end
 end
 return out

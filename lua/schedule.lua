@@ -13,7 +13,7 @@
 --                         '<name>:origin' 'code' (declared in a worker's modules) or 'runtime'
 --   K_schedver    (emq:{q}:schedver)   string: bumped by every change of `schedules`;
 --                 masters re-read the schedules when it moved
--- Includes: core, keys, wake, place
+-- Includes: core, keys, jobrow
 -- ARGV[1]  op, one of:
 --   'put'   ARGV[2] name, ARGV[3] spec JSON, ARGV[4] timing key, ARGV[5] origin.
 --           A new schedule, or one whose timing key changed, owes no slot before now: its
@@ -33,7 +33,8 @@
 --         now: nothing written); -2 no such schedule (dropped meanwhile: nothing written).
 --         `last` is the marker after the call.
 -- Side effects of an enqueued slot: the row and its lane (or `delayed` for a countdown),
---   the ring and a wake, exactly as enqueue.lua writes them.
+--   the ring and a wake, written by the same helper as enqueue.lua's (new_job in
+--   lib/jobrow.lua), with the differences said below.
 
 local SCHEDULES, STATE, VERSION = K_schedules, K_schedstate, K_schedver
 local op, name = ARGV[1], ARGV[2]
@@ -69,8 +70,9 @@ local last = tonumber(redis.call('HGET', STATE, name .. ':last') or '-1')
 if redis.call('HEXISTS', SCHEDULES, name) == 0 then return {-2, now, last} end
 if slot * 1000 > now then return {-1, now, last} end
 if slot <= last then return {0, now, last} end
-local id, task, payload, g = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
-local ttl, countdown = tonumber(ARGV[12]), tonumber(ARGV[13])
+local at = 5        -- ARGV[at + J_*]: the slot's job (lib/jobrow.lua)
+local id = ARGV[at + J_ID]
+local ttl = tonumber(ARGV[at + J_TTL])
 local jk = job_key(id)
 redis.call('HSET', STATE, name .. ':last', slot, name .. ':lastid', id)
 if redis.call('EXISTS', jk) == 1 then return {0, now, slot} end
@@ -79,23 +81,18 @@ if ARGV[4] == '0' then
   local st = prev and redis.call('HGET', job_key(prev), 'state')
   if st == 'pending' or st == 'delayed' or st == 'active' then
     if ttl > 0 then
-      redis.call('HSET', jk, 'task', task, 'group', g, 'state', 'skipped', 'attempts', 0,
-        'max', ARGV[9], 'ttl', ttl, 'created', now, 'finished', now,
-        'error', 'skipped: the previous job of the schedule, ' .. prev .. ', is still ' .. st)
-      redis.call('EXPIRE', jk, ttl)
+      skip_job(at, now, ttl, 'skipped: the previous job of the schedule, ' .. prev ..
+        ', is still ' .. st)
     end
     return {2, now, slot}
   end
 end
-local state = 'pending'
-if countdown > 0 then state = 'delayed' end
-redis.call('HSET', jk, 'task', task, 'payload', payload, 'group', g, 'state', state,
-  'attempts', 0, 'max', ARGV[9], 'lease', ARGV[10], 'delay', ARGV[11], 'ttl', ttl,
-  'created', now)
-if countdown > 0 then
-  delay_push(id, now + countdown)
-else
-  lane_push(g, id, lane_score(0, now), now)
-end
+-- A slot's job differs from a producer's on purpose: it has no priority (a schedule takes
+-- none: lane score = its time); it is not held to its lane's cap, since the slot is marked
+-- handled above and a refusal would drop it for good, with no caller to raise LaneFull to
+-- (work the queue accepted is never dropped, README "Lane cap"); and the minute's history
+-- does not count it as enqueued: only enqueue.lua counted when each verb wrote its own row,
+-- and that is kept (its start and end count).
+new_job(at, 0, now, nil, false, true, nil)
 redis.call('HSET', STATE, name .. ':job', id)
 return {1, now, slot}

@@ -1,5 +1,5 @@
 -- enqueue: what an enqueue.lua call will write, checked before its first write.
--- Includes: keys, core, settings, history, types
+-- Includes: keys, core, settings, history, types, jobrow (J_*)
 
 local enqueue_books
 do   -- the names it uses copied next to it, as lib/claim.lua explains
@@ -9,9 +9,10 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
   local default, hist, int_ok, lane_key, limit_of, max_size_of, misfit, starts_key =
     default, hist, int_ok, lane_key, limit_of, max_size_of, misfit, starts_key
   local time_fair, type_of = time_fair, type_of
+  local J_COUNTDOWN, J_GROUP = J_COUNTDOWN, J_GROUP
   local ipairs, tonumber, type = ipairs, tonumber, type
 
-  -- Before the first write of enqueue.lua's call (ARGV: n, then 10 fields per job), what it
+  -- Before the first write of enqueue.lua's call (ARGV: n, then 10 per job, J_*), what it
   -- will write. Returns refused, books, caps: caps[i] the lane cap of job i when due now;
   -- refused[i] is true for job i (0-based) whose lane is
   -- not a zset, whose lane cap cannot be read, or, when its lane is empty (the job opens it),
@@ -26,9 +27,9 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
     local h = hist(now)
     if h then keys[#keys + 1] = {h[1], 'hash'} end
     for i = 0, n - 1 do
-      local o = 1 + i * 10
-      local g = ARGV[o + 4]
-      if tonumber(ARGV[o + 9]) > 0 then
+      local at = 2 + i * 10
+      local g = ARGV[at + J_GROUP]
+      if tonumber(ARGV[at + J_COUNTDOWN]) > 0 then
         later = true
       else
         local size = redis.pcall('ZCARD', lane_key(g))
@@ -60,7 +61,7 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
     if books then return refused, books, caps end
     local seen = {}
     for _, i in ipairs(opening) do
-      local g = ARGV[1 + i * 10 + 4]
+      local g = ARGV[2 + i * 10 + J_GROUP]
       if seen[g] == nil then
         redis.call('SISMEMBER', K_gpaused, g)
         redis.call('HGET', K_gbackoff, g)

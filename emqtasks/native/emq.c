@@ -112,6 +112,7 @@
 #include "src/books.c"
 #include "src/claim.c"
 #include "src/workflow.c"
+#include "src/jobrow.c"
 #include "src/commands.c"
 #include "src/enqueue.c"
 #include "src/lease.c"

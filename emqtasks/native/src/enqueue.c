@@ -44,21 +44,21 @@ static int enqueue_books(Q *q, RMS **a, long long n, char *refused) {
     RMS *keys[6] = {rc == 1 ? hist_key(q) : NULL, NULL, NULL, NULL, NULL, NULL};
     int types[6] = {REDISMODULE_KEYTYPE_HASH};
     for (long long i = 0; rc == 1 && i < n; i++) {
-        RMS **f = a + i * 10, *cap = NULL;
+        RMS **f = a + i * NJOB, *cap = NULL;
         double countdown;
         refused[i] = 0;
-        num(q, f[8], &countdown, "ERR emq: countdown must be a number");   /* checked */
+        num(q, f[J_COUNTDOWN], &countdown, "ERR emq: countdown must be a number");   /* checked */
         if (countdown > 0) {
             later = 1;
             continue;
         }
-        RMS *lk = lane_key(q, f[3]);
+        RMS *lk = lane_key(q, f[J_GROUP]);
         RMK *lane = RedisModule_OpenKey(q->ctx, lk, REDISMODULE_READ);
         int lane_ok = type_ok(lane, REDISMODULE_KEYTYPE_ZSET);
         size_t size = lane_ok ? vlen(lane) : 0;
         if (lane) RedisModule_CloseKey(lane);
         sfree(q, lk);
-        if (setting(q, -1, "gmax", f[3], D_MAX_SIZE, &cap) < 0) rc = -1;
+        if (setting(q, -1, "gmax", f[J_GROUP], D_MAX_SIZE, &cap) < 0) rc = -1;
         else if (!lane_ok || (cap && !int_ok(cap))) refused[i] = 1;
         else if (size == 0) opening[nopen++] = i;
         sfree(q, cap);
@@ -88,7 +88,7 @@ static int enqueue_books(Q *q, RMS **a, long long n, char *refused) {
     for (long long j = 0; rc == 1 && j < nopen; j++) {
         long long i = opening[j], first = i;
         for (long long k = 0; k < j; k++)
-            if (eq(a[opening[k] * 10 + 3], a[i * 10 + 3])) {
+            if (eq(a[opening[k] * NJOB + J_GROUP], a[i * NJOB + J_GROUP])) {
                 first = opening[k];
                 break;
             }
@@ -96,7 +96,7 @@ static int enqueue_books(Q *q, RMS **a, long long n, char *refused) {
             refused[i] = refused[first];
             continue;
         }
-        int ok = opening_ok(q, a[i * 10 + 3]);
+        int ok = opening_ok(q, a[i * NJOB + J_GROUP]);
         if (ok < 0) rc = -1;
         else refused[i] = !ok;
     }
@@ -109,20 +109,20 @@ static int enqueue_books(Q *q, RMS **a, long long n, char *refused) {
 }
 
 static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, long long *verdict) {
-    RMS *id = f[0], *g = f[3], *cap_s = NULL;
+    RMS *id = f[J_ID], *g = f[J_GROUP], *cap_s = NULL;
     double countdown, prio = 0, cap = 0;
-    num(q, f[8], &countdown, "ERR emq: countdown must be a number");
-    if (RedisModule_StringToDouble(f[9], &prio) != REDISMODULE_OK || !isfinite(prio)) prio = 0;
+    num(q, f[J_COUNTDOWN], &countdown, "ERR emq: countdown must be a number");
+    if (RedisModule_StringToDouble(f[J_PRIORITY], &prio) != REDISMODULE_OK || !isfinite(prio))
+        prio = 0;
     if (!id_ok(id)) {
         *verdict = -1;
         return 0;
     }
-    /* One open each for the row and the lane (each open is a lookup): the row's for
-     * EXISTS (any type counts) and the write, the lane's type checked before the row is
-     * written. */
-    RMS *jk = job_key(q, id), *lk = NULL;
-    RMK *job = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE), *lane = NULL;
-    int rc = 0;
+    /* One open of the row (each open is a lookup): for EXISTS (any type counts) and the
+     * write. */
+    RMS *jk = job_key(q, id);
+    RMK *job = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE);
+    int rc = 0, has_cap = 0;
     *verdict = 0;
     if (refused) {                               /* enqueue_books: its lane or books unreadable */
         if (RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) *verdict = 3;
@@ -132,46 +132,16 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, long long *verdic
     }
     if (countdown <= 0) {                        /* max_size_of: the cap on waiting jobs */
         rc = setting(q, -1, "gmax", g, D_MAX_SIZE, &cap_s);
-        if (rc == 0 && cap_s) rc = num(q, cap_s, &cap, "ERR emq: a group max_size is not a number");
+        has_cap = rc == 0 && cap_s;
+        if (has_cap) rc = num(q, cap_s, &cap, "ERR emq: a group max_size is not a number");
         sfree(q, cap_s);
     }
-    if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) {
-        if (countdown <= 0) {
-            lk = lane_key(q, g);
-            rc = dk(q, lk, 1, REDISMODULE_KEYTYPE_ZSET, &lane);
-        }
-        if (rc == 0 && cap_s && (double)vlen(lane) >= cap) {
-            *verdict = 2;
-        } else if (rc == 0 && q->full) {
-            rc = fail(q, OOM_REFUSED);
-        } else if (rc == 0) {
-            RMS *state = countdown > 0 ? S_DELAYED : S_PENDING;
-            RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_TASK, f[1], F_PAYLOAD, f[2],
-                                F_GROUP, g, F_STATE, state, F_ATTEMPTS, S_ZERO, F_MAX, f[4],
-                                F_LEASE, f[5], F_DELAY, f[6], F_TTL, f[7], F_CREATED, now_s,
-                                NULL);
-            RedisModule_Replicate(q->ctx, "HSET", "sssssssssssssssssssss", jk, F_TASK, f[1],
-                                  F_PAYLOAD, f[2], F_GROUP, g, F_STATE, state, F_ATTEMPTS,
-                                  S_ZERO, F_MAX, f[4], F_LEASE, f[5], F_DELAY, f[6], F_TTL,
-                                  f[7], F_CREATED, now_s);
-            if (prio != 0) {
-                char buf[40];
-                RMS *p = mk_tmp(q, fmt_num(prio, buf));
-                RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_PRIO, p, NULL);
-                RedisModule_Replicate(q->ctx, "HSET", "sss", jk, F_PRIO, p);
-                sfree(q, p);
-            }
-            rc = countdown > 0 ? delay_push(q, id, (double)q->now + countdown)
-                               : lane_push_into(q, lane, lk, g, id,
-                                                prio * PRIO_SPAN + (double)q->now);
-            if (rc == 0) rc = hist_enqueued(q, g);
-            *verdict = 1;
-        }
-    }
+    /* A producer's job: held to its lane's cap when due now (a countdown joins its lane when
+     * due), and counted in the minute's history as enqueued (lua/enqueue.lua says the same). */
+    if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY)
+        rc = new_job(q, job, jk, f, now_s, prio, has_cap ? &cap : NULL, 1, verdict);
     RedisModule_CloseKey(job);
-    if (lane) RedisModule_CloseKey(lane);
     sfree(q, jk);
-    sfree(q, lk);
     return rc;
 }
 
@@ -180,20 +150,20 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
     long long n;
     if (RedisModule_StringToLongLong(argv[ARGV0], &n) != REDISMODULE_OK || n < 0)
         return RedisModule_ReplyWithError(ctx, "ERR emq: n must be an integer >= 0");
-    if (n > argc || (long long)(argc - ARGV0 - 1) != n * 10) return RedisModule_WrongArity(ctx);
+    if (n > argc || (long long)(argc - ARGV0 - 1) != n * NJOB) return RedisModule_WrongArity(ctx);
     Q q;
     if (q_init(&q, ctx, argv, 0, 0) < 0) return finish(&q);
     RMS **a = argv + ARGV0 + 1;
     /* Every number of every job is checked before the first job is written. */
     for (long long i = 0; i < n; i++) {
-        RMS **f = a + i * 10;
+        RMS **f = a + i * NJOB;
         double d;
         long long ll;
-        if (num(&q, f[4], &d, "ERR emq: max must be a number") < 0 ||
-            num(&q, f[5], &d, "ERR emq: lease must be a number") < 0 ||
-            num(&q, f[6], &d, "ERR emq: delay must be a number") < 0 ||
-            integer(&q, f[7], &ll, "ERR emq: ttl must be an integer") < 0 ||
-            num(&q, f[8], &d, "ERR emq: countdown must be a number") < 0)
+        if (num(&q, f[J_MAX], &d, "ERR emq: max must be a number") < 0 ||
+            num(&q, f[J_LEASE], &d, "ERR emq: lease must be a number") < 0 ||
+            num(&q, f[J_DELAY], &d, "ERR emq: delay must be a number") < 0 ||
+            integer(&q, f[J_TTL], &ll, "ERR emq: ttl must be an integer") < 0 ||
+            num(&q, f[J_COUNTDOWN], &d, "ERR emq: countdown must be a number") < 0)
             return finish(&q);
     }
     long long *out = RedisModule_Alloc(sizeof(long long) * (size_t)(n ? n : 1));
@@ -203,7 +173,7 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
     RMS *now_s = RedisModule_CreateStringFromLongLong(ctx, q.now);
     q.full = full(ctx);
     for (long long i = 0; books == 1 && i < n; i++) {
-        if (enqueue_one(&q, a + i * 10, now_s, refused[i], &out[i]) < 0) break;
+        if (enqueue_one(&q, a + i * NJOB, now_s, refused[i], &out[i]) < 0) break;
         if (out[i] == 1) q.full = 0;   /* written: a script is not stopped half-way */
     }
     sfree(&q, now_s);

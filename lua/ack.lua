@@ -26,13 +26,13 @@ local verdict = 0
 local now = now_ms()
 local row = fenced(id, ARGV[2], ARGV[3])
 if row then
-  local jk = job_key(id)
+  local jk, g = job_key(id), row[F_GROUP]
   -- read before the first write: books that cannot be read are left as they are (the job's
   -- outcome is written all the same: it ran)
-  local books = group_books(row[4], true, false, row[9])
-  if not books then time_settle(row[4], id, row[8], row[9], now, true) end
+  local books = group_books(g, true, false, row[F_VCHARGE])
+  if not books then time_settle(g, id, row[F_STARTED], row[F_VCHARGE], now, true) end
   redis.call('ZREM', K_active, id)
-  local ttl = tonumber(row[6] or '0')
+  local ttl = tonumber(row[F_TTL] or '0')
   if ttl > 0 then
     redis.call('HSET', jk, 'state', 'done', 'result', ARGV[4], 'finished', now)
     redis.call('HDEL', jk, 'payload')
@@ -40,10 +40,10 @@ if row then
   else
     redis.call('DEL', jk)
   end
-  if not books then active_drop(row[4], now) end
-  hist_succeeded(now, row[13] or '', row[4], tonumber(row[8]))
-  notify(id, row[7])
-  if row[11] then wf_handover(row[11], row[12], ARGV[4], now) end
+  if not books then active_drop(g, now) end
+  hist_succeeded(now, row[F_TASK] or '', g, tonumber(row[F_STARTED]))
+  notify(id, row[F_WAITERS])
+  if row[F_NEXT] then wf_handover(row[F_NEXT], row[F_SLOT], ARGV[4], now) end
   verdict = 1
 else
   tally('stale_acks')

@@ -12,16 +12,17 @@
 --   workflow's `get()` would otherwise wait for ever.
 
 local id = ARGV[1]
-local row = redis.call('HMGET', job_key(id), 'state', 'group', 'ttl', 'waiters', 'wf')
-local state = row[1]
+local row = redis.call('HMGET', job_key(id), unpack(CANCEL_ROW))
+local state = row[C_STATE]
 if not state then return 0 end
 if state == 'active' then return -1 end
 if state == 'done' or state == 'cancelled' then return -2 end
 local now = now_ms()
 cancel_job(id, row, now)
-local w = row[5] and redis.call('HMGET', wf_key(row[5]), 'state', 'lerr')
+local wf = row[C_WF]
+local w = wf and redis.call('HMGET', wf_key(wf), 'state', 'lerr')
 if w and w[1] == 'running' and w[2] ~= id then
   -- (the link_error step strands no step: it waits for a failure that may never come)
-  wf_cancel(row[5], now)
+  wf_cancel(wf, now)
 end
 return 1

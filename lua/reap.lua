@@ -26,6 +26,11 @@
 --   cannot read are left as they are (group_books in lib/books.lua).
 
 local UNRUN = 'lease expired before the job was seen running (attempt not counted)'
+-- What the reaper reads of an expired lease's row, in this order, each read as row[E_*].
+local EXPIRED_ROW = {'group', 'attempts', 'max', 'created', 'waiters', 'prio', 'started',
+  'vcharge', 'wf', 'task', 'nonce', 'ran', 'unrun'}
+local E_GROUP, E_ATTEMPTS, E_MAX, E_CREATED, E_WAITERS, E_PRIO, E_STARTED, E_VCHARGE, E_WF,
+  E_TASK, E_NONCE, E_RAN, E_UNRUN = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
 
 runs_when_full()
 local now = now_ms()
@@ -35,14 +40,13 @@ local seen = clock_mark(now)
 local returned, dead = 0, 0
 for _, id in ipairs(ids) do
   local jk = job_key(id)
-  local row = redis.pcall('HMGET', jk, 'group', 'attempts', 'max', 'created', 'waiters', 'prio',
-    'started', 'vcharge', 'wf', 'task', 'nonce', 'ran', 'unrun')
+  local row = redis.pcall('HMGET', jk, unpack(EXPIRED_ROW))
   local g, refused = nil, nil
   if row.err then
     refused = bury(id, nil, nil, now, type_of(jk))
     dead = dead + 1
-  elseif row[1] then
-    g = row[1]
+  elseif row[E_GROUP] then
+    g = row[E_GROUP]
   elseif type_of(jk) == 'hash' then
     refused = bury(id, nil, 'no group', now)
     dead = dead + 1
@@ -52,13 +56,13 @@ for _, id in ipairs(ids) do
     redis.call('ZREM', K_active, id)          -- a ghost, or a row buried above
   else
     -- read before the job's first write: its row, then its group's books (group_books)
-    local fault = int_fault(row[2], 'attempts', true) or int_fault(row[3], 'max', true)
-      or int_fault(row[4], 'created', true)
-    local unrun = tonumber(row[13] or '0') or 0
+    local fault = int_fault(row[E_ATTEMPTS], 'attempts', true) or int_fault(row[E_MAX], 'max', true)
+      or int_fault(row[E_CREATED], 'created', true)
+    local unrun = tonumber(row[E_UNRUN] or '0') or 0
     if unrun ~= unrun then unrun = 0 end   -- nan: unreadable, as none
-    local give_back = not fault and row[12] ~= row[11] and unrun < tonumber(row[3])
-    local to_dead = fault or (not give_back and tonumber(row[2]) >= tonumber(row[3]))
-    local books = group_books(g, true, not to_dead, row[8])
+    local give_back = not fault and row[E_RAN] ~= row[E_NONCE] and unrun < tonumber(row[E_MAX])
+    local to_dead = fault or (not give_back and tonumber(row[E_ATTEMPTS]) >= tonumber(row[E_MAX]))
+    local books = group_books(g, true, not to_dead, row[E_VCHARGE])
     if type(books) == 'string' then fault, to_dead = books, true end
     if fault then
       refused = bury(id, g, fault, now, nil, type(books) == 'string' and books or nil)
@@ -66,7 +70,7 @@ for _, id in ipairs(ids) do
       refused = misfit({{K_dead, 'zset'}})   -- of the wrong type: this job stays as it is
     end
     if refused then return redis.error_reply(refused) end
-    if not books then time_settle(g, id, row[7], row[8], now, false) end
+    if not books then time_settle(g, id, row[E_STARTED], row[E_VCHARGE], now, false) end
     redis.call('ZREM', K_active, id)
     if not books then active_drop(g, now) end
     if fault then
@@ -75,20 +79,20 @@ for _, id in ipairs(ids) do
       redis.call('HINCRBY', jk, 'attempts', -1)
       redis.call('HINCRBY', jk, 'unrun', 1)
       redis.call('HSET', jk, 'state', 'pending', 'error', UNRUN)
-      lane_in(g, id, lane_score(row[6], tonumber(row[4])), now, books)
-      hist_failed(now, row[10] or '', g, false)
+      lane_in(g, id, lane_score(row[E_PRIO], tonumber(row[E_CREATED])), now, books)
+      hist_failed(now, row[E_TASK] or '', g, false)
       returned = returned + 1
     elseif to_dead then
       redis.call('HSET', jk, 'state', 'dead', 'error', 'lease expired', 'finished', now)
       redis.call('ZADD', K_dead, now, id)
-      hist_failed(now, row[10] or '', g, true)
-      notify(id, row[5])
-      if row[9] then wf_fail(row[9], id, now) end
+      hist_failed(now, row[E_TASK] or '', g, true)
+      notify(id, row[E_WAITERS])
+      if row[E_WF] then wf_fail(row[E_WF], id, now) end
       dead = dead + 1
     else
       redis.call('HSET', jk, 'state', 'pending', 'error', 'lease expired')
-      lane_in(g, id, lane_score(row[6], tonumber(row[4])), now, books)
-      hist_failed(now, row[10] or '', g, false)
+      lane_in(g, id, lane_score(row[E_PRIO], tonumber(row[E_CREATED])), now, books)
+      hist_failed(now, row[E_TASK] or '', g, false)
       returned = returned + 1
     end
   end

@@ -24,17 +24,17 @@ local row = fenced(id, ARGV[2], ARGV[3])
 if not row then return 0 end
 local jk = job_key(id)
 local now = now_ms()
-local g = row[4]
+local g = row[F_GROUP]
 -- read before the first write (group_books): a lane of the wrong type sends the job to
 -- `dead` with the reason; other books that cannot be read are left as they are
-local books = group_books(g, true, true, row[9])
+local books = group_books(g, true, true, row[F_VCHARGE])
 if type(books) == 'string' then
   local refused = misfit({{K_active, 'zset'}}) or bury(id, g, nil, now, nil, books)
   if refused then return redis.error_reply(refused) end
   redis.call('ZREM', K_active, id)
   return 1
 end
-if not books then time_settle(g, id, row[8], row[9], now, false) end
+if not books then time_settle(g, id, row[F_STARTED], row[F_VCHARGE], now, false) end
 redis.call('ZREM', K_active, id)
 redis.call('HINCRBY', jk, 'attempts', -1)
 redis.call('HSET', jk, 'state', 'pending', 'error', ARGV[4])

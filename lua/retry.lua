@@ -21,34 +21,34 @@ runs_when_full()
 local id = ARGV[1]
 local row = fenced(id, ARGV[2], ARGV[3])
 if not row then return 0 end
-local jk = job_key(id)
+local jk, g = job_key(id), row[F_GROUP]
 local now = now_ms()
 -- read before the first write: where the job goes (its attempts and max; its delay), its
 -- group's books (those that cannot be read are left as they are), and the queue-wide keys
 -- it leaves and goes into (of the wrong type: the call fails, nothing written)
-local dead = ARGV[6] == '1' or tonumber(row[2]) >= tonumber(row[5])
+local dead = ARGV[6] == '1' or tonumber(row[F_ATTEMPTS]) >= tonumber(row[F_MAX])
 local delay = nil
 if not dead then
   delay = tonumber(ARGV[5]) or tonumber(redis.call('HGET', jk, 'delay') or '0')
   if not delay then return redis.error_reply('ERR emq: a job row\'s delay is not a number') end
 end
-local books = group_books(row[4], true, false, row[9])
+local books = group_books(g, true, false, row[F_VCHARGE])
 local into = {{K_active, 'zset'}, {K_dead, 'zset'}}
 if not dead then into[2], into[3] = {K_delayed, 'zset'}, {K_wake, 'list'} end
 local unfit = misfit(into)
 if unfit then return redis.error_reply(unfit) end
-if not books then time_settle(row[4], id, row[8], row[9], now, true) end
+if not books then time_settle(g, id, row[F_STARTED], row[F_VCHARGE], now, true) end
 redis.call('ZREM', K_active, id)
-if not books then active_drop(row[4], now) end
+if not books then active_drop(g, now) end
 if dead then
   redis.call('HSET', jk, 'state', 'dead', 'error', ARGV[4], 'finished', now)
   redis.call('ZADD', K_dead, now, id)
-  hist_failed(now, row[13] or '', row[4], true)
-  notify(id, row[7])
-  if row[10] then wf_fail(row[10], id, now) end
+  hist_failed(now, row[F_TASK] or '', g, true)
+  notify(id, row[F_WAITERS])
+  if row[F_WF] then wf_fail(row[F_WF], id, now) end
   return 2
 end
-hist_failed(now, row[13] or '', row[4], false)
+hist_failed(now, row[F_TASK] or '', g, false)
 redis.call('HSET', jk, 'state', 'delayed', 'error', ARGV[4])
 delay_push(id, now + delay)
 return 1

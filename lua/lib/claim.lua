@@ -14,6 +14,9 @@ do
   local ring_leave, ring_size, ring_turn, row_fault, starts_key, time_charge, time_fair =
     ring_leave, ring_size, ring_turn, row_fault, starts_key, time_charge, time_fair
   local type_of, wait_push, wake, wrong_type = type_of, wait_push, wake, wrong_type
+  local LEASE_ROW, R_ATTEMPTS, R_FENCE, R_LEASE, R_PAYLOAD, R_STATE, R_TASK =
+    LEASE_ROW, R_ATTEMPTS, R_FENCE, R_LEASE, R_PAYLOAD, R_STATE, R_TASK
+  local unpack = unpack
   local tonumber, type = tonumber, type
   -- A claim meets what it cannot read without failing the queue: a job row it cannot read goes
   -- to `dead` with the reason (bury), a group whose books it cannot read leaves the ring
@@ -72,18 +75,17 @@ do
       else
         local id = popped[1]
         local jk = job_key(id)
-        local row = redis.pcall('HMGET', jk, 'task', 'payload', 'lease', 'state', 'attempts',
-          'fence', 'group', 'max', 'ttl', 'delay', 'created')
+        local row = redis.pcall('HMGET', jk, unpack(LEASE_ROW))
         local fault, refused = nil, nil
         if row.err then
           refused = bury(id, g, nil, now, type_of(jk))
-        elseif row[4] then
+        elseif row[R_STATE] then
           fault = row_fault(row, g)
           if fault then refused = bury(id, g, fault, now) end
         end
         -- `active` first, by the write itself: a lease it refuses is no lease
-        if not (row.err or fault or not row[4])
-          and type(redis.pcall('ZADD', K_active, now + tonumber(row[3]), id)) == 'table' then
+        if not (row.err or fault or not row[R_STATE])
+          and type(redis.pcall('ZADD', K_active, now + tonumber(row[R_LEASE]), id)) == 'table' then
           refused = wrong_type(K_active, 'zset')
         end
         if refused then
@@ -91,17 +93,17 @@ do
           redis.call('ZADD', lane, popped[2], id)
           return nil, refused
         end
-        if row.err or not row[4] or fault then
+        if row.err or not row[R_STATE] or fault then
           -- a ghost (its row is gone) or a buried row: look again
           if redis.call('ZCARD', lane) == 0 then ring_leave(g, false) end
         else
           local rotated = true
           if tf then time_charge(g, vs, jk, seat.est, seat.w) else rotated = ring_turn(g, seat.w) end
-          local att = tonumber(row[5]) + 1
-          local lease = tonumber(row[3])
+          local att = tonumber(row[R_ATTEMPTS]) + 1
+          local lease = tonumber(row[R_LEASE])
           -- fence: grows with every claim of the row, never rolled back (attempts is: by a
           -- release, or a requeue of a dead job), so a task can guard writes elsewhere with it.
-          local fence = tonumber(row[6] or '0') + 1
+          local fence = tonumber(row[R_FENCE] or '0') + 1
           redis.call('HSET', jk, 'state', 'active', 'attempts', att, 'nonce', nonce, 'started', now,
             'fence', fence)
           local act = redis.call('HINCRBY', K_gactive, g, 1)
@@ -123,8 +125,9 @@ do
             if ring_size() == 0 then more = 0 end
           end
           -- last: a history counter that cannot be counted fails the call with the books whole
-          hist_started(now, row[1] or '', g, tonumber(popped[2]))
-          return {id, row[1], row[2], att, nonce, g, lease, more, fence}
+          hist_started(now, row[R_TASK] or '', g, tonumber(popped[2]))
+          -- the lease: emqtasks/store/protocol.py LEASE_REPLY, position by position
+          return {id, row[R_TASK], row[R_PAYLOAD], att, nonce, g, lease, more, fence}
         end
       end
     end

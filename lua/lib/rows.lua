@@ -2,10 +2,19 @@
 -- of a row that cannot be read (bury).
 -- Includes: keys, core, types, history, wake, workflow
 
+-- What a claim reads of the row of the job it popped: these fields in this order
+-- (emqtasks/store/protocol.py LEASE_ROW; the module's R_* in rows.c), read as row[R_*].
+local LEASE_ROW = {'task', 'payload', 'lease', 'state', 'attempts', 'fence', 'group', 'max',
+  'ttl', 'delay', 'created'}
+local R_TASK, R_PAYLOAD, R_LEASE, R_STATE, R_ATTEMPTS, R_FENCE, R_GROUP, R_MAX, R_TTL, R_DELAY,
+  R_CREATED = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+
 local int_fault, row_fault, bury
 do   -- the names it uses copied next to it, as lib/claim.lua explains
   local K_dead, hist_failed, int_ok, job_key, notify, wf_fail, wrong_type =
     K_dead, hist_failed, int_ok, job_key, notify, wf_fail, wrong_type
+  local R_ATTEMPTS, R_CREATED, R_DELAY, R_FENCE, R_GROUP, R_LEASE, R_MAX, R_TTL =
+    R_ATTEMPTS, R_CREATED, R_DELAY, R_FENCE, R_GROUP, R_LEASE, R_MAX, R_TTL
   local type = type
 
   -- Why a row's field v (a count or a time every verb of the job's life reads as an integer)
@@ -20,15 +29,14 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
   end
 
   -- Why a row popped from g's lane cannot be leased (what its later verbs could not read
-  -- either), or nil. row: HMGET task payload lease state attempts fence group max ttl delay
-  -- created (check.py ROW_INTS says the same).
+  -- either), or nil. row: LEASE_ROW (check.py ROW_INTS says the same, in the same order).
   function row_fault(row, g)
-    if not row[7] then return 'no group' end
-    if row[7] ~= g then return 'its group is not the lane it was in' end
-    return int_fault(row[5], 'attempts', true) or int_fault(row[3], 'lease', true)
-      or int_fault(row[6], 'fence') or int_fault(row[8], 'max', true)
-      or int_fault(row[9], 'ttl') or int_fault(row[10], 'delay')
-      or int_fault(row[11], 'created', true)
+    if not row[R_GROUP] then return 'no group' end
+    if row[R_GROUP] ~= g then return 'its group is not the lane it was in' end
+    return int_fault(row[R_ATTEMPTS], 'attempts', true) or int_fault(row[R_LEASE], 'lease', true)
+      or int_fault(row[R_FENCE], 'fence') or int_fault(row[R_MAX], 'max', true)
+      or int_fault(row[R_TTL], 'ttl') or int_fault(row[R_DELAY], 'delay')
+      or int_fault(row[R_CREATED], 'created', true)
   end
 
   -- A job popped from g's lane whose row cannot be read goes to `dead` with the reason; a

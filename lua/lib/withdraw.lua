@@ -1,13 +1,17 @@
 -- withdraw: cancel a job that is not running, or every step of a workflow not yet started.
 -- Includes: keys, wake, place
 
+-- What withdrawing reads of a job's row: these fields in this order, read as row[C_*].
+local CANCEL_ROW = {'state', 'group', 'ttl', 'waiters', 'wf'}
+local C_STATE, C_GROUP, C_TTL, C_WAITERS, C_WF = 1, 2, 3, 4, 5
+
 -- Withdraw a job that is not running and mark it cancelled (cancel.lua, wf_cancel). row:
--- its {state, group, ttl, waiters}; state pending (it leaves its lane; an emptied lane
+-- its CANCEL_ROW; state pending (it leaves its lane; an emptied lane
 -- leaves the ring), delayed, dead or waiting. A chord callback's results hash goes; the row
 -- expires after its ttl.
 local function cancel_job(id, row, now)
   local jk = job_key(id)
-  local state, g = row[1], row[2]
+  local state, g = row[C_STATE], row[C_GROUP]
   if state == 'pending' then
     local was = placed(g)
     redis.call('ZREM', lane_key(g), id)
@@ -20,8 +24,8 @@ local function cancel_job(id, row, now)
   redis.call('DEL', chord_key(id))
   redis.call('HSET', jk, 'state', 'cancelled', 'finished', now)
   redis.call('HDEL', jk, 'payload')
-  notify(id, row[4])
-  local ttl = tonumber(row[3] or '0')
+  notify(id, row[C_WAITERS])
+  local ttl = tonumber(row[C_TTL] or '0')
   if ttl > 0 then redis.call('EXPIRE', jk, ttl) else redis.call('DEL', jk) end
 end
 
@@ -37,8 +41,9 @@ local function wf_cancel(wf, now)
   local ids = w[1]
   if w[2] then ids = ids .. ' ' .. w[2] end
   for id in string.gmatch(ids, '%S+') do
-    local row = redis.call('HMGET', job_key(id), 'state', 'group', 'ttl', 'waiters')
-    if row[1] == 'pending' or row[1] == 'delayed' or row[1] == 'waiting' then
+    local row = redis.call('HMGET', job_key(id), unpack(CANCEL_ROW))
+    local state = row[C_STATE]
+    if state == 'pending' or state == 'delayed' or state == 'waiting' then
       cancel_job(id, row, now)
       n = n + 1
     end

@@ -17,20 +17,22 @@
 -- nil) spliced in as its first argument.
 local function wf_release(id, arg, now)
   local jk = job_key(id)
-  local r = redis.call('HMGET', jk, 'group', 'prio', 'splice', 'comma', 'cd', 'payload')
+  local g, prio, splice, comma, cd_text, payload =
+    unpack(redis.call('HMGET', jk, 'group', 'prio', 'splice', 'comma', 'cd', 'payload'))
   if arg then
-    local off = tonumber(r[3])
+    local off = tonumber(splice)
     local sep = ''
-    if r[4] == '1' then sep = ',' end
-    redis.call('HSET', jk, 'payload', string.sub(r[6], 1, off) .. arg .. sep .. string.sub(r[6], off + 1))
+    if comma == '1' then sep = ',' end
+    redis.call('HSET', jk, 'payload',
+      string.sub(payload, 1, off) .. arg .. sep .. string.sub(payload, off + 1))
   end
-  local cd = tonumber(r[5] or '0') or 0
+  local cd = tonumber(cd_text or '0') or 0
   if cd > 0 then
     redis.call('HSET', jk, 'state', 'delayed')
     delay_push(id, now + cd)
   else
     redis.call('HSET', jk, 'state', 'pending')
-    lane_push(r[1], id, lane_score(r[2], now), now)
+    lane_push(g, id, lane_score(prio, now), now)
   end
 end
 
@@ -50,17 +52,18 @@ end
 local function wf_handover(nxt, slot, result, now)
   for c in string.gmatch(nxt, '%S+') do
     local ck = job_key(c)
-    local cr = redis.call('HMGET', ck, 'state', 'npend', 'imm', 'nslots')
-    if cr[1] == 'waiting' then
+    local state, npend, imm, nslots = unpack(redis.call('HMGET', ck, 'state', 'npend', 'imm',
+      'nslots'))
+    if state == 'waiting' then
       local arg = result
-      if cr[3] == '1' then arg = nil end
-      if not cr[2] then
+      if imm == '1' then arg = nil end
+      if not npend then
         wf_release(c, arg, now)
       elseif slot then
         local rk = chord_key(c)
         if redis.call('HSETNX', rk, slot, result) == 1
           and redis.call('HINCRBY', ck, 'npend', -1) <= 0 then
-          if arg then arg = wf_gather(rk, tonumber(cr[4])) end
+          if arg then arg = wf_gather(rk, tonumber(nslots)) end
           redis.call('DEL', rk)
           wf_release(c, arg, now)
         end
@@ -72,13 +75,13 @@ end
 -- A step still waiting in a workflow that failed at step `id` is cancelled.
 local function wf_cancel_waiting(c, id, now)
   local ck = job_key(c)
-  local cr = redis.call('HMGET', ck, 'state', 'waiters', 'ttl')
-  if cr[1] == 'waiting' then
+  local state, waiters, ttl_text = unpack(redis.call('HMGET', ck, 'state', 'waiters', 'ttl'))
+  if state == 'waiting' then
     redis.call('HSET', ck, 'state', 'cancelled', 'error', 'workflow failed at step ' .. id,
       'finished', now)
     redis.call('DEL', chord_key(c))
-    notify(c, cr[2])
-    local ttl = tonumber(cr[3] or '0') or 0
+    notify(c, waiters)
+    local ttl = tonumber(ttl_text or '0') or 0
     if ttl > 0 then redis.call('EXPIRE', ck, ttl) else redis.call('DEL', ck) end
   end
 end
@@ -89,16 +92,16 @@ local function wf_fail(wf, id, now)
   local wk = wf_key(wf)
   if redis.call('HSETNX', wk, 'failed', id) == 0 then return end
   redis.call('HSET', wk, 'state', 'failed')
-  local w = redis.call('HMGET', wk, 'waiting', 'lerr')
-  for c in string.gmatch(w[1] or '', '%S+') do wf_cancel_waiting(c, id, now) end
-  if w[2] then
-    local lr = redis.call('HMGET', job_key(w[2]), 'state', 'imm')
-    if lr[1] == 'waiting' then
+  local waiting, lerr = unpack(redis.call('HMGET', wk, 'waiting', 'lerr'))
+  for c in string.gmatch(waiting or '', '%S+') do wf_cancel_waiting(c, id, now) end
+  if lerr then
+    local state, imm = unpack(redis.call('HMGET', job_key(lerr), 'state', 'imm'))
+    if state == 'waiting' then
       local arg = '"' .. id .. '"'
-      if lr[2] == '1' then arg = nil end
-      wf_release(w[2], arg, now)
+      if imm == '1' then arg = nil end
+      wf_release(lerr, arg, now)
       -- released: it lives as a job now, no longer with its workflow's hash
-      redis.call('PERSIST', job_key(w[2]))
+      redis.call('PERSIST', job_key(lerr))
     end
   end
 end

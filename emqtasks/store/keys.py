@@ -39,8 +39,8 @@ FIXED = (
 )
 
 # The constants the three languages share (lua/lib/wake.lua, lua/lib/keys.lua and
-# native/emq.c write them too; tests/test_store_layout.py fails when they differ). Python
-# reads them from here only.
+# native/src write them too; tests/test_store_layout.py fails when they differ, and checks
+# FIXED's order there too). Python reads them from here only.
 #: The wake list's bound: tokens are hints (the ring is the truth), so a full list drops the
 #: push; a WAKE_DUE token is pushed only while the list holds under half of it.
 WAKE_CAP = 16

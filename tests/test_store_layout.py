@@ -267,6 +267,13 @@ def test_the_rows_and_replies_the_three_languages_share_agree() -> None:
     jobrow_lua, jobrow_c = _lua_lib("jobrow"), (SRC / "jobrow.c").read_text()
     assert _named_in_order(protocol.JOB_ARGS, "J", _lua_indexes("J", jobrow_lua), 0)
     assert _c_enum("J_ID", "NJOB", jobrow_c) == [f"J_{a.upper()}" for a in protocol.JOB_ARGS]
+    # ... and the helpers that read them by one unpack name them in that order ('_': unused)
+    unpacked = re.findall(r"local ([\w, ]+) =\s*unpack\(ARGV, at, at \+ J_(\w+)\)", jobrow_lua)
+    assert len(unpacked) == 2                          # new_job's and skip_job's
+    for listed, last in unpacked:
+        names = [n.strip() for n in listed.split(",")]
+        assert len(names) == protocol.JOB_ARGS.index(last.lower()) + 1
+        assert all(n in ("_", arg) for n, arg in zip(names, protocol.JOB_ARGS))
 
     # A new job's row: the fields new_job writes, in order, in both languages.
     lua_row = _quoted(_balanced(jobrow_lua[jobrow_lua.index("function new_job"):],

@@ -15,10 +15,13 @@ local J_ID, J_TASK, J_PAYLOAD, J_GROUP, J_MAX, J_LEASE, J_DELAY, J_TTL, J_COUNTD
   J_PRIORITY = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
 
 local new_job, skip_job
-do   -- the names it uses copied next to it, as lib/claim.lua explains
+do   -- the names it uses copied next to it, as lib/claim.lua explains (each name a closure
+     -- captures costs every run of a verb that loads the file: the arguments are read by
+     -- one unpack rather than by their J_* each)
   local delay_push, hist_enqueued, job_key, lane_key, lane_push, lane_score =
     delay_push, hist_enqueued, job_key, lane_key, lane_push, lane_score
-  local tonumber = tonumber
+  local J_COUNTDOWN, J_MAX = J_COUNTDOWN, J_MAX
+  local tonumber, unpack = tonumber, unpack
 
   -- The row of the job whose arguments start at ARGV[at] (J_*), written now, and the job
   -- put where its state says: a ready job is pending in its lane, or delayed for its
@@ -31,37 +34,36 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
   --   extra    nil, or field/value pairs of the caller's own, written after the row
   -- Returns 1 written, 2 refused for the cap. The row's existence is the caller's check.
   function new_job(at, prio, now, cap, counted, ready, extra)
-    local id, g = ARGV[at + J_ID], ARGV[at + J_GROUP]
-    local countdown = tonumber(ARGV[at + J_COUNTDOWN])
-    if cap and redis.call('ZCARD', lane_key(g)) >= tonumber(cap) then return 2 end
+    local id, task, payload, group, max, lease, delay, ttl, countdown =
+      unpack(ARGV, at, at + J_COUNTDOWN)
+    countdown = tonumber(countdown)
+    if cap and redis.call('ZCARD', lane_key(group)) >= tonumber(cap) then return 2 end
     local state = 'waiting'
     if ready then
       state = 'pending'
       if countdown > 0 then state = 'delayed' end
     end
     local jk = job_key(id)
-    redis.call('HSET', jk, 'task', ARGV[at + J_TASK], 'payload', ARGV[at + J_PAYLOAD],
-      'group', g, 'state', state, 'attempts', 0, 'max', ARGV[at + J_MAX],
-      'lease', ARGV[at + J_LEASE], 'delay', ARGV[at + J_DELAY], 'ttl', ARGV[at + J_TTL],
-      'created', now)
+    redis.call('HSET', jk, 'task', task, 'payload', payload, 'group', group, 'state', state,
+      'attempts', 0, 'max', max, 'lease', lease, 'delay', delay, 'ttl', ttl, 'created', now)
     if prio ~= 0 then redis.call('HSET', jk, 'prio', prio) end
     if extra then redis.call('HSET', jk, unpack(extra)) end
     if state == 'delayed' then
       delay_push(id, now + countdown)
     elseif state == 'pending' then
-      lane_push(g, id, lane_score(prio, now), now)
+      lane_push(group, id, lane_score(prio, now), now)
     end
-    if counted then hist_enqueued(now, g) end
+    if counted then hist_enqueued(now, group) end
     return 1
   end
 
   -- The row of a schedule's slot skipped by its overlap control (the job whose arguments
   -- start at ARGV[at]): state 'skipped' with the reason, kept ttl seconds (> 0).
   function skip_job(at, now, ttl, why)
-    local jk = job_key(ARGV[at + J_ID])
-    redis.call('HSET', jk, 'task', ARGV[at + J_TASK], 'group', ARGV[at + J_GROUP],
-      'state', 'skipped', 'attempts', 0, 'max', ARGV[at + J_MAX], 'ttl', ttl, 'created', now,
-      'finished', now, 'error', why)
+    local id, task, _, group, max = unpack(ARGV, at, at + J_MAX)
+    local jk = job_key(id)
+    redis.call('HSET', jk, 'task', task, 'group', group, 'state', 'skipped', 'attempts', 0,
+      'max', max, 'ttl', ttl, 'created', now, 'finished', now, 'error', why)
     redis.call('EXPIRE', jk, ttl)
   end
 end

@@ -83,6 +83,26 @@ def test_a_slot_is_refused_a_second_time_even_after_its_row_is_gone(app: App) ->
     assert app.queue().claim(1) == []
 
 
+def test_a_slot_joins_a_full_lane_and_is_not_counted_as_enqueued(app: App) -> None:
+    """A slot's row has the same writer as a producer's job (lua/lib/jobrow.lua new_job),
+    with the differences lua/schedule.lua gives: no lane cap (the slot is marked handled
+    before its job is written: a refusal would lose it), no count in the history's
+    `enqueued`."""
+    # Given a lane at its cap, and a schedule into it that owes its slot
+    app.set_group_max_size("capped", 1)
+    app.send_task(schedule_tasks.quick, ("a",), group="capped")
+    s = app.schedule("capq", schedule_tasks.quick, every=1, args=("q",), group="capped")
+    store = ScheduleStore(app.queue())
+    slot = int(store.server_seconds())
+    app.queue().client.hset(app.queue().keys.schedstate, "capq:last", slot - 1)
+    job = build_slot_job(schedule_tasks.quick.spec, s, slot_id("capq", slot), 1_000_000)
+    # When the slot fires
+    assert store.fire(s, slot, job).verdict == FireVerdict.ENQUEUED
+    # Then its job waits in the full lane, and only the producer's job counts as enqueued
+    assert app.lane("capped")["pending"] == 2
+    assert app.history(minutes=1)["groups"]["capped"]["enqueued"] == 1
+
+
 def test_put_bumps_the_version_only_on_change_and_the_marker_only_on_new_timing(
         app: App) -> None:
     store = ScheduleStore(app.queue())

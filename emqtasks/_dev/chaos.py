@@ -34,10 +34,10 @@ from typing import Any
 
 import redis
 
-from ..app import App
-from ..check import check, repair
 from ..errors import ServerFull
-from ..jobs import build_job
+from ..ops.check import check, repair
+from ..producer.app import App
+from ..producer.jobs import build_job
 from ..store.keys import QueueKeys
 from ..store.queue import NewJob
 from ..testing import WorkerProcess

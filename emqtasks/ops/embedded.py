@@ -24,10 +24,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .errors import ConfigError
-from .native import load_args
+from ..errors import ConfigError
+from ..native import load_args
+from ..store.connection import register_url_resolver
 from .servers import identify
-from .store.connection import register_url_resolver
 
 SCHEME = "embedded"
 DEFAULT_FOLDER = ".emqtasks"

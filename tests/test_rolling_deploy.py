@@ -34,8 +34,8 @@ from rolling import MISSED, Side
 from rolling_tasks import go_key, held_key
 
 from emqtasks._dev.localserver import LocalRedis
-from emqtasks.check import check
 from emqtasks.native import module_path
+from emqtasks.ops.check import check
 from emqtasks.testing import WorkerProcess
 from emqtasks.verdicts import AckVerdict, ExtendVerdict, ReleaseVerdict, RetryVerdict
 

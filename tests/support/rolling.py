@@ -22,7 +22,11 @@ from rolling_tasks import register, runs_key
 import emqtasks
 from emqtasks import App, chain, chord
 from emqtasks.queue import Lease
-from emqtasks.schedules import ScheduleStore
+
+try:   # this release: the schedules package
+    from emqtasks.schedules.schedule import ScheduleStore
+except ImportError:   # the previous release: one module
+    from emqtasks.schedules import ScheduleStore  # type: ignore[attr-defined,no-redef]
 from emqtasks.worker.child import Runner
 from emqtasks.worker.scheduler import Scheduler
 

@@ -1,10 +1,6 @@
 """emqtasks: a Celery-style background task runner on Redis, fair per group, without polling."""
 
-from . import embedded as _embedded  # noqa: F401  (registers ``embedded`` URLs with connect)
-from .app import App, default_app, on, task
-from .canvas import Chain, Chord, Group, Signature, WorkflowHandle, chain, chord, group
-from .context import JobContext, JobLogFilter, current_job
-from .cron import Cron, Every, cron, every
+from ._version import __version__
 from .errors import (
     AckRefused,
     ClusterUrlError,
@@ -43,9 +39,13 @@ from .errors import (
     WorkflowError,
     WorkflowTooLarge,
 )
-from .schedules import Schedule, ScheduleInfo
+from .ops import embedded as _embedded  # noqa: F401  (registers ``embedded`` URLs with connect)
+from .producer.app import App, default_app, on, task
+from .producer.context import JobContext, JobLogFilter, current_job
+from .producer.task import JobHandle, Task
+from .schedules.cron import Cron, Every, cron, every
+from .schedules.schedule import Schedule, ScheduleInfo
 from .store.queue import Acked, Lease, Queue
-from .task import JobHandle, Task
 from .verdicts import (
     AckVerdict,
     CancelVerdict,
@@ -55,8 +55,7 @@ from .verdicts import (
     ReleaseVerdict,
     RetryVerdict,
 )
-
-__version__ = "0.1.0"
+from .workflows.canvas import Chain, Chord, Group, Signature, WorkflowHandle, chain, chord, group
 
 __all__ = [
     # defining and enqueueing tasks

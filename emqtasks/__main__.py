@@ -1,5 +1,5 @@
 """``python -m emqtasks``: the same as the ``emqtasks`` command."""
 
-from emqtasks.cli import main
+from .cli import main
 
 main()

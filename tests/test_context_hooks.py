@@ -11,7 +11,7 @@ import pytest
 from day2 import cleanup, json_list, key, start, wait_until
 
 from emqtasks import App, InvalidArgument, JobLogFilter, NoCurrentJob, current_job, on
-from emqtasks.hooks import Hooks
+from emqtasks.producer.hooks import Hooks
 
 pytestmark = pytest.mark.timeout(120)
 

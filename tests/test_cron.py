@@ -23,7 +23,7 @@ from emqtasks import (
     cron,
     every,
 )
-from emqtasks.schedules import make_schedule, slot_id
+from emqtasks.schedules.schedule import make_schedule, slot_id
 
 
 def _ts(text: str, tz: str) -> int:
@@ -192,7 +192,7 @@ def test_a_stored_schedule_round_trips_through_json() -> None:
     s = make_schedule("r1", "t.task", cron="*/5 * * * *", tz="Europe/Paris",
                       args=(1, "a"), kwargs={"k": [1]}, group="g", catchup="all",
                       jitter=2.5, overlap=False)
-    from emqtasks.schedules import Schedule
+    from emqtasks.schedules.schedule import Schedule
 
     back = Schedule.from_json(s.to_json())
     assert back == s and back.to_json() == s.to_json()

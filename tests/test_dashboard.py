@@ -14,7 +14,7 @@ from dashsrv import DashServer
 from helpers import make_task
 
 from emqtasks import App
-from emqtasks.queue import Queue
+from emqtasks.store.queue import Queue
 
 pytestmark = pytest.mark.timeout(120)
 HOSTILE = '<img src=x onerror="alert(1)">'

@@ -17,7 +17,7 @@ from helpers import make_task
 from workerproc import WorkerProc
 
 from emqtasks import App
-from emqtasks.queue import Queue
+from emqtasks.store.queue import Queue
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")

@@ -11,7 +11,7 @@ from helpers import make_task
 
 from emqtasks import App
 from emqtasks.dashboard import guard
-from emqtasks.queue import Queue
+from emqtasks.store.queue import Queue
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,8 +13,8 @@ from dashsrv import DashServer
 from helpers import new_job
 
 from emqtasks.dashboard import views
-from emqtasks.lanetable import LaneTable
-from emqtasks.queue import Queue
+from emqtasks.observe.lanetable import LaneTable
+from emqtasks.store.queue import Queue
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -14,12 +14,13 @@ from collections.abc import Iterator
 import pytest
 from workerproc import HERE
 
-from emqtasks import App, acl
+from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis
-from emqtasks.connection import connect
-from emqtasks.doctor import CHECKS, Finding, run, worst
 from emqtasks.native import module_path
-from emqtasks.queue import Queue
+from emqtasks.ops import acl
+from emqtasks.ops.doctor import CHECKS, Finding, run, worst
+from emqtasks.store.connection import connect
+from emqtasks.store.queue import Queue
 
 pytestmark = pytest.mark.timeout(60)
 

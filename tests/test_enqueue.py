@@ -17,7 +17,7 @@ from emqtasks.errors import (
     PayloadTooLarge,
     SerializationError,
 )
-from emqtasks.keys import QueueKeys
+from emqtasks.store.keys import QueueKeys
 from emqtasks.verdicts import EnqueueVerdict
 
 ENQUEUED, DUPLICATE = EnqueueVerdict.ENQUEUED, EnqueueVerdict.DUPLICATE

@@ -10,9 +10,9 @@ from helpers import count_keys, make_task
 from workerproc import WorkerProc
 
 from emqtasks import App, InvalidArgument, LaneFull, RateLimited
-from emqtasks.check import check, repair
 from emqtasks.cli import main
-from emqtasks.queue import Queue
+from emqtasks.ops.check import check, repair
+from emqtasks.store.queue import Queue
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -15,9 +15,9 @@ import pytest
 from workerproc import WorkerProc
 
 from emqtasks import App, InvalidArgument
-from emqtasks.check import check, repair
 from emqtasks.cli import main
-from emqtasks.queue import NewJob, Queue
+from emqtasks.ops.check import check, repair
+from emqtasks.store.queue import NewJob, Queue
 
 pytestmark = pytest.mark.timeout(90)
 

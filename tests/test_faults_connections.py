@@ -32,7 +32,7 @@ from redis.retry import Retry as RedisRetry
 
 from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis
-from emqtasks.queue import Lease, Queue
+from emqtasks.store.queue import Lease, Queue
 from emqtasks.verdicts import RetryVerdict
 from emqtasks.worker.resilience import TRANSIENT, Outage
 

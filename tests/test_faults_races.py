@@ -34,9 +34,9 @@ from workerproc import WorkerProc
 
 from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis, server_version
-from emqtasks.check import WAKE_CAP
-from emqtasks.queue import Queue
-from emqtasks.task import Task
+from emqtasks.ops.check import WAKE_CAP
+from emqtasks.producer.task import Task
+from emqtasks.store.queue import Queue
 
 
 @pytest.fixture

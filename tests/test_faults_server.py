@@ -16,7 +16,7 @@ from faults import Rec, assert_clean, enqueue, quiet, start_worker, wait_until
 
 from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis
-from emqtasks.check import check, repair
+from emqtasks.ops.check import check, repair
 
 # -- SCRIPT FLUSH under a running worker -------------------------------------------------
 

@@ -29,7 +29,7 @@ from helpers import expire_now, new_job
 
 from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis
-from emqtasks.queue import Queue
+from emqtasks.store.queue import Queue
 from emqtasks.verdicts import AckVerdict
 from emqtasks.worker.resilience import Outage
 

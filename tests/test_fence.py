@@ -10,7 +10,7 @@ from faults import assert_clean
 from helpers import assert_invariants, expire_now, make_task, new_job
 
 from emqtasks import App
-from emqtasks.queue import Lease, Queue
+from emqtasks.store.queue import Lease, Queue
 from emqtasks.verdicts import AckVerdict, ReleaseVerdict, RetryVerdict
 
 STALE = RetryVerdict.STALE

@@ -316,8 +316,8 @@ def test_tls_at_a_plain_redis_port_is_one_line_within_seconds(redis_url: str) ->
 
 def test_a_connection_keeps_its_long_timeout_after_the_short_handshake(app: App) -> None:
     # A park blocks longer than the connect timeout on a fresh connection and is not cut
-    from emqtasks.connection import CONNECT_TIMEOUT, connect
-    from emqtasks.queue import Queue
+    from emqtasks.store.connection import CONNECT_TIMEOUT, connect
+    from emqtasks.store.queue import Queue
 
     q = Queue(connect(app.settings.redis_url, single_thread=True), app.settings.queue)
     began = time.monotonic()

@@ -7,8 +7,8 @@ from helpers import expire_now, make_task, server_ms
 
 from emqtasks import App
 from emqtasks.errors import InvalidArgument
-from emqtasks.history import BUCKETS_MS, quantile
-from emqtasks.queue import Queue
+from emqtasks.observe.history import BUCKETS_MS, quantile
+from emqtasks.store.queue import Queue
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 import emqtasks
-from emqtasks import App, Signature, registry
+from emqtasks import App, Signature
 from emqtasks.errors import UnknownTask
-from emqtasks.registry import POLICY_OPTIONS, SCHEDULE_OPTION, TaskOptions, TaskSpec
+from emqtasks.producer import registry
+from emqtasks.producer.registry import POLICY_OPTIONS, SCHEDULE_OPTION, TaskOptions, TaskSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,7 +34,7 @@ def _loaded_after(statement: str) -> set[str]:
 
 def test_a_producer_imports_no_worker_cli_or_dev_module() -> None:
     loaded = _loaded_after("import emqtasks")
-    assert "emqtasks.app" in loaded
+    assert "emqtasks.producer.app" in loaded
     assert not {m for m in loaded if m.startswith(("emqtasks.worker", "emqtasks.cli",
                                                   "emqtasks._dev"))}
     out = subprocess.run([sys.executable, "-c", "import emqtasks, sys; "
@@ -158,8 +159,8 @@ def test_the_worker_never_imports_the_web_stack() -> None:
     code = ("import sys, emqtasks.cli, emqtasks.cli.worker; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('jinja2', 'selenium', 'prometheus_client') "
-            "or m.startswith(('emqtasks.dashboard', 'emqtasks.metrics', "
-            "'emqtasks.lanetable'))))")
+            "or m.startswith(('emqtasks.dashboard', 'emqtasks.observe.metrics', "
+            "'emqtasks.observe.lanetable'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "[]"
@@ -172,10 +173,8 @@ def test_the_worker_never_imports_the_web_stack() -> None:
 ALLOWED_CYCLE_EDGES = {
     # Queue.corrupt() imports check.diagnose lazily, and check.py drives a Queue: the store
     # package is to own the checker's reads (issue 25, item 1).
-    ("emqtasks.store.queue", "emqtasks.check"): "store: the checker's reads move under the store",
-    # heartbeat.Beat reads emqtasks.__version__, and the package's __init__ imports
-    # queue.py, which imports heartbeat.py.
-    ("emqtasks.heartbeat", "emqtasks"): "store: the version moves below the package root",
+    ("emqtasks.store.queue", "emqtasks.ops.check"):
+        "store: the checker's reads move under the store",
 }
 
 
@@ -292,12 +291,120 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_import_graph_has_no_cycle() -> None:
     graph = import_graph()
     # the graph is real: a top-level, a lazy (in a function) and a relative import each
-    assert "emqtasks.app" in graph["emqtasks"]
+    assert "emqtasks.producer.app" in graph["emqtasks"]
     assert "emqtasks.worker.async_child" in graph["emqtasks.worker.child"]
-    assert "emqtasks.jobs" in graph["emqtasks.task"]
+    assert "emqtasks.producer.jobs" in graph["emqtasks.producer.task"]
     for (source, target), why in ALLOWED_CYCLE_EDGES.items():
         assert target in graph[source], f"allowed edge {source} -> {target} is gone ({why}):" \
                                         " remove it from ALLOWED_CYCLE_EDGES"
         graph[source].discard(target)
     found = cycles(graph)
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+# -- the layers --------------------------------------------------------------------------------
+#: The package's layers, lowest first: a module imports from its own layer or those below it,
+#: never from one above. A name stands for the module and everything under it; the longest
+#: name that matches a module places it, and the package root ``emqtasks`` only itself.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # what every part uses: errors, numbers checked, verdicts, clock steps, the JSON envelope
+    ("base", ("emqtasks._seconds", "emqtasks._version", "emqtasks.errors", "emqtasks.validate",
+              "emqtasks.verdicts", "emqtasks.clock", "emqtasks.serialization")),
+    # the protocol's owner; the settings (store/cluster.py redacts URLs with config.py, which
+    # checks queue names with store/keys.py) and native/__init__ (finds the built module)
+    ("store", ("emqtasks.store", "emqtasks.config", "emqtasks.native")),
+    # the domains, side by side on top of the store
+    ("domains", ("emqtasks.producer", "emqtasks.workflows", "emqtasks.schedules",
+                 "emqtasks.observe", "emqtasks.ops")),
+    # the public face: the package root, the documented old paths, the test launcher
+    ("package", ("emqtasks", "emqtasks.canvas", "emqtasks.hooks", "emqtasks.acl",
+                 "emqtasks.queue", "emqtasks.testing")),
+    ("worker", ("emqtasks.worker",)),
+    # the programs: the command line (its `native build` runs native/build.py), the dashboard,
+    # the wheel's build hook
+    ("apps", ("emqtasks.cli", "emqtasks.__main__", "emqtasks.dashboard",
+              "emqtasks.native.build", "emqtasks.native.hatch_hook")),
+    # optional tools no program imports: the microbenchmark and the development tools
+    ("tools", ("emqtasks.native.microbench", "emqtasks._dev")),
+)
+
+#: Edges that run upwards today, each with the change that removes it. Remove an entry with
+#: its edge (the test fails on an entry whose edge is gone); an upward edge not listed fails.
+ALLOWED_UPWARD_EDGES = {
+    # store/queue.py reads heartbeats, history, lane views and the checker's diagnosis
+    # through the read models above it; issue 25 item 1 moves those reads under the store.
+    ("emqtasks.store.queue", "emqtasks.observe.heartbeat"): "store: the heartbeat's reads",
+    ("emqtasks.store.queue", "emqtasks.observe.history"): "store: the history's reads",
+    ("emqtasks.store.queue", "emqtasks.observe.lanes"): "store: the lane views' reads",
+    ("emqtasks.store.queue", "emqtasks.ops.check"): "store: the checker's reads",
+    # clock.read takes the server's time from observe/lanes.py's server_ms, lazily
+    ("emqtasks.clock", "emqtasks.observe.lanes"): "store: the server's time read by the store",
+}
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the longest name that places ``module``."""
+    best, found = "", -1
+    for rank, (_, names) in enumerate(LAYERS):
+        for name in names:
+            matches = module == name or (name != "emqtasks" and module.startswith(name + "."))
+            if matches and len(name) > len(best):
+                best, found = name, rank
+    return found
+
+
+def upward_edges(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {(source, target) for source, targets in graph.items() for target in targets
+            if layer_of(target) > layer_of(source)}
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = sorted(m for m in import_graph() if layer_of(m) < 0)
+    assert unplaced == [], "place these in LAYERS"
+
+
+def test_nothing_imports_upwards() -> None:
+    graph = import_graph()
+    # the check is real: each layer has modules, and an upward edge is seen as one
+    for rank, (name, _) in enumerate(LAYERS):
+        assert any(layer_of(m) == rank for m in graph), f"layer {name} is empty"
+    assert upward_edges({"emqtasks.store.keys": {"emqtasks.producer.app"}}) == {
+        ("emqtasks.store.keys", "emqtasks.producer.app")}
+    assert layer_of("emqtasks.native") < layer_of("emqtasks.native.build")
+    found = upward_edges(graph)
+    for edge, why in ALLOWED_UPWARD_EDGES.items():
+        assert edge in found, f"allowed edge {' -> '.join(edge)} is gone ({why}): remove it" \
+                              " from ALLOWED_UPWARD_EDGES"
+    upward = sorted(found - ALLOWED_UPWARD_EDGES.keys())
+    assert upward == [], "imports that run upwards:\n" + "\n".join(
+        f"{s} ({LAYERS[layer_of(s)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})" for s, t in upward)
+
+
+#: Module paths the README documents (or that callers of the last release import), and the
+#: module that now holds them: each old path is that very module, not a copy.
+DOCUMENTED_PATHS = {
+    "emqtasks.canvas": "emqtasks.workflows.canvas",
+    "emqtasks.hooks": "emqtasks.producer.hooks",
+    "emqtasks.acl": "emqtasks.ops.acl",
+    "emqtasks.queue": "emqtasks.store.queue",
+}
+
+
+def test_the_documented_module_paths_still_import() -> None:
+    code = ("import importlib, json, sys\n"
+            f"paths = {DOCUMENTED_PATHS!r}\n"
+            "print(json.dumps({old: importlib.import_module(old) is importlib.import_module(new)"
+            " for old, new in paths.items()}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert json.loads(out.stdout) == dict.fromkeys(DOCUMENTED_PATHS, True)
+    from emqtasks.errors import EmqError
+    from emqtasks.native import build, microbench, module_path
+    from emqtasks.queue import Queue
+    from emqtasks.testing import WorkerProcess, worker_process
+    from emqtasks.verdicts import AckVerdict
+    from emqtasks.worker.child import Runner
+    assert all((EmqError, build.main, microbench, module_path, Queue, WorkerProcess,
+                worker_process, AckVerdict, Runner))
+    assert {name: hasattr(emqtasks, name) for name in emqtasks.__all__} == dict.fromkeys(
+        emqtasks.__all__, True)

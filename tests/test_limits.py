@@ -17,7 +17,7 @@ from helpers import make_task
 from emqtasks import App, EmqError, InvalidArgument
 from emqtasks._dev.localserver import LocalRedis
 from emqtasks.errors import ResultTooLarge
-from emqtasks.retry_policy import RetryPolicy
+from emqtasks.producer.retry_policy import RetryPolicy
 from emqtasks.serialization import dumps_result
 from emqtasks.validate import MAX_DURATION, YEAR
 from emqtasks.worker.child import Runner

@@ -18,8 +18,8 @@ from helpers import make_task
 from workerproc import WorkerProc
 
 from emqtasks import App, Queue
-from emqtasks.check import check, repair
 from emqtasks.errors import CorruptKey, NativeUnavailable
+from emqtasks.ops.check import check, repair
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,8 +18,8 @@ from helpers import make_task
 
 from emqtasks import App, Queue
 from emqtasks.errors import CorruptKey
-from emqtasks.lanetable import LaneTable
-from emqtasks.metrics import Exporter
+from emqtasks.observe.lanetable import LaneTable
+from emqtasks.observe.metrics import Exporter
 
 pytestmark = pytest.mark.timeout(60)
 

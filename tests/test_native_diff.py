@@ -40,12 +40,12 @@ import pytest
 import redis
 
 from emqtasks._dev.localserver import find_binary, free_port, server_version, wait_ready
-from emqtasks.check import check
-from emqtasks.keys import FIXED, QueueKeys
 from emqtasks.native import COMMANDS
 from emqtasks.native.build import asan_runtime, build
-from emqtasks.queue import Queue
-from emqtasks.scripts import Scripts, source
+from emqtasks.ops.check import check
+from emqtasks.store.keys import FIXED, QueueKeys
+from emqtasks.store.queue import Queue
+from emqtasks.store.scripts import Scripts, source
 
 LONG = os.environ.get("EMQ_NATIVE_LONG") == "1"
 OPS = int(os.environ.get("EMQ_NATIVE_OPS", "20000" if LONG else "1000"))

@@ -15,12 +15,13 @@ import redis
 from helpers import assert_invariants, new_job
 from workerproc import HERE, WorkerProc
 
-from emqtasks import App, acl
+from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis
 from emqtasks.errors import ConfigError, NativeUnavailable
 from emqtasks.native import module_path
-from emqtasks.native.selection import native_mode
-from emqtasks.queue import Queue
+from emqtasks.ops import acl
+from emqtasks.store.queue import Queue
+from emqtasks.store.selection import native_mode
 from emqtasks.verdicts import EnqueueVerdict
 
 pytestmark = [pytest.mark.timeout(120),

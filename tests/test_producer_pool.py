@@ -16,7 +16,7 @@ import pytest
 
 from emqtasks import App, ResultTimeout
 from emqtasks._dev.localserver import LocalRedis
-from emqtasks.connection import POOL_SIZE
+from emqtasks.store.connection import POOL_SIZE
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,7 +8,7 @@ import pytest
 from day2 import cleanup, key, start
 
 from emqtasks import App, InvalidArgument, TaskFailed
-from emqtasks.retry_policy import RetryPolicy
+from emqtasks.producer.retry_policy import RetryPolicy
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,8 +20,8 @@ from emqtasks import (
     UnknownTask,
     UnknownTimezone,
 )
-from emqtasks.registry import Registry
-from emqtasks.schedules import (
+from emqtasks.producer.registry import Registry
+from emqtasks.schedules.schedule import (
     ScheduleStore,
     build_slot_job,
     make_schedule,
@@ -260,7 +260,7 @@ def test_the_schedule_commands_without_a_worker(app: App, redis_url: str) -> Non
 def test_schedules_on_a_redis_cluster_live_in_the_queues_slot() -> None:
     from cluster import ClusterServers
 
-    from emqtasks.keys import QueueKeys
+    from emqtasks.store.keys import QueueKeys
 
     servers = ClusterServers.start_or_skip()
     try:

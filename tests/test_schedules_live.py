@@ -22,7 +22,7 @@ from workerproc import WorkerProc
 
 from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis
-from emqtasks.schedules import ScheduleStore
+from emqtasks.schedules.schedule import ScheduleStore
 
 pytestmark = pytest.mark.timeout(120)
 MODULES = ("schedule_tasks",)

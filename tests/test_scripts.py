@@ -9,9 +9,10 @@ import pytest
 from helpers import make_task
 from luanames import free_names, top_level_names
 
-from emqtasks import App, scripts
+from emqtasks import App
 from emqtasks.errors import ConfigError
-from emqtasks.keys import FIXED
+from emqtasks.store import scripts
+from emqtasks.store.keys import FIXED
 from emqtasks.verdicts import AckVerdict
 
 

@@ -23,14 +23,15 @@ import redis
 import security_tasks as st
 from workerproc import HERE, WorkerProc
 
-from emqtasks import App, acl
-from emqtasks import connection as connection_module
+from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis, free_port
-from emqtasks.cluster import parse_url
-from emqtasks.connection import connect
 from emqtasks.errors import TaskFailed
 from emqtasks.native import module_path
-from emqtasks.queue import NewJob, Queue
+from emqtasks.ops import acl
+from emqtasks.store import connection as connection_module
+from emqtasks.store.cluster import parse_url
+from emqtasks.store.connection import connect
+from emqtasks.store.queue import NewJob, Queue
 
 pytestmark = pytest.mark.timeout(120)
 

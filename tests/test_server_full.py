@@ -22,7 +22,7 @@ from workerproc import WorkerProc
 from emqtasks import App, EmqError, chain
 from emqtasks._dev.localserver import LocalRedis
 from emqtasks.errors import ServerFull
-from emqtasks.queue import Queue
+from emqtasks.store.queue import Queue
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -38,7 +38,6 @@ EXEMPT = (
     PACKAGE / "native" / "microbench.py",
     PACKAGE / "native" / "hatch_hook.py",
     PACKAGE / "_dev",
-    PACKAGE / "scripts.py",     # the old path of store/scripts.py: a re-export of it
 )
 #: Script calls allowed by name: acl.py asks the server's ACL what a user may run
 #: (redis.acl_check_cmd in a one-line EVAL on the doctor's probe key); it runs no verb and
@@ -123,7 +122,7 @@ def test_the_check_sees_what_it_looks_for(tmp_path: Path) -> None:
 
 #: What the store must not import: the optional parts (the embedded server, the native
 #: module's build and microbenchmark) and the development tools.
-UPWARD = ("emqtasks.embedded", "emqtasks.native.build", "emqtasks.native.microbench",
+UPWARD = ("emqtasks.ops.embedded", "emqtasks.native.build", "emqtasks.native.microbench",
           "emqtasks.native.hatch_hook", "emqtasks._dev")
 
 

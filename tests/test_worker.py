@@ -14,7 +14,7 @@ from helpers import data_keys
 from workerproc import HERE, WorkerProc
 
 from emqtasks import App
-from emqtasks.queue import NewJob
+from emqtasks.store.queue import NewJob
 
 pytestmark = pytest.mark.timeout(60)
 

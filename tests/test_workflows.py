@@ -28,9 +28,9 @@ from emqtasks import (
     chord,
     group,
 )
-from emqtasks.check import check, repair
 from emqtasks.cli import main
-from emqtasks.task import JobHandle
+from emqtasks.ops.check import check, repair
+from emqtasks.producer.task import JobHandle
 from emqtasks.verdicts import CancelVerdict
 
 pytestmark = pytest.mark.timeout(120)

@@ -34,10 +34,10 @@ from typing import Any
 
 import redis
 
-from ..app import App
-from ..check import check, repair
 from ..errors import ServerFull
-from ..jobs import build_job
+from ..ops.check import check, repair
+from ..producer.app import App
+from ..producer.jobs import build_job
 from ..store.keys import QueueKeys
 from ..store.queue import NewJob
 from ..testing import WorkerProcess
@@ -219,19 +219,26 @@ class Soak:
             "full_servers": self._fill_server, "master_freezes": self._freeze_master,
             "partitions": self._partition,
         }
-        # One of each kind first, in a random order, so even a short soak has them all.
+        # One of each kind first, in a random order, so even a short soak has them all: on a
+        # loaded machine the faults take longer, so the chaos goes on past its time until
+        # each kind has struck (up to twice its time more).
         firsts = self.rng.sample(list(EVENTS), len(EVENTS))
-        deadline = time.monotonic() + self.seconds
+        planned = time.monotonic() + self.seconds
+        last_chance = planned + 2 * self.seconds
+
+        def end() -> float:
+            return last_chance if firsts else planned
+
         next_event = time.monotonic() + self.rng.expovariate(1 / MEAN_INTERVAL)
-        while (now := time.monotonic()) < deadline:
+        while (now := time.monotonic()) < end():
             self._supervise()
             # The schedule of the chaos, not a poll: sleep until the next event or the end
             # of a fault that lasts (a full server, a frozen master, a partition).
-            time.sleep(max(0.0, min(next_event, deadline, *(t for t, _ in self.undo)) - now))
+            time.sleep(max(0.0, min(next_event, end(), *(t for t, _ in self.undo)) - now))
             self._end_faults(until=time.monotonic())
             if time.monotonic() < next_event:
                 continue
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= end():
                 break
             first = bool(firsts)
             name = firsts.pop() if first else self.rng.choices(

@@ -8,7 +8,7 @@ import random
 import time
 from typing import Any
 
-from ..app import App, default_app
+from ..producer.app import App, default_app
 from .taskclient import task_redis
 
 #: Generous: a chaos event fails the attempt of every job in flight, and none of the jobs

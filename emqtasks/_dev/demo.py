@@ -18,10 +18,10 @@ from typing import Any
 
 import click
 
-from ..app import App
 from ..config import redacted
-from ..embedded import folder_of, is_embedded
-from ..servers import describe
+from ..ops.embedded import folder_of, is_embedded
+from ..ops.servers import describe
+from ..producer.app import App
 
 demo_app = App()
 FLOOD = "bigcorp"

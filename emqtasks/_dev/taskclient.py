@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..app import default_app
+from ..producer.app import default_app
 from ..store.connection import connect
 
 _client: tuple[int, Any] | None = None

@@ -1,5 +1,5 @@
 """``python -m emqtasks.cli``: the same command as ``emqtasks``."""
 
-from emqtasks.cli import main
+from . import main
 
 main()

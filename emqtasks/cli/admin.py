@@ -225,7 +225,7 @@ def enqueue(redis_url: str | None, queue: str | None, task_name: str, args_json:
         raise CliError("the task name is empty")
     args = _json_option(args_json, "--args", list, "array")
     kwargs = _json_option(kwargs_json, "--kwargs", dict, "object")
-    from ..app import App
+    from ..producer.app import App
 
     def verb(q: Queue) -> Any:
         app = App(redis_url=settings_for(redis_url, queue).redis_url, queue=q.name)
@@ -297,7 +297,7 @@ def stats(redis_url: str | None, queue: str | None, as_json: bool, watch: bool,
 def _watch(redis_url: str | None, names: Sequence[str | None], count: int | None) -> None:
     """The live lane table: the busiest lanes of each queue, and the last minute's work,
     redrawn in place once a second."""
-    from ..lanetable import LaneTable  # no SCAN of the keyspace a second
+    from ..observe.lanetable import LaneTable  # no SCAN of the keyspace a second
 
     queues = [open_queue(settings_for(redis_url, name)) for name in names]
     tables = {q.name: LaneTable(q) for q in queues}
@@ -375,8 +375,8 @@ def _pct(x: float | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def check_command(redis_url: str | None, queue: str | None, repair: bool, as_json: bool) -> None:
     """Check the queue's invariants (exit 1 on a violation); --repair mends what it can."""
-    from ..check import check
-    from ..check import repair as do_repair
+    from ..ops.check import check
+    from ..ops.check import repair as do_repair
 
     def verb(q: Queue) -> tuple[Any, Any]:
         mended = do_repair(q) if repair else None

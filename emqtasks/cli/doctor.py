@@ -1,4 +1,4 @@
-"""`emqtasks doctor`: the server and queue checks to run before going live (emqtasks.doctor)."""
+"""`emqtasks doctor`: the server and queue checks to run before going live (emqtasks.ops.doctor)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def doctor(redis_url: str | None, queue: str | None, role: str, skip: tuple[str,
            as_json: bool) -> None:
     """Check the server and the queue before going live: exit 1 if something would lose jobs
     or stop the worker."""
-    from ..doctor import CHECKS, run, worst
+    from ..ops.doctor import CHECKS, run, worst
 
     unknown = sorted(set(skip) - {name for name, _ in CHECKS})
     if unknown:

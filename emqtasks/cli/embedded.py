@@ -17,7 +17,7 @@ def embedded() -> None:
 
 
 def _embedded_server(path: str | None) -> Any:
-    from ..embedded import DEFAULT_FOLDER, EmbeddedServer, folder_of
+    from ..ops.embedded import DEFAULT_FOLDER, EmbeddedServer, folder_of
 
     try:
         return EmbeddedServer(folder_of(f"embedded:{path or DEFAULT_FOLDER}"))

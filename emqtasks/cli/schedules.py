@@ -17,11 +17,17 @@ from typing import Any
 
 import click
 
-from ..app import App, all_apps
-from ..cron import interval_seconds, zone
 from ..errors import EmqError, UnknownSchedule, UnknownTask
-from ..registry import TaskSpec
-from ..schedules import CATCHUP_POLICIES, ScheduleInfo, ScheduleStore, deferred, make_schedule
+from ..producer.app import App, all_apps
+from ..producer.registry import TaskSpec
+from ..schedules.cron import interval_seconds, zone
+from ..schedules.schedule import (
+    CATCHUP_POLICIES,
+    ScheduleInfo,
+    ScheduleStore,
+    deferred,
+    make_schedule,
+)
 from ..store.queue import Queue
 from .admin import _json_option
 from .common import AdminCommand, CliError, Refused, queue_options, run_admin, settings_for

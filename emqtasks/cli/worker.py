@@ -14,12 +14,12 @@ import click
 import redis
 
 from .. import __version__
-from ..app import all_apps, default_app
 from ..config import DEFAULT_QUEUE, WorkerSettings, redacted
-from ..context import install_log_fields
 from ..errors import EmqError
-from ..registry import Registry
-from ..schedules import ScheduleStore, deferred, register_declared
+from ..producer.app import all_apps, default_app
+from ..producer.context import install_log_fields
+from ..producer.registry import Registry
+from ..schedules.schedule import ScheduleStore, deferred, register_declared
 from ..store.cluster import node_kwargs
 from ..store.connection import connect
 from ..store.queue import Queue

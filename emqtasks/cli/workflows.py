@@ -6,10 +6,10 @@ import json
 
 import click
 
-from ..canvas import WorkflowHandle
 from ..errors import TaskFailed
 from ..store.keys import check_job_id
 from ..store.queue import Queue
+from ..workflows.canvas import WorkflowHandle
 from .common import AdminCommand, Refused, queue_options, run_admin
 
 

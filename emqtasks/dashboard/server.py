@@ -35,11 +35,11 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-from ..canvas import WorkflowHandle
 from ..errors import CorruptKey, EmqError, ScriptError
-from ..metrics import CONTENT_TYPE, Exporter
+from ..observe.metrics import CONTENT_TYPE, Exporter
 from ..store.keys import check_job_id
 from ..store.queue import Queue
+from ..workflows.canvas import WorkflowHandle
 from . import guard, views
 from .guard import Refused
 
@@ -456,7 +456,7 @@ class Handler(BaseHTTPRequestHandler):
 
 def _schedules(queue: Queue) -> list[Any]:
     try:
-        from ..schedules import ScheduleStore
+        from ..schedules.schedule import ScheduleStore
 
         return list(ScheduleStore(queue).infos())
     except Exception:   # schedules are optional; a queue without any shows none

@@ -18,12 +18,12 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from ..canvas import WorkflowHandle
 from ..errors import TaskFailed
-from ..lanes import int_ok, readable
-from ..lanetable import LaneTable
+from ..observe.lanes import int_ok, readable
+from ..observe.lanetable import LaneTable
 from ..store.keys import check_job_id
 from ..store.queue import Queue, job_view
+from ..workflows.canvas import WorkflowHandle
 from . import charts
 
 PAGE = 50

@@ -246,7 +246,7 @@ def _history(b: Bench, opts: argparse.Namespace) -> int:
 
 def _loop_once(url: str, mode: str, n: int) -> tuple[float, float, float]:
     """(jobs/s, client CPU us/job, server CPU us/job) of one drain of n no-op jobs."""
-    from ..app import App
+    from ..producer.app import App
     from ..store.connection import connect
     from ..store.queue import Queue
     from ..worker.queues import QueueSet

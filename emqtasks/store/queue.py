@@ -10,10 +10,11 @@ from typing import Any, NamedTuple, TypeVar
 from redis import ConnectionPool
 from redis.exceptions import ReadOnlyError, ResponseError
 
-from .. import clock, heartbeat, history, lanes
+from .. import clock
 from ..errors import CorruptKey, InvalidArgument, InvalidJobId, ScriptError
-from ..heartbeat import Beat
-from ..lanes import parse_rate
+from ..observe import heartbeat, history, lanes
+from ..observe.heartbeat import Beat
+from ..observe.lanes import parse_rate
 from ..validate import MAX_COUNT, integer, optional_seconds, seconds
 from ..verdicts import (
     AckVerdict,
@@ -262,7 +263,7 @@ class Queue:
     def corrupt(self, groups: Iterable[str], outcome: str) -> CorruptKey:
         """The error for a verb refused by a key of the wrong type (or a book it cannot
         read), naming what the checker finds (emqtasks.check.diagnose)."""
-        from ..check import diagnose
+        from ..ops.check import diagnose
 
         found = diagnose(self, groups)
         what = "; ".join(found) if found else "a key of the queue holds the wrong type"

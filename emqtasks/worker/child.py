@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..context import install_log_fields
 from ..errors import TimeLimitExceeded
-from ..hooks import Hooks
-from ..registry import Registry
+from ..producer.context import install_log_fields
+from ..producer.hooks import Hooks
+from ..producer.registry import Registry
 from ..store.queue import Queue
 from .pipe import GO, GOT_WORK, HELD, IDLE, STOP
 from .queues import Claimed, QueueSet

@@ -22,13 +22,13 @@ from typing import Any
 
 import multiprocess
 
-from .. import heartbeat
 from ..config import WorkerSettings
 from ..errors import TimeLimitExceeded, WorkerLost
-from ..heartbeat import Beat
-from ..hooks import Hooks
-from ..registry import Registry
-from ..retry_policy import bounded
+from ..observe import heartbeat
+from ..observe.heartbeat import Beat
+from ..producer.hooks import Hooks
+from ..producer.registry import Registry
+from ..producer.retry_policy import bounded
 from ..store.cluster import is_cluster
 from ..store.keys import WAKE_DUE
 from ..store.queue import Lease, Queue

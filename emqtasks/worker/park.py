@@ -19,7 +19,7 @@ import redis.exceptions as rex
 
 from .. import clock
 from ..clock import ClockWatch
-from ..heartbeat import BEAT_TICKS, Beat
+from ..observe.heartbeat import BEAT_TICKS, Beat
 from ..store.keys import WAKE_DUE
 from ..store.queue import Queue
 from .resilience import TRANSIENT, FullServer, Outage

@@ -18,9 +18,7 @@ from typing import Any, NamedTuple, TypeVar
 from redis.exceptions import ResponseError
 
 from .. import serialization
-from ..callshape import misfit
 from ..config import Settings
-from ..context import JobContext, reset_current, set_current
 from ..errors import (
     AckRefused,
     RateLimited,
@@ -30,9 +28,11 @@ from ..errors import (
     TimeLimitExceeded,
     UnknownTask,
 )
-from ..hooks import Hooks
-from ..registry import Registry, TaskSpec
-from ..retry_policy import DEFAULT_POLICY
+from ..producer.callshape import misfit
+from ..producer.context import JobContext, reset_current, set_current
+from ..producer.hooks import Hooks
+from ..producer.registry import Registry, TaskSpec
+from ..producer.retry_policy import DEFAULT_POLICY
 from ..store.queue import Lease, Queue
 from .resilience import TRANSIENT, Refused
 from .slots import ASYNC, SYNC
@@ -329,14 +329,14 @@ async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:
 def every_task() -> Registry:
     """One table of the tasks of every App in this process (DuplicateTaskName if two Apps
     give one name to different functions)."""
-    from ..app import all_apps
+    from ..producer.app import all_apps
 
     return Registry.merged(app.registry for app in all_apps())
 
 
 def every_hook() -> Hooks:
     """The hooks of every App in this process, in one table."""
-    from ..app import all_apps
+    from ..producer.app import all_apps
 
     return Hooks.merged(app.hooks for app in all_apps())
 

@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass
 
 from ..errors import EmqError, ServerFull
-from ..registry import Registry
-from ..schedules import (
+from ..producer.registry import Registry
+from ..schedules.schedule import (
     CATCHUP_MAX,
     Fired,
     Schedule,

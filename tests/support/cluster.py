@@ -16,7 +16,7 @@ from redis.cluster import key_slot
 
 from emqtasks._dev.localcluster import LocalCluster
 from emqtasks._dev.localserver import find_binary
-from emqtasks.keys import QueueKeys
+from emqtasks.store.keys import QueueKeys
 
 
 class ClusterServers(LocalCluster):

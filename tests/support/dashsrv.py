@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emqtasks.dashboard.server import Dashboard, serve
-from emqtasks.queue import Queue
+from emqtasks.store.queue import Queue
 
 
 @dataclass

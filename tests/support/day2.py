@@ -12,7 +12,7 @@ from typing import Any
 from workerproc import WorkerProc
 
 from emqtasks import App, Task
-from emqtasks.task import build_job
+from emqtasks.producer.task import build_job
 
 
 def start(app: App, *extra: str, concurrency: int = 2, queues: str | None = None,

@@ -21,11 +21,11 @@ import redis
 from workerproc import WorkerProc
 
 from emqtasks import App
-from emqtasks.check import check
 from emqtasks.native import COMMANDS
-from emqtasks.queue import Queue
-from emqtasks.scripts import VERBS, source
-from emqtasks.task import Task, build_job
+from emqtasks.ops.check import check
+from emqtasks.producer.task import Task, build_job
+from emqtasks.store.queue import Queue
+from emqtasks.store.scripts import VERBS, source
 
 #: The logger the tests hand to Outage when they call a verb the way a child does.
 log = logging.getLogger("test_faults")

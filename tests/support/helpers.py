@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 from emqtasks import App, Task
-from emqtasks.queue import NewJob, Queue
+from emqtasks.store.queue import NewJob, Queue
 
 
 def noop(*args: Any, **kwargs: Any) -> None:

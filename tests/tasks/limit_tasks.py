@@ -8,7 +8,7 @@ import os
 import signal
 
 from emqtasks import default_app, task
-from emqtasks.queue import Queue
+from emqtasks.store.queue import Queue
 
 
 def _r():  # type: ignore[no-untyped-def]

@@ -10,7 +10,7 @@ from typing import Any
 import redis
 
 from emqtasks import task
-from emqtasks.queue import Queue
+from emqtasks.store.queue import Queue
 
 # The module, not the command: emqtasks.cli's attribute `worker` is the click command.
 worker_cli = sys.modules["emqtasks.cli.worker"]

@@ -21,7 +21,7 @@ from urllib.parse import urlparse, urlunparse
 
 import redis
 
-from ...canvas import chain, chord
+from ...workflows.canvas import chain, chord
 from .core import Bench, say
 
 

@@ -26,8 +26,8 @@ from typing import Any
 import click
 import redis
 
-from ...app import App
 from ...errors import EmqError
+from ...producer.app import App
 from ...store.cluster import is_cluster, is_cluster_url
 from ...store.connection import connect
 from ...store.keys import QueueKeys

@@ -27,8 +27,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import click
 
 from ... import testing
-from ...app import App
 from ...config import WorkerSettings
+from ...producer.app import App
 from ...store.connection import connect
 
 CHUNK = 1000            # jobs per batch enqueue (one round trip each)

@@ -15,8 +15,8 @@ import click
 import redis
 
 from ...config import redacted
-from ...connection import connect
 from ...errors import EmqError
+from ...store.connection import connect
 from ..localserver import LocalRedis
 from .core import Bench, BenchError, Sizes, say
 from .scenarios import Row, render

@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from ...app import App
+from ...producer.app import App
 from .core import CHUNK, FEW_GROUPS, Bench, BenchError, median, percentile, say, tree_pss_mb
 
 

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from ...app import App, default_app
+from ...producer.app import App, default_app
 from ..taskclient import task_redis
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ...canvas import chain, chord
+from ...workflows.canvas import chain, chord
 from .core import Bench, median, say
 from .harness import bench_on, report
 from .scenarios import Row

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .store.cluster import node_kwargs
-from .store.keys import PRIO_SPAN
+from ..store.cluster import node_kwargs
+from ..store.keys import PRIO_SPAN
 
 DEFAULT_FIELDS = ("limit", "rate", "max_size", "weight")
 STATES = ("ready", "empty", "paused", "queue_paused", "at_limit", "rate_limited", "corrupt")

@@ -22,9 +22,9 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from ..store.queue import LANES_CHUNK, Queue, queue_marks, read_marks
 from . import lanes
 from .lanes import split_score
-from .store.queue import LANES_CHUNK, Queue, queue_marks, read_marks
 
 SCAN_EVERY = 60.0
 

@@ -13,10 +13,10 @@ from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from .errors import NoCurrentJob
+from ..errors import NoCurrentJob
 
 if TYPE_CHECKING:
-    from .store.queue import Lease, Queue
+    from ..store.queue import Lease, Queue
 
 _CURRENT: ContextVar[JobContext | None] = ContextVar("emqtasks_job", default=None)
 

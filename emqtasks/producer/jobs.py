@@ -11,13 +11,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from . import serialization, validate
+from .. import serialization, validate
+from ..errors import InvalidGroup
+from ..store.keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
+from ..store.queue import NewJob
+from ..validate import integer
 from .callshape import fits, signature_of
-from .errors import InvalidGroup
-from .keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
-from .queue import NewJob
 from .registry import TaskSpec
-from .validate import integer
 
 
 def build_job(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any], *, limit: int,

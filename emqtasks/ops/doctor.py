@@ -17,12 +17,13 @@ from typing import Any, Literal
 
 import redis
 
-from . import acl, clock
+from .. import clock
+from ..store.cluster import is_cluster, node_kwargs
+from ..store.queue import Queue
+from ..store.selection import MODULE_NAME, loaded_version, missing_hint, native_mode
+from . import acl
 from .check import check
 from .servers import ServerInfo, identify
-from .store.cluster import is_cluster, node_kwargs
-from .store.queue import Queue
-from .store.selection import MODULE_NAME, loaded_version, missing_hint, native_mode
 
 Status = Literal["ok", "info", "warn", "error"]
 STATUSES: tuple[Status, ...] = ("ok", "info", "warn", "error")

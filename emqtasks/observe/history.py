@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .store.cluster import node_kwargs
-from .validate import integer
+from ..store.cluster import node_kwargs
+from ..validate import integer
 
 #: Upper bounds (ms) of the wait and run time histograms' buckets; one more holds the rest.
 BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000,

@@ -18,9 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .lanes import int_ok
-from .store.keys import WAKE_CAP
-from .store.queue import Queue
+from ..observe.lanes import int_ok
+from ..store.keys import WAKE_CAP
+from ..store.queue import Queue
 
 _PLACES = {"pending": "lane", "active": "active", "delayed": "delayed", "dead": "dead"}
 

@@ -30,7 +30,7 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from cronsim import CronSim, CronSimError
 
-from .errors import InvalidCron, InvalidInterval, InvalidSchedule, UnknownTimezone
+from ..errors import InvalidCron, InvalidInterval, InvalidSchedule, UnknownTimezone
 
 MACROS = {
     "@hourly": "0 * * * *", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",

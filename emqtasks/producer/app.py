@@ -10,13 +10,19 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from . import schedules as _sched
-from . import validate
-from .canvas import Signature, WorkflowHandle
-from .config import Settings
-from .errors import InvalidArgument, InvalidSchedule, UnknownSchedule, UnknownTask
+from .. import validate
+from ..config import Settings
+from ..errors import InvalidArgument, InvalidSchedule, UnknownSchedule, UnknownTask
+from ..observe.lanes import DEFAULT_FIELDS
+from ..schedules import schedule as _sched
+from ..schedules.schedule import Schedule, ScheduleInfo, ScheduleStore
+from ..store.connection import connect
+from ..store.keys import check_job_id as validate_job_id
+from ..store.keys import check_queue_name
+from ..store.queue import Queue
+from ..verdicts import CancelVerdict
+from ..workflows.canvas import Signature, WorkflowHandle
 from .hooks import EVENTS, F, HookEvent, Hooks
-from .lanes import DEFAULT_FIELDS
 from .registry import (
     GroupSpec,
     Registry,
@@ -27,13 +33,7 @@ from .registry import (
     split_options,
 )
 from .retry_policy import RetryPolicy
-from .schedules import Schedule, ScheduleInfo, ScheduleStore
-from .store.connection import connect
-from .store.keys import check_job_id as validate_job_id
-from .store.keys import check_queue_name
-from .store.queue import Queue
 from .task import JobHandle, Task, send
-from .verdicts import CancelVerdict
 
 if TYPE_CHECKING:
     # Python 3.10 has no typing.Unpack; the annotations are never evaluated at run time.

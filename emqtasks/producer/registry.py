@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypedDict
 
-from . import validate
-from .cron import Timing
-from .errors import DuplicateTaskName, InvalidGroup, UnknownTask
+from .. import validate
+from ..errors import DuplicateTaskName, InvalidGroup, UnknownTask
+from ..schedules.cron import Timing
+from ..store.keys import check_group
 from .retry_policy import DEFAULT_POLICY, ExceptionTypes, RetryPolicy
-from .store.keys import check_group
 
 GroupSpec = str | Callable[..., str] | None
 #: What ``@task(schedule=...)`` takes: ``emqtasks.cron(...)``, ``emqtasks.every(...)``, a cron

@@ -16,10 +16,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from ..store.queue import Queue
 from . import history
 from .history import BUCKETS_MS, Counts
 from .lanetable import LaneTable
-from .store.queue import Queue
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_TOP_GROUPS = 50

@@ -17,8 +17,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from . import validate
-from .errors import InvalidArgument, Retry, TimeLimitExceeded, WorkerLost
+from .. import validate
+from ..errors import InvalidArgument, Retry, TimeLimitExceeded, WorkerLost
 
 ExceptionTypes = tuple[type[BaseException], ...]
 #: Failures of the job's run rather than of its code: retried whatever retry_for says

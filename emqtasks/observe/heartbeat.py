@@ -41,7 +41,7 @@ class Beat:
 
 
 def new_beat(queues: list[str], concurrency: int) -> Beat:
-    from . import __version__
+    from .._version import __version__
     return Beat(socket.gethostname(), os.getpid(), list(queues), concurrency, __version__,
                 time.time())
 

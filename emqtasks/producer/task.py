@@ -13,14 +13,14 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from . import serialization, validate
-from .canvas import Signature
-from .errors import InvalidArgument, LaneFull, ResultTimeout, TaskFailed
+from .. import serialization, validate
+from ..errors import InvalidArgument, LaneFull, ResultTimeout, TaskFailed
+from ..store.connection import MAX_BLOCK
+from ..store.queue import Queue
+from ..verdicts import EnqueueVerdict
+from ..workflows.canvas import Signature
 from .jobs import build_job
 from .registry import TaskSpec
-from .store.connection import MAX_BLOCK
-from .store.queue import Queue
-from .verdicts import EnqueueVerdict
 
 if TYPE_CHECKING:
     # The type only: a Task reaches its App through the object it was made with (app.py

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from .errors import ConfigError
-from .native import load_args
+from ..errors import ConfigError
+from ..native import load_args
+from ..store.connection import register_url_resolver
 from .servers import identify
-from .store.connection import register_url_resolver
 
 SCHEME = "embedded"
 DEFAULT_FOLDER = ".emqtasks"
@@ -116,7 +118,9 @@ class EmbeddedServer:
         """Shut the server down (its append-only file keeps the data); False if not running."""
         if not self.answers():
             return False
-        client = redis.Redis(unix_socket_path=str(self.socket))
+        # No retries: the server closing the connection is the answer to SHUTDOWN, and
+        # redis-py's default retry would spend seconds backing off before saying so.
+        client = redis.Redis(unix_socket_path=str(self.socket), retry=Retry(NoBackoff(), 0))
         with contextlib.suppress(redis.exceptions.ConnectionError):
             client.shutdown(nosave=True)   # AOF already holds everything
         client.close()

@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
-from . import serialization
+from .. import serialization
+from ..errors import EmqError, InvalidSchedule, InvalidScheduleName, UnknownTask
+from ..producer.jobs import build_job
+from ..producer.registry import TaskSpec
+from ..store.cluster import node_kwargs
+from ..store.keys import check_group, check_job_id, new_job_id
+from ..store.queue import NewJob, Queue
+from ..verdicts import EnqueueVerdict, FireVerdict
 from .cron import Cron, Every, Timing, timing_of
-from .errors import EmqError, InvalidSchedule, InvalidScheduleName, UnknownTask
-from .jobs import build_job
-from .registry import TaskSpec
-from .store.cluster import node_kwargs
-from .store.keys import check_group, check_job_id, new_job_id
-from .store.queue import NewJob, Queue
-from .verdicts import EnqueueVerdict, FireVerdict
 
 #: Schedule names: they are part of job ids (``sched:<name>:<slot>``), so no ``:``.
 SCHEDULE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")

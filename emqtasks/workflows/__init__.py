@@ -1,0 +1,1 @@
+"""Workflows: signatures, chain / group / chord, WorkflowHandle (canvas.py)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from emqtasks import check
+from emqtasks.ops import check
 from emqtasks.store import keys, protocol, scripts
 from emqtasks.store.queue import Lease, NewJob
 
@@ -298,7 +298,7 @@ def test_the_rows_and_replies_the_three_languages_share_agree() -> None:
     read = _balanced((SRC / "claim.c").read_text(), "RedisModule_HashGet(job, ")
     assert _c_fields(read) == protocol.LEASE_ROW
     assert re.findall(r"&row\[R_(\w+)\]", read) == [f.upper() for f in protocol.LEASE_ROW]
-    # ... and the integer fields every verb reads, in check.py, lib/rows.lua and rows.c.
+    # ... and the integer fields every verb reads, in ops/check.py, lib/rows.lua and rows.c.
     ints_lua = [(name, req == ", true") for at, name, req in re.findall(
         r"int_fault\(row\[R_(\w+)\], '(\w+)'(, true)?\)", rows_lua) if at.lower() == name]
     ints_c = [(name, req == "1") for at, name, req in re.findall(

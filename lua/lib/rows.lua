@@ -29,7 +29,7 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
   end
 
   -- Why a row popped from g's lane cannot be leased (what its later verbs could not read
-  -- either), or nil. row: LEASE_ROW (check.py ROW_INTS says the same, in the same order).
+  -- either), or nil. row: LEASE_ROW (ops/check.py ROW_INTS says the same, in the same order).
   function row_fault(row, g)
     if not row[R_GROUP] then return 'no group' end
     if row[R_GROUP] ~= g then return 'its group is not the lane it was in' end

@@ -24,7 +24,8 @@ SECONDS = 10
 
 @pytest.mark.timeout(300)
 def test_no_acknowledged_job_is_lost_under_chaos() -> None:
-    # Given two pools and a producer, When every kind of fault strikes at random for 10 s (longer if one has not yet)
+    # Given two pools and a producer, When every kind of fault strikes at random for 10 s
+    # (longer if one has not struck yet)
     report = Soak(SECONDS, rate=180).run()
     print("\n".join(report.lines()))
     # Then each fault happened, and every promise held: each acknowledged enqueue done (or,

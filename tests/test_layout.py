@@ -170,12 +170,7 @@ def test_the_worker_never_imports_the_web_stack() -> None:
 # Import edges that close a cycle today and belong to another part of the restructuring
 # (issue 25: the server-facing code moves into emqtasks/store/). Remove an entry with the
 # cycle; an edge not listed here that closes a cycle fails the test.
-ALLOWED_CYCLE_EDGES = {
-    # Queue.corrupt() imports check.diagnose lazily, and check.py drives a Queue: the store
-    # package is to own the checker's reads (issue 25, item 1).
-    ("emqtasks.store.queue", "emqtasks.ops.check"):
-        "store: the checker's reads move under the store",
-}
+ALLOWED_CYCLE_EDGES: dict[tuple[str, str], str] = {}
 
 
 def _module_names() -> dict[str, Path]:
@@ -330,16 +325,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 #: Edges that run upwards today, each with the change that removes it. Remove an entry with
 #: its edge (the test fails on an entry whose edge is gone); an upward edge not listed fails.
-ALLOWED_UPWARD_EDGES = {
-    # store/queue.py reads heartbeats, history, lane views and the checker's diagnosis
-    # through the read models above it; issue 25 item 1 moves those reads under the store.
-    ("emqtasks.store.queue", "emqtasks.observe.heartbeat"): "store: the heartbeat's reads",
-    ("emqtasks.store.queue", "emqtasks.observe.history"): "store: the history's reads",
-    ("emqtasks.store.queue", "emqtasks.observe.lanes"): "store: the lane views' reads",
-    ("emqtasks.store.queue", "emqtasks.ops.check"): "store: the checker's reads",
-    # clock.read takes the server's time from observe/lanes.py's server_ms, lazily
-    ("emqtasks.clock", "emqtasks.observe.lanes"): "store: the server's time read by the store",
-}
+ALLOWED_UPWARD_EDGES: dict[tuple[str, str], str] = {}
 
 
 def layer_of(module: str) -> int:

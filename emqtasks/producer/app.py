@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from .. import validate
 from ..config import Settings
 from ..errors import InvalidArgument, InvalidSchedule, UnknownSchedule, UnknownTask
-from ..observe.lanes import DEFAULT_FIELDS
+from ..observe import history, lanes
 from ..schedules import schedule as _sched
 from ..schedules.schedule import Schedule, ScheduleInfo, ScheduleStore
 from ..store.connection import connect
 from ..store.keys import check_job_id as validate_job_id
 from ..store.keys import check_queue_name
 from ..store.queue import Queue
+from ..store.settings import SETTINGS
 from ..verdicts import CancelVerdict
 from ..workflows.canvas import Signature, WorkflowHandle
 from .hooks import EVENTS, F, HookEvent, Hooks
@@ -325,17 +326,17 @@ class App:
 
     def clear_group_defaults(self, *names: str) -> None:
         """Clear the named defaults (limit, rate, max_size, weight), or all of them."""
-        self.queue().set_group_defaults(**{n: None for n in names or DEFAULT_FIELDS})
+        self.queue().set_group_defaults(**{n: None for n in names or SETTINGS})
 
     def group_defaults(self) -> dict[str, Any]:
         return self.queue().group_defaults()
 
     def lane(self, group: str) -> dict[str, Any]:
         """Why is this lane waiting: one group's stats() row, without scanning the queue."""
-        return self.queue().lane(group)
+        return lanes.lane(self.queue(), group)
 
     def stats(self) -> dict[str, Any]:
-        return self.queue().stats()
+        return lanes.stats(self.queue())
 
     def dead_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         return self.queue().dead_jobs(limit)
@@ -373,7 +374,7 @@ class App:
         """The last ``minutes`` minutes of history: ``minutes`` (per minute totals, oldest
         first), ``total``, ``tasks`` and ``groups`` (each summed over the span), and
         ``other_groups`` (those past the cap)."""
-        return self.queue(queue).history(minutes)
+        return history.report(self.queue(queue), minutes)
 
     def workers(self, queue: str | None = None) -> list[dict[str, Any]]:
         """The live workers (masters) of the queue, from their heartbeats: each a dict of

@@ -4,10 +4,11 @@ Read a quiet queue (no worker running) for an exact answer: the structures are r
 MULTI snapshot, but the job rows are scanned after it, so a live queue can show passing
 differences. It also checks what the verbs read: every key of the queue holds its type, the
 books a claim reads of each group are readable, and so is every waiting or running job's row
-(the rules of lua/lib/seat.lua and rows.lua, ``int_ok`` and ``row_fault`` here); it reports
-them and never fails on them. ``repair`` rebuilds the derived structures (ring, gactive, and
-any derived key of the wrong type), moves rows a claim could not read to ``dead`` with the
-reason, puts back jobs that no structure holds, and names what it could not mend.
+(the rules of lua/lib/seat.lua and rows.lua, as the store writes them in Python:
+settings.book_faults, replies.row_fault); it reports them and never fails on them.
+``repair`` rebuilds the derived structures (ring, gactive, and any derived key of the wrong
+type), moves rows a claim could not read to ``dead`` with the reason, puts back jobs that no
+structure holds, and names what it could not mend.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..store.diagnose import diagnose
 from ..store.groups import group_names
 from ..store.keys import NAMED_TYPES, WAKE_CAP, expected_type, ident_of, kind_of
 from ..store.queue import Queue
+from ..store.replies import ROW_INTS, ROW_READ, row_fault
 from ..store.settings import OWN_BOOK, effective, int_ok, queue_book_faults
 
 __all__ = ["REBUILT", "ROW_INTS", "TYPES", "WAKE_CAP", "Repaired", "Report", "check",
@@ -39,29 +41,6 @@ REBUILT = frozenset({"ring", "active", "gactive", "gturn", "delayed", "dead", "w
 _REBUILT_FAMILIES = frozenset({"minute", "done", "worker", "lane", "starts", "group_busy"})
 #: Settings the rebuild reads (a group's openness, its books): of the wrong type, they stop it.
 _NEEDED = frozenset({"gdefaults", "fairness", "glimit", "gweight", "gpaused", "grate"})
-
-#: A row's integer fields as the verbs read them: (name, required), lua/lib/rows.lua row_fault.
-ROW_INTS = (("attempts", True), ("lease", True), ("fence", False), ("max", True),
-            ("ttl", False), ("delay", False), ("created", True))
-_ROW_FIELDS = ("state", "group", *(name for name, _ in ROW_INTS))
-
-
-def row_fault(row: dict[str, str | None], lane: str | None = None) -> str | None:
-    """Why a claim could not lease this row (lua/lib/rows.lua row_fault), or None. ``lane``:
-    the group of the lane it sits in, when it sits in one."""
-    if row.get("group") is None:
-        return "no group"
-    if lane is not None and row["group"] != lane:
-        return "its group is not the lane it was in"
-    for name, required in ROW_INTS:
-        value = row.get(name)
-        if value is None:
-            if required:
-                return f"no {name}"
-        elif not int_ok(value):
-            return f"{name} is not an integer"
-    return None
-
 
 def rebuilt(name: str) -> bool:
     """Whether repair deletes the key of this name (after the base) when of the wrong type."""
@@ -153,14 +132,14 @@ def _rows(queue: Queue, report: Report, ids: set[str]) -> dict[str, dict[str, st
     order = sorted(ids)
     pipe = queue.client.pipeline(transaction=False)
     for i in order:
-        pipe.hmget(queue.keys.job(i), *_ROW_FIELDS)
+        pipe.hmget(queue.keys.job(i), *ROW_READ)
     rows: dict[str, dict[str, str | None]] = {}
     wrong = []
     for i, values in zip(order, pipe.execute(raise_on_error=False)):
         if isinstance(values, Exception):
             wrong.append(i)
         else:
-            rows[i] = dict(zip(_ROW_FIELDS, values))
+            rows[i] = dict(zip(ROW_READ, values))
     if wrong:
         pipe = queue.client.pipeline(transaction=False)
         for i in wrong:

@@ -91,8 +91,9 @@ def kind_of(name: str) -> str | None:
 def ident_of(name: str) -> str:
     """The job id, group or minute a key of a family names, from its name after the base
     (``job:7`` -> ``7``, ``g:acme:pending`` -> ``acme``)."""
+    kind = kind_of(name)
     for family, prefix, suffix, _ in FAMILIES:
-        if kind_of(name) == family:
+        if family == kind:
             return name[len(prefix):len(name) - len(suffix)]
     raise ValueError(f"{name!r} names no key of a family")
 

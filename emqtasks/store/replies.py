@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from ..verdicts import AckVerdict
+from .settings import int_ok
 
 
 class NewJob(NamedTuple):
@@ -140,6 +141,30 @@ def job_view(job_id: str, row: dict[str, str]) -> dict[str, Any]:
     view["max_attempts"] = view.pop("max")
     view["corrupt"] = None    # a job key of the wrong type (dead_jobs): what it holds
     return view
+
+
+#: A row's integer fields as the verbs read them: (name, required), lua/lib/rows.lua row_fault.
+ROW_INTS = (("attempts", True), ("lease", True), ("fence", False), ("max", True),
+            ("ttl", False), ("delay", False), ("created", True))
+#: The fields of a row the checker reads: its state, its group and the integers.
+ROW_READ = ("state", "group", *(name for name, _ in ROW_INTS))
+
+
+def row_fault(row: dict[str, str | None], lane: str | None = None) -> str | None:
+    """Why a claim could not lease this row (lua/lib/rows.lua row_fault), or None. ``lane``:
+    the group of the lane it sits in, when it sits in one."""
+    if row.get("group") is None:
+        return "no group"
+    if lane is not None and row["group"] != lane:
+        return "its group is not the lane it was in"
+    for name, required in ROW_INTS:
+        value = row.get(name)
+        if value is None:
+            if required:
+                return f"no {name}"
+        elif not int_ok(value):
+            return f"{name} is not an integer"
+    return None
 
 
 def readable(client: Any, key: str, reply: Any, empty: Any, faults: list[str]) -> Any:

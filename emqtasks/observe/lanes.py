@@ -39,6 +39,8 @@ _BOOK_OTHERS: tuple[tuple[str, Any], ...] = (("gpaused", set()), ("paused", 0), 
                                              ("fairness", None), ("gvt", []), ("busy", {}))
 #: How many replies queue_books adds to a pipeline.
 BOOK_REPLIES = len(_BOOK_HASHES) + len(_BOOK_OTHERS)
+
+
 def queue_books(pipe: Any, keys: Any) -> None:
     """Queue on a pipeline the reads every view of groups shares (BOOK_REPLIES replies,
     for make_books; run it with ``raise_on_error=False``)."""

@@ -17,7 +17,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..store.diagnose import diagnose
 from ..store.groups import group_names
 from ..store.keys import NAMED_TYPES, WAKE_CAP, expected_type, ident_of, kind_of
 from ..store.queue import Queue
@@ -25,7 +24,7 @@ from ..store.replies import ROW_INTS, ROW_READ, row_fault
 from ..store.settings import OWN_BOOK, effective, int_ok, queue_book_faults
 
 __all__ = ["REBUILT", "ROW_INTS", "TYPES", "WAKE_CAP", "Repaired", "Report", "check",
-           "diagnose", "expected_type", "rebuilt", "repair", "row_fault"]
+           "expected_type", "rebuilt", "repair", "row_fault"]
 
 _PLACES = {"pending": "lane", "active": "active", "delayed": "delayed", "dead": "dead"}
 

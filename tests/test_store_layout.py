@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from emqtasks.ops import check
 from emqtasks.store import keys, protocol, scripts
 from emqtasks.store.queue import Lease, NewJob
 
@@ -298,12 +297,13 @@ def test_the_rows_and_replies_the_three_languages_share_agree() -> None:
     read = _balanced((SRC / "claim.c").read_text(), "RedisModule_HashGet(job, ")
     assert _c_fields(read) == protocol.LEASE_ROW
     assert re.findall(r"&row\[R_(\w+)\]", read) == [f.upper() for f in protocol.LEASE_ROW]
-    # ... and the integer fields every verb reads, in ops/check.py, lib/rows.lua and rows.c.
+    # ... and the integer fields every verb reads, in store/protocol.py, lib/rows.lua and
+    # rows.c.
     ints_lua = [(name, req == ", true") for at, name, req in re.findall(
         r"int_fault\(row\[R_(\w+)\], '(\w+)'(, true)?\)", rows_lua) if at.lower() == name]
     ints_c = [(name, req == "1") for at, name, req in re.findall(
         r"\{R_(\w+), \"(\w+)\", ([01])\}", rows_c) if at.lower() == name]
-    assert ints_lua == ints_c == list(check.ROW_INTS)
+    assert ints_lua == ints_c == list(protocol.ROW_INTS)
 
     # The lease reply: Lease's fields, lib/claim.lua's reply, the module's reply_job.
     assert Lease._fields == protocol.LEASE_REPLY

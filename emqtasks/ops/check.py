@@ -19,8 +19,9 @@ from typing import Any, NamedTuple
 
 from ..store.groups import group_names
 from ..store.keys import NAMED_TYPES, WAKE_CAP, expected_type, ident_of, kind_of
+from ..store.protocol import ROW_INTS
 from ..store.queue import Queue
-from ..store.replies import ROW_INTS, ROW_READ, row_fault
+from ..store.replies import ROW_READ, row_fault
 from ..store.settings import OWN_BOOK, effective, int_ok, queue_book_faults
 
 __all__ = ["REBUILT", "ROW_INTS", "TYPES", "WAKE_CAP", "Repaired", "Report", "check",

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from ..verdicts import AckVerdict
+from .protocol import ROW_INTS
 from .settings import int_ok
 
 
@@ -143,9 +144,6 @@ def job_view(job_id: str, row: dict[str, str]) -> dict[str, Any]:
     return view
 
 
-#: A row's integer fields as the verbs read them: (name, required), lua/lib/rows.lua row_fault.
-ROW_INTS = (("attempts", True), ("lease", True), ("fence", False), ("max", True),
-            ("ttl", False), ("delay", False), ("created", True))
 #: The fields of a row the checker reads: its state, its group and the integers.
 ROW_READ = ("state", "group", *(name for name, _ in ROW_INTS))
 

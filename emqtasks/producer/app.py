@@ -435,8 +435,12 @@ def pointed_at(redis_url: str, queue: str) -> Iterator[None]:
     after it, each App has its own settings back, still unread if they were (so a later
     change of EMQ_REDIS_URL reaches it as before). The pytest plugin's ``emq_app``."""
     saved = [(app, app._settings) for app in _apps]
-    for app, _ in saved:
-        app.configure(redis_url=redis_url, queue=queue)
+    for app, settings in saved:
+        app.close()
+        # Made from what the App has, never by reading its own settings anew: one whose own
+        # are refused (a bad queue name, left by another test) must not stop this one.
+        app._settings = settings.with_(redis_url=redis_url, queue=queue) if settings else \
+            Settings.from_env({}, **{**app._explicit, "redis_url": redis_url, "queue": queue})
     try:
         yield
     finally:

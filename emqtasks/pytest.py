@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 import uuid
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -133,11 +134,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None],
 
 
 def _test_path() -> str:
-    """The folders this test process imports from beyond the interpreter's own (the
-    rootdir and test folders pytest put on sys.path, PYTHONPATH), for the worker's
-    PYTHONPATH: it imports the modules the test can."""
-    own = {Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}}
-    folders = []
+    """The folders this test process imports from beyond the interpreter's own library and
+    site-packages (the rootdir and test folders pytest put on sys.path, PYTHONPATH), for
+    the worker's PYTHONPATH: it imports the modules the test can."""
+    paths = sysconfig.get_paths()
+    own = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    folders: list[str] = []
     for entry in sys.path:
         path = Path(entry or os.getcwd()).resolve()
         if path.is_dir() and not own & {path, *path.parents} and str(path) not in folders:

@@ -121,10 +121,11 @@ def emq_worker(emq_app: InlineApp, request: pytest.FixtureRequest,
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None],
                               ) -> Generator[None, Any, None]:
-    """A failed test that started workers shows their logs below its own output."""
+    """A failed test that started workers shows their logs below its own output (a
+    teardown that fails for a worker says its log already)."""
     outcome = yield
     started = item.stash.get(_WORKERS, None)
-    if not started:
+    if not started or call.when != "call":
         return
     report: pytest.TestReport = outcome.get_result()
     if report.failed:

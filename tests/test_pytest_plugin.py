@@ -136,6 +136,18 @@ def sign_up(user):
     return welcome.delay(user)
 '''
 
+# A worker whose master exits 3 when it ends: emq_worker's teardown reports it
+USER_CRASHY = '''
+import atexit, os
+from emqtasks import task
+
+atexit.register(os._exit, 3)
+
+@task
+def noop():
+    pass
+'''
+
 USER_TESTS = '''
 import os
 import emqtasks
@@ -160,6 +172,9 @@ def test_with_a_worker_that_fails(emq_app, emq_worker):
     assert sign_up("bob").get(timeout=20) == "welcome, bob"
     assert False, "a deliberate failure"
 
+def test_a_worker_that_does_not_stop_cleanly(emq_worker):
+    emq_worker("crashy", concurrency=1)   # passes; its teardown reports the exit
+
 def test_after_it_all_is_as_before():
     assert emqtasks.default_app._settings is None
     assert "EMQ_QUEUE" not in os.environ
@@ -172,14 +187,19 @@ def test_the_installed_entry_point_brings_the_fixtures(pytester: pytest.Pytester
         "the pytest11 entry point is missing: pip install -e ."
     monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     monkeypatch.delenv("EMQ_QUEUE", raising=False)
-    pytester.makepyfile(shop=textwrap.dedent(USER_TASKS),
+    pytester.makepyfile(shop=textwrap.dedent(USER_TASKS), crashy=textwrap.dedent(USER_CRASHY),
                         test_shop=textwrap.dedent(USER_TESTS))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:timeout",
                                            timeout=50)
-    result.assert_outcomes(passed=3, failed=1)
-    # the failed test's report shows the worker's log
+    result.assert_outcomes(passed=4, failed=1, errors=1)
+    # the failed test's report shows the worker's log; a worker that exits badly on its
+    # SIGTERM fails its test's teardown with its log
     result.stdout.fnmatch_lines(["*emqtasks worker * (shop) log*",
                                  "*1 tasks registered (shop.welcome)*"])
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_a_worker_that_does_not_stop_cl*",
+                                 "*emqtasks worker * (crashy) exited with 3 on SIGTERM*",
+                                 "*1 tasks registered (crashy.noop)*"])
+    assert result.stdout.str().count("(crashy) log") == 0   # in the error, not twice
 
 
 # -- which server emq_server runs ----------------------------------------------------------------

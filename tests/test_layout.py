@@ -311,14 +311,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the domains, side by side on top of the store
     ("domains", ("emqtasks.producer", "emqtasks.workflows", "emqtasks.schedules",
                  "emqtasks.observe", "emqtasks.ops")),
-    # the public face: the package root, the documented old paths, the test launcher
+    # the public face: the package root, the documented old paths
     ("package", ("emqtasks", "emqtasks.canvas", "emqtasks.hooks", "emqtasks.acl",
-                 "emqtasks.queue", "emqtasks.testing")),
+                 "emqtasks.queue")),
     ("worker", ("emqtasks.worker",)),
     # the programs: the command line (its `native build` runs native/build.py), the dashboard,
-    # the wheel's build hook
+    # the wheel's build hook; and what runs a user's tasks in a user's tests: the worker
+    # launcher and run_pending (testing.py, which runs the worker's Runner), the pytest plugin
     ("apps", ("emqtasks.cli", "emqtasks.__main__", "emqtasks.dashboard",
-              "emqtasks.native.build", "emqtasks.native.hatch_hook")),
+              "emqtasks.native.build", "emqtasks.native.hatch_hook", "emqtasks.testing",
+              "emqtasks.pytest")),
     # optional tools no program imports: the microbenchmark and the development tools
     ("tools", ("emqtasks.native.microbench", "emqtasks._dev")),
 )

@@ -159,11 +159,14 @@ def test_a_bad_setting_is_one_line_naming_it(value: Any, message: str) -> None:
     assert "\n" not in str(caught.value)
 
 
-def _worker_line(site: Site, tmp_path: Path, settings: str | None) -> tuple[int, str]:
+def _worker_line(redis_url: str, tmp_path: Path, settings: str | None) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("EMQ_REDIS_URL", "EMQ_QUEUE",
                                                             "DJANGO_SETTINGS_MODULE")}
-    env.update({k: v for k, v in site.env.items() if k != "DJANGO_SETTINGS_MODULE"})
+    env.update(MYSITE_REDIS_URL=redis_url, MYSITE_DB=str(tmp_path / "db.sqlite3"))
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(PROJECT), str(TASKS)])
+    (tmp_path / "brokenapp").mkdir()
+    (tmp_path / "brokenapp" / "__init__.py").write_text("")
+    (tmp_path / "brokenapp" / "tasks.py").write_text("import no_such_module\n")
     if settings is not None:
         (tmp_path / "bad_settings.py").write_text(f"from mysite.settings import *\n{settings}\n")
         env["DJANGO_SETTINGS_MODULE"] = "bad_settings"
@@ -177,10 +180,12 @@ def _worker_line(site: Site, tmp_path: Path, settings: str | None) -> tuple[int,
     ("INSTALLED_APPS = ['shop']",
      "add 'emqtasks.contrib.django' to settings.INSTALLED_APPS"),
     ("EMQTASKS = {'REDIS_URL': 'http://cache:6379'}", "settings.EMQTASKS['REDIS_URL']"),
-], ids=["no-settings-module", "app-not-installed", "bad-url"])
+    ("INSTALLED_APPS = INSTALLED_APPS + ['brokenapp']",
+     "ModuleNotFoundError: No module named 'no_such_module'"),
+], ids=["no-settings-module", "app-not-installed", "bad-url", "tasks-module-fails"])
 def test_a_misconfigured_django_worker_says_so_in_one_line_and_exits_2(
-        site: Site, tmp_path: Path, settings: str | None, expected: str) -> None:
-    code, err = _worker_line(site, tmp_path, settings)
+        redis_url: str, tmp_path: Path, settings: str | None, expected: str) -> None:
+    code, err = _worker_line(redis_url, tmp_path, settings)
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("emqtasks: error: ") and expected in err, err

@@ -76,13 +76,14 @@ def site(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         call_command("migrate", verbosity=0)
         worker_env = dict(os.environ)
         worker = WorkerProcess(["django_test_tasks"], concurrency=2, extra=["--django"],
+                               tick=0.5,
                                path=os.pathsep.join([str(PROJECT), str(TASKS)]),
                                env=worker_env, log_path=tmp / "worker.log")
     from django.core.wsgi import get_wsgi_application
 
     server: WSGIServer = make_server("127.0.0.1", 0, get_wsgi_application(),
                                      handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         worker.wait_ready(timeout=30)
@@ -189,6 +190,14 @@ def test_a_misconfigured_django_worker_says_so_in_one_line_and_exits_2(
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("emqtasks: error: ") and expected in err, err
+
+
+def test_a_worker_with_neither_modules_nor_django_says_what_it_needs() -> None:
+    out = subprocess.run([sys.executable, "-m", "emqtasks.cli", "worker"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("emqtasks: error: worker: give the task modules "
+                                  "(-A app.tasks) or --django (see 'emqtasks worker --help')")
 
 
 def test_each_job_runs_between_two_close_old_connections(site: Site) -> None:

@@ -20,9 +20,13 @@ from typing import Any
 
 from ...errors import ConfigError
 from ...producer.app import default_app
+from ...producer.hooks import HookEvent
 
 APP = "emqtasks.contrib.django"
 log = logging.getLogger("emqtasks.worker")
+#: The hooks a job's run starts and ends with (whatever its outcome).
+AROUND_A_JOB: tuple[HookEvent, ...] = ("task_started", "task_succeeded", "task_retried",
+                                       "task_dead")
 #: Inherited connections a child dropped: kept referenced so that nothing ever finalises
 #: (closes) them in the child; a child leaves by os._exit, running no finaliser.
 _dropped: list[Any] = []
@@ -56,10 +60,9 @@ def setup() -> dict[str, Any]:
     from django.db import connections
 
     connections.close_all()   # before the fork: children open their own
-    for event, hook in (("child_started", drop_inherited), ("task_started", close_old),
-                        ("task_succeeded", close_old), ("task_retried", close_old),
-                        ("task_dead", close_old)):
-        default_app.on(event)(hook)   # type: ignore[arg-type]
+    default_app.on("child_started")(drop_inherited)
+    for event in AROUND_A_JOB:
+        default_app.on(event)(close_old)
     url, queue = default_app.settings.redis_url, default_app.settings.queue
     queues = [queue] + [q for q in backend_queues(url) if q != queue]
     return {"redis_url": url, "queue": ",".join(f"{q}:1" for q in queues) if len(queues) > 1

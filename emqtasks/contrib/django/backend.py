@@ -97,31 +97,34 @@ class TaskBackend(dt.BaseTaskBackend):  # type: ignore[misc]  # Django has no ty
         self.group_by: str | None = options.pop("GROUP_BY", None)
         url = options.pop("REDIS_URL", None)
         self.task_options = {**TASK_DEFAULTS, **{k.lower(): v for k, v in options.items()}}
-        if not self.queues:
-            raise dt.InvalidTaskBackend(f"{where}['QUEUES'] must name the queues (an "
-                                        "emqtasks worker serves the queues it is given)")
-        if self.group_by is not None and not (isinstance(self.group_by, str)
-                                              and self.group_by.isidentifier()):
-            raise dt.InvalidTaskBackend(f"{where}['OPTIONS']['GROUP_BY'] names a keyword "
-                                        f"argument, not {self.group_by!r}")
         try:
-            if url is not None:
-                check_url(url, f"{where}['OPTIONS']['REDIS_URL']")
-            for name in self.queues:
-                try:
-                    check_queue_name(f"{self.prefix}{name}")
-                except EmqError as exc:
-                    raise SettingError(f"{where}['QUEUES'] (after QUEUE_PREFIX): {exc}") \
-                        from None
-            spec, policy, _ = split_options(self.task_options)
-            try:
-                RetryPolicy.of(**policy)
-                TaskSpec(name="emqtasks.contrib.django.check", fn=_noop, **spec)
-            except (EmqError, TypeError) as exc:
-                raise SettingError(f"{where}['OPTIONS']: {exc}") from None
+            self._check(where, url)
         except SettingError as exc:
             raise dt.InvalidTaskBackend(str(exc)) from None
         self.app = _app_for(url)
+
+    def _check(self, where: str, url: str | None) -> None:
+        """Every option, before the first task: SettingError naming the one at fault."""
+        if not self.queues:
+            raise SettingError(f"{where}['QUEUES'] must name the queues (an emqtasks "
+                               "worker serves the queues it is given)")
+        if self.group_by is not None and not (isinstance(self.group_by, str)
+                                              and self.group_by.isidentifier()):
+            raise SettingError(f"{where}['OPTIONS']['GROUP_BY'] names a keyword argument, "
+                               f"not {self.group_by!r}")
+        if url is not None:
+            check_url(url, f"{where}['OPTIONS']['REDIS_URL']")
+        for name in self.queues:
+            try:
+                check_queue_name(f"{self.prefix}{name}")
+            except EmqError as exc:
+                raise SettingError(f"{where}['QUEUES'] (after QUEUE_PREFIX): {exc}") from None
+        spec, policy, _ = split_options(self.task_options)
+        try:
+            RetryPolicy.of(**policy)
+            TaskSpec(name="emqtasks.contrib.django.check", fn=_noop, **spec)
+        except (EmqError, TypeError) as exc:
+            raise SettingError(f"{where}['OPTIONS']: {exc}") from None
 
     # -- Django's contract ----------------------------------------------------------------
     def validate_task(self, task: Any) -> None:
@@ -131,6 +134,8 @@ class TaskBackend(dt.BaseTaskBackend):  # type: ignore[misc]  # Django has no ty
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         self.validate_task(task)
+        # Made first: Django's TaskResult refuses a call that is not JSON, before anything
+        # is sent (its id is the job's, known once sent).
         result = dt.TaskResult(
             task=task, id="pending", status=dt.TaskResultStatus.READY, enqueued_at=None,
             started_at=None, finished_at=None, last_attempted_at=None, args=list(args),

@@ -116,10 +116,8 @@ def state(now_ms: int, seen: Any, step: Any, at: Any) -> dict[str, Any]:
 
 def read(queue: Queue) -> dict[str, Any]:
     """state() of a queue, read from its server (two round trips)."""
-    from .observe.lanes import server_ms
-
     seen, step, at = queue.client.hmget(queue.keys.clock, "seen", "step", "at")
-    return state(server_ms(queue.client, queue.keys), seen, step, at)
+    return state(queue.server_ms(), seen, step, at)
 
 
 def span(ms: int) -> str:

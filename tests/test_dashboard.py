@@ -14,6 +14,8 @@ from dashsrv import DashServer
 from helpers import make_task
 
 from emqtasks import App
+from emqtasks.observe.lanes import lane as lane_view
+from emqtasks.observe.lanes import stats as queue_stats
 from emqtasks.store.queue import Queue
 
 pytestmark = pytest.mark.timeout(120)
@@ -55,12 +57,12 @@ def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(app: App,
         status, body, _ = d.request("/action/pause", {"group": "acme"})
         assert status == 403 and "CSRF" in body
         assert d.request("/action/pause", {"group": "acme", "csrf": "guess"})[0] == 403
-        assert not queue.lane("acme")["paused"]
+        assert not lane_view(queue, "acme")["paused"]
         status, _, headers = d.request("/action/pause", {"group": "acme", "csrf": d.csrf()})
-        assert status == 303 and queue.lane("acme")["paused"]
+        assert status == 303 and lane_view(queue, "acme")["paused"]
         d.request("/action/limit", {"group": "acme", "value": "3", "csrf": d.csrf()})
         d.request("/action/weight", {"group": "acme", "value": "2", "csrf": d.csrf()})
-        assert (queue.lane("acme")["limit"], queue.lane("acme")["weight"]) == (3, 2)
+        assert (lane_view(queue, "acme")["limit"], lane_view(queue, "acme")["weight"]) == (3, 2)
         assert d.request("/action/limit", {"group": "acme", "value": "x",
                                            "csrf": d.csrf()})[0] == 400
 
@@ -138,7 +140,7 @@ def test_dead_letters_requeue_and_cancel_by_filter_with_a_count(app: App,
             "scope": "filter", "text": "timeout", "csrf": d.csrf(),
             "back": "/dead?text=timeout"})
         assert status == 303 and headers["Location"].endswith("done=6")
-        assert queue.client.zcard(queue.keys.dead) == 4 and queue.stats()["pending"] == 6
+        assert queue.client.zcard(queue.keys.dead) == 4 and queue_stats(queue)["pending"] == 6
         ids = queue.client.zrange(queue.keys.dead, 0, 1)
         status, _, headers = d.request("/dead/cancel", [("id", ids[0]), ("id", ids[1]),
                                                         ("csrf", d.csrf())])
@@ -158,7 +160,7 @@ def test_read_only_hides_and_refuses_the_actions(app: App, queue: Queue) -> None
         status, body, _ = d.request("/action/pause", {"group": "acme", "csrf": "any"})
         assert status == 403 and "read-only" in body
         assert d.request("/dead/requeue", {"scope": "filter", "csrf": "any"})[0] == 403
-        assert not queue.lane("acme")["paused"] and queue.client.zcard(queue.keys.dead) == 1
+        assert not lane_view(queue, "acme")["paused"] and queue.client.zcard(queue.keys.dead) == 1
 
 
 def test_metrics_parse_and_count_the_work_done(app: App, queue: Queue) -> None:

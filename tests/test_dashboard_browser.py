@@ -17,6 +17,7 @@ from helpers import make_task
 from workerproc import WorkerProc
 
 from emqtasks import App
+from emqtasks.observe.lanes import lane as lane_view
 from emqtasks.store.queue import Queue
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -121,7 +122,7 @@ def test_lanes_pause_live_updates_and_dead_requeue_in_a_browser(
         # Clicking pause on a group pauses it in Redis, and the page shows it
         _click(browser, "flood", "button.pause")
         _wait(browser, lambda b: _state(b, "flood") == "paused")
-        assert queue.lane("flood")["paused"]
+        assert lane_view(queue, "flood")["paused"]
         # A job enqueued while the page is open appears without a reload
         marker = browser.execute_script("window.__same_page = 1; return 1")
         assert marker == 1
@@ -169,7 +170,7 @@ def test_read_only_hides_and_refuses_actions_in_a_browser(app: App, queue: Queue
             "return fetch('/action/pause', {method: 'POST', body: new URLSearchParams(f)})"
             ".then(function (r) { return r.status; });", "any")
         assert status == 403    # answered: nothing is still on its way
-        assert not queue.lane("acme")["paused"]
+        assert not lane_view(queue, "acme")["paused"]
 
 
 def test_sign_in_stays_on_the_dashboard_and_its_csrf_token_is_its_own_in_a_browser(
@@ -201,7 +202,7 @@ def test_sign_in_stays_on_the_dashboard_and_its_csrf_token_is_its_own_in_a_brows
             "f.append('csrf', arguments[0]);"
             "return fetch('/action/pause', {method: 'POST', body: f})"
             ".then(function (r) { return r.status; });", other)
-        assert status == 403 and not queue.lane("acme")["paused"]
+        assert status == 403 and not lane_view(queue, "acme")["paused"]
         own = browser.find_element(By.CSS_SELECTOR, "input[name=csrf]").get_attribute("value")
         assert own != other
         browser.find_element(By.ID, "queue-toggle").click()   # the page's own token

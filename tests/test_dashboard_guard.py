@@ -11,6 +11,7 @@ from helpers import make_task
 
 from emqtasks import App
 from emqtasks.dashboard import guard
+from emqtasks.observe.lanes import lane as lane_view
 from emqtasks.store.queue import Queue
 
 pytestmark = pytest.mark.timeout(120)
@@ -53,10 +54,10 @@ def test_a_post_from_another_site_is_refused_even_with_the_csrf_token(
             status, _, _ = d.request("/action/pause", {"group": "acme", "csrf": d.csrf()},
                                      headers={"Origin": origin})
             assert status == 403, origin
-        assert not queue.lane("acme")["paused"]
+        assert not lane_view(queue, "acme")["paused"]
         status, _, _ = d.request("/action/pause", {"group": "acme", "csrf": d.csrf()},
                                  headers={"Origin": d.base})
-        assert status == 303 and queue.lane("acme")["paused"]
+        assert status == 303 and lane_view(queue, "acme")["paused"]
 
 
 @pytest.mark.parametrize("header,name", [("127.0.0.1:8765", "127.0.0.1"),
@@ -102,12 +103,12 @@ def test_a_post_is_refused_before_its_body_is_read(app: App, queue: Queue) -> No
             answer = _post(d, *headers)
             assert (answer.status, answer.closed) == (status, True), (headers, answer)
         # Then nothing changed; and a whole body of 64 KB is read and acted on
-        assert not queue.lane("acme")["paused"]
+        assert not lane_view(queue, "acme")["paused"]
         body = f"group=acme&csrf={csrf}&pad=".encode()
         body += b"x" * (65536 - len(body))
         answer = _post(d, f"Content-Length: {len(body)}", f"Cookie: {cookie}", body=body)
         assert answer.status == 303, answer
-        assert queue.lane("acme")["paused"]
+        assert lane_view(queue, "acme")["paused"]
 
 
 def test_a_client_that_stalls_is_dropped_after_the_read_timeout(queue: Queue) -> None:
@@ -167,7 +168,7 @@ def test_an_action_redirect_goes_only_to_a_path_of_the_dashboard(app: App, queue
         answer = _post(d, f"Content-Length: {len(body)}", body=body)
         assert answer.status == 303 and answer.header("Location") == "/", answer
         _no_injected_header(answer)
-        assert queue.lane("acme")["paused"]
+        assert lane_view(queue, "acme")["paused"]
 
 
 @pytest.mark.parametrize("target", ["/", "/lanes?queue=q&sort=-pending&page=2",
@@ -197,14 +198,14 @@ def test_the_csrf_token_belongs_to_one_session_and_none_is_given_before_sign_in(
                            **({"X-CSRF-Token": token} if where == "header" else {})}
                 status, body, _ = d.request("/action/pause", data, headers=headers)
                 assert status == 403 and "CSRF" in body, (token, where, status)
-        assert not queue.lane("acme")["paused"]
+        assert not lane_view(queue, "acme")["paused"]
         # A forged session cookie is no session
         forged = a_cookie.rsplit(".", 1)[0] + ".0" if "." in a_cookie else a_cookie + "x"
         assert d.request("/lanes", headers={"Cookie": forged})[0] == 401
         # Its own token works
         status, _, _ = d.request("/action/pause", {"group": "acme", "csrf": a_csrf},
                                  headers={"Cookie": a_cookie})
-        assert status == 303 and queue.lane("acme")["paused"]
+        assert status == 303 and lane_view(queue, "acme")["paused"]
 
 
 def test_a_program_with_the_bearer_token_needs_no_csrf_token(app: App, queue: Queue) -> None:
@@ -216,4 +217,4 @@ def test_a_program_with_the_bearer_token_needs_no_csrf_token(app: App, queue: Qu
                          headers={"Authorization": "Bearer nope"})[0] == 401
         status, _, _ = d.request("/action/pause", {"group": "acme"},
                                  headers={"Authorization": "Bearer tok"})
-        assert status == 303 and queue.lane("acme")["paused"]
+        assert status == 303 and lane_view(queue, "acme")["paused"]

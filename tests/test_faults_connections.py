@@ -32,6 +32,7 @@ from redis.retry import Retry as RedisRetry
 
 from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis
+from emqtasks.observe.lanes import stats as queue_stats
 from emqtasks.store.queue import Lease, Queue
 from emqtasks.verdicts import RetryVerdict
 from emqtasks.worker.resilience import TRANSIENT, Outage
@@ -116,7 +117,7 @@ def test_client_kill_around_claims_never_loses_a_job(private_redis: LocalRedis,
             except TRANSIENT:
                 errors += 1
                 continue
-            if not got and not q_admin.stats()["pending"]:
+            if not got and not queue_stats(q_admin)["pending"]:
                 break
             held.extend(got)
     finally:

@@ -34,6 +34,7 @@ from workerproc import WorkerProc
 
 from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis, server_version
+from emqtasks.observe.lanes import stats as queue_stats
 from emqtasks.ops.check import WAKE_CAP
 from emqtasks.producer.task import Task
 from emqtasks.store.queue import Queue
@@ -295,7 +296,7 @@ def test_a_burst_of_100k_jobs_is_processed_with_a_bounded_wake_list_and_memory_r
             sampling.set()
             sampler.join(5)
             assert int(admin.get(counter)) == n
-            assert q.stats()["dead"] == 0
+            assert queue_stats(q)["dead"] == 0
             print(f"{n} jobs: enqueued in {enqueued:.1f} s, all run in {took:.1f} s "
                   f"({n / took:.0f} jobs/s); wake list at most {wake_max[0]}")
             # ... the wake list stayed bounded
@@ -331,7 +332,7 @@ def _batch_verbs_with_20k_ids(side: Queue) -> None:
             dead += got[1]
         assert dead == m
         assert int(side.scripts.requeue(side.keys.fixed, [f"x{i}" for i in range(m)])) == m
-        assert side.stats()["pending"] == m
+        assert queue_stats(side)["pending"] == m
         assert_clean(side)
     finally:
         side.purge()

@@ -29,6 +29,7 @@ from helpers import expire_now, new_job
 
 from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis
+from emqtasks.observe.lanes import stats as queue_stats
 from emqtasks.store.queue import Queue
 from emqtasks.verdicts import AckVerdict
 from emqtasks.worker.resilience import Outage
@@ -71,7 +72,7 @@ def test_an_abandoned_claim_spends_no_attempt_and_never_dies_unrun(
         assert direct.ack(again, '"ok"') == (AckVerdict.DONE, None)
         assert admin.zcard(k.dead) == 0
         # the stale ack is counted in the server, for every worker of the queue
-        assert direct.stats()["stale_acks"] == 1
+        assert queue_stats(direct)["stale_acks"] == 1
         assert_clean(direct)
     finally:
         relay.close()
@@ -113,7 +114,7 @@ def test_a_stale_ack_is_one_log_line_and_a_counter_in_stats(app: App) -> None:
         assert len(lines) == 1 and h.id in lines[0], out
         assert "Traceback" not in out
         assert w.stop() == 0
-    assert q.stats()["stale_acks"] == 1
+    assert queue_stats(q)["stale_acks"] == 1
     assert_clean(q)
     r.clear()
 
@@ -142,7 +143,7 @@ def test_a_frozen_master_costs_at_most_one_duplicate_per_job_it_held(app: App) -
                 time.sleep(4.0)   # the freeze: frozen's children run on, nobody renews
                 os.kill(frozen.pid, signal.SIGCONT)
                 wait_until(lambda: all(r.runs(t) >= 1 for t in tags), 30, "every job", peer)
-                wait_until(lambda: q.stats()["active"] == 0, 10, "nothing in flight", peer)
+                wait_until(lambda: queue_stats(q)["active"] == 0, 10, "nothing in flight", peer)
                 assert peer.stop() == 0
         finally:
             os.kill(frozen.pid, signal.SIGCONT)

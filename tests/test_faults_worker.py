@@ -26,6 +26,7 @@ from faults import (
 
 from emqtasks import App
 from emqtasks.errors import TaskFailed
+from emqtasks.observe.lanes import stats as queue_stats
 
 
 @pytest.fixture
@@ -73,7 +74,7 @@ def test_master_killed_children_stop_and_a_new_master_finishes(app: App, rec: Re
     time.sleep(2.5)
     assert sum(rec.starts(t) for t in tags) == 2
     assert sum(rec.runs(t) for t in tags) == 0
-    stats = q.stats()
+    stats = queue_stats(q)
     assert stats["pending"] == 3 and stats["active"] == 2
     # A new master reaps the orphaned leases and finishes every job, each once
     with start_worker(app.settings.redis_url, q.name) as w2:

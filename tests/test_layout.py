@@ -181,12 +181,7 @@ def test_the_worker_never_imports_the_web_stack() -> None:
 # Import edges that close a cycle today and belong to another part of the restructuring
 # (issue 25: the server-facing code moves into emqtasks/store/). Remove an entry with the
 # cycle; an edge not listed here that closes a cycle fails the test.
-ALLOWED_CYCLE_EDGES = {
-    # Queue.corrupt() imports check.diagnose lazily, and check.py drives a Queue: the store
-    # package is to own the checker's reads (issue 25, item 1).
-    ("emqtasks.store.queue", "emqtasks.ops.check"):
-        "store: the checker's reads move under the store",
-}
+ALLOWED_CYCLE_EDGES: dict[tuple[str, str], str] = {}
 
 
 def _module_names() -> dict[str, Path]:
@@ -327,33 +322,26 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the domains, side by side on top of the store
     ("domains", ("emqtasks.producer", "emqtasks.workflows", "emqtasks.schedules",
                  "emqtasks.observe", "emqtasks.ops")),
-    # the public face: the package root, the documented old paths, the test launcher
+    # the public face: the package root, the documented old paths
     ("package", ("emqtasks", "emqtasks.canvas", "emqtasks.hooks", "emqtasks.acl",
-                 "emqtasks.queue", "emqtasks.testing")),
+                 "emqtasks.queue")),
     ("worker", ("emqtasks.worker",)),
     # the integrations with the frameworks a team's code lives in (optional extras): built on
     # the public face; the worker command turns on the Django one (--django)
     ("integrations", ("emqtasks.contrib",)),
     # the programs: the command line (its `native build` runs native/build.py), the dashboard,
-    # the wheel's build hook
+    # the wheel's build hook; and what runs a user's tasks in a user's tests: the worker
+    # launcher and run_pending (testing.py, which runs the worker's Runner), the pytest plugin
     ("apps", ("emqtasks.cli", "emqtasks.__main__", "emqtasks.dashboard",
-              "emqtasks.native.build", "emqtasks.native.hatch_hook")),
+              "emqtasks.native.build", "emqtasks.native.hatch_hook", "emqtasks.testing",
+              "emqtasks.pytest")),
     # optional tools no program imports: the microbenchmark and the development tools
     ("tools", ("emqtasks.native.microbench", "emqtasks._dev")),
 )
 
 #: Edges that run upwards today, each with the change that removes it. Remove an entry with
 #: its edge (the test fails on an entry whose edge is gone); an upward edge not listed fails.
-ALLOWED_UPWARD_EDGES = {
-    # store/queue.py reads heartbeats, history, lane views and the checker's diagnosis
-    # through the read models above it; issue 25 item 1 moves those reads under the store.
-    ("emqtasks.store.queue", "emqtasks.observe.heartbeat"): "store: the heartbeat's reads",
-    ("emqtasks.store.queue", "emqtasks.observe.history"): "store: the history's reads",
-    ("emqtasks.store.queue", "emqtasks.observe.lanes"): "store: the lane views' reads",
-    ("emqtasks.store.queue", "emqtasks.ops.check"): "store: the checker's reads",
-    # clock.read takes the server's time from observe/lanes.py's server_ms, lazily
-    ("emqtasks.clock", "emqtasks.observe.lanes"): "store: the server's time read by the store",
-}
+ALLOWED_UPWARD_EDGES: dict[tuple[str, str], str] = {}
 
 
 def layer_of(module: str) -> int:

@@ -5,6 +5,7 @@ it; its CLI commands and options; its test files."""
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from emqtasks.cli import main
 from emqtasks.store.commands import COMMANDS
+from emqtasks.store.queue import Queue
 from emqtasks.store.scripts import VERBS, includes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,12 +74,17 @@ def test_the_c_column_names_the_file_of_the_verbs_command(verb: str) -> None:
 
 def _queue_methods_by_verb() -> dict[str, set[str]]:
     """verb -> the public Queue methods that run it (self.scripts.<verb>, self.hot.call /
-    call_piped("<verb>"), directly or through another method of Queue)."""
-    tree = ast.parse((ROOT / "emqtasks" / "store" / "queue.py").read_text())
-    queue = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Queue")
+    call_piped("<verb>"), directly or through another method of Queue). Queue's methods are
+    those of the classes it is made of (store/queue.py: the store's mixins)."""
+    bodies = []
+    for cls in Queue.__mro__:
+        if cls.__module__.startswith("emqtasks.store."):
+            tree = ast.parse(Path(inspect.getfile(cls)).read_text())
+            bodies += next(n for n in tree.body
+                           if isinstance(n, ast.ClassDef) and n.name == cls.__name__).body
     direct: dict[str, set[str]] = {}
     calls: dict[str, set[str]] = {}
-    for fn in queue.body:
+    for fn in bodies:
         if not isinstance(fn, ast.FunctionDef):
             continue
         direct[fn.name], calls[fn.name] = set(), set()

@@ -288,7 +288,7 @@ def test_leases_change_hands_between_releases(sides: tuple[OldSide, Side]) -> No
     assert (again[0], again[3], again[8]) == (job, 2, 2)
     assert new.ack(again, "5") == AckVerdict.DONE
 
-    stats = new.q.stats()
+    stats = new.app.stats()
     assert (stats["pending"], stats["active"], stats["delayed"], stats["dead"]) == (0,) * 4
     assert stats["stale_acks"] == stale
     assert check(new.q).ok, check(new.q).violations
@@ -342,6 +342,6 @@ def test_workers_of_both_releases_drain_one_queue(
         for wf, result in e["workflows"].items():
             assert new.app.workflow(wf).get(timeout=2) == result
     assert all(new.q.status(h) == "done" for h in holds)
-    stats = new.q.stats()
+    stats = new.app.stats()
     assert (stats["pending"], stats["active"], stats["delayed"], stats["dead"]) == (0, 0, 0, 2)
     assert check(new.q).ok, check(new.q).violations

@@ -29,6 +29,7 @@ from emqtasks import (
     group,
 )
 from emqtasks.cli import main
+from emqtasks.observe.lanes import lane as lane_view
 from emqtasks.ops.check import check, repair
 from emqtasks.producer.task import JobHandle
 from emqtasks.verdicts import CancelVerdict
@@ -324,7 +325,7 @@ def test_chord_members_are_ordinary_jobs_in_their_lanes(app: App) -> None:
     app.send_task(wt.add, (2,), group="small")
     claimed = [lease.group for lease in (q.claim(1)[0] for _ in range(4))]
     assert claimed.count("small") == 2 and claimed.count("big") == 2, claimed
-    assert q.lane("big")["pending"] == 298
+    assert lane_view(q, "big")["pending"] == 298
 
 
 @pytest.mark.timeout(300)

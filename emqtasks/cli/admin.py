@@ -24,6 +24,7 @@ import click
 from .. import validate
 from ..config import parse_queues
 from ..errors import EmqError
+from ..observe import history, lanes
 from ..store.queue import Queue
 from .common import (
     AdminCommand,
@@ -286,7 +287,7 @@ def stats(redis_url: str | None, queue: str | None, as_json: bool, watch: bool,
     if watch:
         _watch(redis_url, names, watch_count)
         return
-    every = [run_admin(redis_url, name, lambda q: q.stats()) for name in names]
+    every = [run_admin(redis_url, name, lanes.stats) for name in names]
     if as_json:
         click.echo(json.dumps(every[0] if len(every) == 1 else {"queues": every}, indent=2))
         return
@@ -309,7 +310,7 @@ def _watch(redis_url: str | None, names: Sequence[str | None], count: int | None
             out = [time.strftime("%H:%M:%S") + "  (Ctrl-C to stop)"]
             for q in queues:
                 data = tables[q.name].stats()
-                last = q.history(2)["minutes"]
+                last = history.report(q, 2)["minutes"]
                 minute = last[-1] if last else {}
                 data["groups"] = dict(sorted(data["groups"].items(),
                                              key=lambda kv: -kv[1]["pending"])

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from ..observe import lanes
 from ..store.queue import FAIRNESS_MODES, Queue
 from .common import AdminCommand, CliError, positive_int, queue_options, run_admin
 
@@ -104,7 +105,7 @@ def defaults(redis_url: str | None, queue: str | None, limit: str | None,
 @click.option("--json", "as_json", is_flag=True, help="the lane as a JSON object")
 def lane(redis_url: str | None, queue: str | None, group: str, as_json: bool) -> None:
     """Why is GROUP's lane waiting: its state, books and effective settings."""
-    view = run_admin(redis_url, queue, lambda q: q.lane(group))
+    view = run_admin(redis_url, queue, lambda q: lanes.lane(q, group))
     if as_json:
         click.echo(json.dumps(view, indent=2))
         return

@@ -19,10 +19,12 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from ..errors import TaskFailed
-from ..observe.lanes import int_ok, readable
+from ..observe import history
 from ..observe.lanetable import LaneTable
 from ..store.keys import check_job_id
 from ..store.queue import Queue, job_view
+from ..store.replies import readable
+from ..store.settings import int_ok
 from ..workflows.canvas import WorkflowHandle
 from . import charts
 
@@ -56,8 +58,8 @@ class QueueView:
         self.queue = queue
         self.table = LaneTable(queue)
         self.stats = Cached(self.table.stats, 1.0)
-        self.hour = Cached(lambda: queue.history(60), 10.0)
-        self.five = Cached(lambda: queue.history(5), 5.0)
+        self.hour = Cached(lambda: history.report(queue, 60), 10.0)
+        self.five = Cached(lambda: history.report(queue, 5), 5.0)
 
     def overview(self) -> dict[str, Any]:
         stats = self.stats.get()

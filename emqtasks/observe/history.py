@@ -1,65 +1,44 @@
-"""History kept in the server: the per-minute counters the hot verbs write, read back.
+"""History kept in the server, read back: summaries of the per-minute counters the verbs keep.
 
-The verbs (lua/lib/history.lua ``hist_*``, and their native twins) count into one hash a minute
-per queue, ``emq:{q}:h:<unix minute>``, expiring after the retention (App.set_history).
-Per task: ``w<i>:<task>`` the wait time (start - due) histogram (its sum: the starts),
-``ws:<task>`` its sum (ms), ``r<i>:<task>`` the run time histogram of the successes (its sum:
-the successes), ``rs:<task>`` its sum, ``rt:<task>`` retried, ``dd:<task>`` dead. Per group
-two packed fields, ``a:<g>`` = enqueued + started * 2^32 and ``b:<g>`` = succeeded +
-retried * 2^32 + dead * 2^48; ``oa`` / ``ob`` the same for the groups past the minute's cap,
-``na`` / ``nb`` how many groups have a field of that kind. Buckets' upper bounds are
-BUCKETS_MS, bucket 16 the rest. Queue totals are the sums over tasks (enqueued: over groups).
+The rows and their decoding are the store's (store/minutes.py: one hash a minute per queue,
+counted by the verbs, expiring after the retention, App.set_history); this module sums them
+over minutes, tasks and groups, and reads the wait time quantiles off the histograms.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..store.cluster import node_kwargs
-from ..validate import integer
+from ..store.minutes import (
+    BUCKETS_MS,
+    DEFAULT_HOURS,
+    DEFAULT_MAX_GROUPS,
+    MAX_HOURS,
+    NBUCKETS,
+    Counts,
+    Minute,
+    parse,
+)
 
-#: Upper bounds (ms) of the wait and run time histograms' buckets; one more holds the rest.
-BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000,
-              1800000)
-NBUCKETS = len(BUCKETS_MS) + 1
-DEFAULT_HOURS = 24
-DEFAULT_MAX_GROUPS = 1000
-MAX_HOURS = 24 * 31
+if TYPE_CHECKING:
+    from ..store.queue import Queue
+
+__all__ = ["BUCKETS_MS", "DEFAULT_HOURS", "DEFAULT_MAX_GROUPS", "MAX_HOURS", "NBUCKETS",
+           "OUTCOMES", "Counts", "Minute", "counts_dict", "parse", "quantile", "queue_total",
+           "report", "summary"]
+
 OUTCOMES = ("succeeded", "retried", "dead")
 
 
-@dataclass
-class Counts:
-    """Counters of one scope (a task, a group, a minute, the queue) over some minutes."""
-
-    enqueued: int = 0
-    started: int = 0
-    succeeded: int = 0
-    retried: int = 0
-    dead: int = 0
-    wait_ms: int = 0                   # sum of the wait times of the starts
-    run_ms: int = 0                    # sum of the run times of the successes
-    wait_buckets: list[int] = field(default_factory=lambda: [0] * NBUCKETS)
-    run_buckets: list[int] = field(default_factory=lambda: [0] * NBUCKETS)
-
-    def add(self, other: Counts) -> None:
-        for name in ("enqueued", "started", "succeeded", "retried", "dead", "wait_ms",
-                     "run_ms"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.wait_buckets = [a + b for a, b in zip(self.wait_buckets, other.wait_buckets)]
-        self.run_buckets = [a + b for a, b in zip(self.run_buckets, other.run_buckets)]
-
-    def wait_quantile(self, q: float) -> float | None:
-        return quantile(self.wait_buckets, q)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"enqueued": self.enqueued, "started": self.started,
-                "succeeded": self.succeeded, "retried": self.retried, "dead": self.dead,
-                "wait_ms_sum": self.wait_ms, "run_ms_sum": self.run_ms,
-                "wait_buckets": list(self.wait_buckets), "run_buckets": list(self.run_buckets),
-                "wait_p50_ms": self.wait_quantile(0.5), "wait_p95_ms": self.wait_quantile(0.95)}
+def counts_dict(c: Counts) -> dict[str, Any]:
+    """A scope's counters as the views show them, with the wait time's p50 and p95."""
+    return {"enqueued": c.enqueued, "started": c.started,
+            "succeeded": c.succeeded, "retried": c.retried, "dead": c.dead,
+            "wait_ms_sum": c.wait_ms, "run_ms_sum": c.run_ms,
+            "wait_buckets": list(c.wait_buckets), "run_buckets": list(c.run_buckets),
+            "wait_p50_ms": quantile(c.wait_buckets, 0.5),
+            "wait_p95_ms": quantile(c.wait_buckets, 0.95)}
 
 
 def quantile(buckets: list[int], q: float) -> float | None:
@@ -78,17 +57,9 @@ def quantile(buckets: list[int], q: float) -> float | None:
     return float(BUCKETS_MS[-1])
 
 
-@dataclass
-class Minute:
-    """One minute's counters: per task, per group, and the groups past the cap."""
-
-    minute: int                        # unix minute (the bucket's start is minute * 60 s)
-    tasks: dict[str, Counts] = field(default_factory=dict)
-    groups: dict[str, Counts] = field(default_factory=dict)
-    other: Counts = field(default_factory=Counts)
-
-    def total(self) -> Counts:
-        return queue_total(self.tasks, self.groups, self.other)
+def minute_total(m: Minute) -> Counts:
+    """One minute's queue totals."""
+    return queue_total(m.tasks, m.groups, m.other)
 
 
 def queue_total(tasks: dict[str, Counts], groups: dict[str, Counts], other: Counts) -> Counts:
@@ -100,78 +71,13 @@ def queue_total(tasks: dict[str, Counts], groups: dict[str, Counts], other: Coun
     return out
 
 
-def parse(minute: int, raw: dict[str, str]) -> Minute:
-    """A minute's hash (decoded) as counters."""
-    m = Minute(minute)
-    for f, v in raw.items():
-        counter, sep, name = f.partition(":")
-        try:
-            n = int(v)
-        except ValueError:
-            continue
-        if not sep:
-            if counter in ("oa", "ob"):
-                _unpack(m.other, counter[1], n)
-            continue
-        if counter in ("a", "b"):
-            _unpack(m.groups.setdefault(name, Counts()), counter, n)
-            continue
-        c = m.tasks.setdefault(name, Counts())
-        if counter == "ws":
-            c.wait_ms += n
-        elif counter == "rs":
-            c.run_ms += n
-        elif counter == "rt":
-            c.retried += n
-        elif counter == "dd":
-            c.dead += n
-        elif counter[:1] in ("w", "r") and counter[1:].isdigit():
-            i = int(counter[1:]) - 1
-            if 0 <= i < NBUCKETS:
-                (c.wait_buckets if counter[0] == "w" else c.run_buckets)[i] += n
-    # A task's starts are its wait histogram's sum, its successes its run histogram's.
-    for c in m.tasks.values():
-        c.started = sum(c.wait_buckets)
-        c.succeeded = sum(c.run_buckets)
-    return m
-
-
-def _unpack(c: Counts, kind: str, n: int) -> None:
-    if kind == "a":
-        c.enqueued += n & 0xFFFFFFFF
-        c.started += n >> 32
-    else:
-        c.succeeded += n & 0xFFFFFFFF
-        c.retried += (n >> 32) & 0xFFFF
-        c.dead += n >> 48
-
-
-def minute_key(base: str, minute: int) -> str:
-    return f"{base}h:{minute}"
-
-
-def server_minute(client: Any, base: str) -> int:
-    """The server's current unix minute (on a cluster, the clock of the queue's node)."""
-    secs, _ = client.time(**node_kwargs(client, base + "ring"))
-    return int(secs) // 60
-
-
-def read(client: Any, base: str, minutes: int, end: int | None = None) -> list[Minute]:
-    """The last ``minutes`` minutes up to ``end`` (unix minute; default: the server's now),
-    oldest first, missing minutes as zeros."""
-    minutes = integer(minutes, "minutes", 1, MAX_HOURS * 60)
-    end = server_minute(client, base) if end is None else end
-    span = list(range(end - minutes + 1, end + 1))
-    pipe = client.pipeline(transaction=False)
-    for m in span:
-        pipe.hgetall(minute_key(base, m))
-    return [parse(m, _decoded(raw)) for m, raw in zip(span, pipe.execute())]
-
-
-def _decoded(raw: dict[Any, Any]) -> dict[str, str]:
-    if raw and isinstance(next(iter(raw)), bytes):
-        return {k.decode("utf-8", "replace"): v.decode() for k, v in raw.items()}
-    return dict(raw)
+def report(queue: Queue, minutes: int = 60, end: int | None = None) -> dict[str, Any]:
+    """The last ``minutes`` minutes of counters of a queue (summary), up to the unix minute
+    ``end`` (default: the server's current minute), with its history settings."""
+    rows = queue.minutes(minutes, end)
+    hours, cap = queue.history_settings()
+    return {"queue": queue.name, "retention_hours": hours, "max_groups": cap,
+            **summary(rows)}
 
 
 def summary(rows: Iterable[Minute]) -> dict[str, Any]:
@@ -181,15 +87,15 @@ def summary(rows: Iterable[Minute]) -> dict[str, Any]:
     groups: dict[str, Counts] = {}
     other = Counts()
     for m in rows:
-        t = m.total()
-        per_minute.append({"minute": m.minute * 60, **t.as_dict()})
+        t = minute_total(m)
+        per_minute.append({"minute": m.minute * 60, **counts_dict(t)})
         for name, c in m.tasks.items():
             tasks.setdefault(name, Counts()).add(c)
         for name, c in m.groups.items():
             groups.setdefault(name, Counts()).add(c)
         other.add(m.other)
-    return {"minutes": per_minute, "total": queue_total(tasks, groups, other).as_dict(),
-            "tasks": {k: v.as_dict() for k, v in sorted(tasks.items())},
+    return {"minutes": per_minute, "total": counts_dict(queue_total(tasks, groups, other)),
+            "tasks": {k: counts_dict(v) for k, v in sorted(tasks.items())},
             "groups": {k: _group_dict(v) for k, v in sorted(groups.items())},
             "other_groups": _group_dict(other)}
 

@@ -1,24 +1,30 @@
 """Why is this lane waiting? One group's view: its books, its effective settings (its own or
-the defaults for every group) and the state that says what holds it back."""
+the defaults for every group, by the store's rule: store/settings.py) and the state that says
+what holds it back; and a queue's stats, every group's view at once."""
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from ..store.cluster import node_kwargs
-from ..store.keys import PRIO_SPAN
+from .. import clock
+from ..store import settings
+from ..store.core import server_ms
+from ..store.keys import PRIO_SPAN, QueueKeys, check_group
+from ..store.replies import int_or, readable
+from ..store.settings import SETTINGS, int_ok, parse_rate
 
-DEFAULT_FIELDS = ("limit", "rate", "max_size", "weight")
+if TYPE_CHECKING:
+    from ..store.queue import Queue
+
+__all__ = ["BOOK_REPLIES", "DEFAULT_FIELDS", "STATES", "book_faults", "effective_weight",
+           "group_row", "int_ok", "lane", "make_books", "minute_ms", "oldest_ms", "parse_rate",
+           "queue_books", "queue_marks", "read_books", "read_marks", "readable", "server_ms",
+           "set_busy", "shares", "split_score", "stats", "view"]
+
+#: The settings a group has of its own or by default (the store's SETTINGS).
+DEFAULT_FIELDS = SETTINGS
 STATES = ("ready", "empty", "paused", "queue_paused", "at_limit", "rate_limited", "corrupt")
-
-
-def parse_rate(text: str | None) -> tuple[int, float] | None:
-    """"max:per_ms" as stored -> (max_jobs, per seconds)."""
-    if not text:
-        return None
-    count, per_ms = text.split(":")
-    return int(count), int(per_ms) / 1000
 
 
 def split_score(score: float) -> tuple[int, int]:
@@ -33,24 +39,6 @@ _BOOK_OTHERS: tuple[tuple[str, Any], ...] = (("gpaused", set()), ("paused", 0), 
                                              ("fairness", None), ("gvt", []), ("busy", {}))
 #: How many replies queue_books adds to a pipeline.
 BOOK_REPLIES = len(_BOOK_HASHES) + len(_BOOK_OTHERS)
-_INT = re.compile(r"0|-?[1-9][0-9]{0,14}")
-
-
-def int_ok(value: str | None) -> bool:
-    """Integer text as every writer stores it (lua/lib/core.lua int_ok)."""
-    return value is not None and _INT.fullmatch(value) is not None
-
-
-def readable(client: Any, key: str, reply: Any, empty: Any, faults: list[str]) -> Any:
-    """A reply of a pipeline run with ``raise_on_error=False``: a key of the wrong type reads
-    as ``empty`` and adds one line naming it to ``faults`` (a view shows what it can of a
-    queue a producer-ACL user spoilt, never a raw WRONGTYPE); any other error is raised."""
-    if not isinstance(reply, Exception):
-        return reply
-    if not str(reply).startswith("WRONGTYPE"):
-        raise reply
-    faults.append(f"{key} holds a {client.type(key)}")
-    return empty
 
 
 def queue_books(pipe: Any, keys: Any) -> None:
@@ -82,17 +70,9 @@ def make_books(client: Any, keys: Any, replies: list[Any], now: int) -> dict[str
     gpaused, paused, gwait, fairness, gvt, busy = values
     books.update(now_ms=now, gpaused=gpaused, paused=bool(paused), gwait=dict(gwait),
                  lanes={}, fairness="time" if fairness == "time" else "turns", gvt=gvt,
-                 busy={}, corrupt={}, faults=shared + others, shared_faults=shared,
-                 base=keys.base)
+                 busy={}, corrupt={}, faults=shared + others, shared_faults=shared, keys=keys)
     books["busy_total"] = minute_ms(busy, now) or 0
     return books
-
-
-def server_ms(client: Any, keys: Any) -> int:
-    """The server's clock (ready_at and oldest_age are server times); on a cluster, the
-    clock of the node that holds the queue (a cluster pipeline refuses TIME)."""
-    secs, micros = client.time(**node_kwargs(client, keys.ring))
-    return int(secs) * 1000 + int(micros) // 1000
 
 
 def read_books(client: Any, keys: Any, groups: list[str]) -> dict[str, Any]:
@@ -153,7 +133,7 @@ def shares(books: dict[str, Any], g: str, weight: int, pending: int) -> dict[str
     target = None
     if books["fairness"] == "time" and pending:
         competing = set(books["gvt"]) | {g}
-        weights = sum(effective_weight(books, h) for h in competing)
+        weights = sum(settings.weight(books, h) for h in competing)
         target = weight / weights
     return {"busy_s": busy / 1000, "busy_share": busy / total if total else None,
             "target_share": target}
@@ -161,9 +141,7 @@ def shares(books: dict[str, Any], g: str, weight: int, pending: int) -> dict[str
 
 def effective_weight(books: dict[str, Any], g: str) -> int:
     """The group's weight (its own, else the default, else 1); 1 when it cannot be read."""
-    own = books["gweight"].get(g)
-    w = own if own is not None else books["gdefaults"].get("weight")
-    return int(w) if int_ok(w) and int(w) >= 1 else 1
+    return settings.weight(books, g)
 
 
 def oldest_ms(client: Any, lane_key: str, first: list[Any], last: list[Any]) -> int | None:
@@ -189,40 +167,12 @@ def view(client: Any, keys: Any, g: str, books: dict[str, Any]) -> dict[str, Any
     return group_row(g, pending, oldest_ms(client, keys.lane(g), first, last), books)
 
 
-#: A group's settings a claim reads as integers: (field, its own book, what it is called).
-_INT_SETTINGS = (("limit", "glimit", "limit"), ("max_size", "gmax", "lane cap"),
-                 ("weight", "gweight", "weight"))
-_SETTING_NAMES = {field: name for field, _, name in _INT_SETTINGS}
-
-
-def _setting(books: dict[str, Any], g: str, field: str, book: str) -> tuple[Any, str]:
-    """A setting's stored text (the group's own, else the default) and the words naming
-    where it is: "its limit (BASE glimit)", or "the default limit (BASE gdefaults)"."""
-    own = books[book].get(g)
-    name = _SETTING_NAMES.get(field, field)
-    if own is not None:
-        return own, f"its {name} ({books['base']}{book})"
-    return books["gdefaults"].get(field), f"the default {name} ({books['base']}gdefaults)"
-
-
 def book_faults(g: str, books: dict[str, Any]) -> list[str]:
-    """Why a claim cannot read the group's books (lua/lib/seat.lua group_seat, and what
-    emqtasks check says): one line each, naming the key; [] for a healthy group."""
-    out = [*books["shared_faults"], *books["corrupt"].get(g, ())]
-    active = books["gactive"].get(g)
-    if active is not None and not int_ok(active):
-        out.append(f"its jobs in flight ({books['base']}gactive) is {active!r}, "
-                   "not an integer")
-    for field, book, _ in _INT_SETTINGS:
-        value, where = _setting(books, g, field, book)
-        least = 1 if field == "weight" else None
-        if value is not None and not (int_ok(value) and (least is None or int(value) >= 1)):
-            out.append(f"{where} is {value!r}, not an integer{' >= 1' if least else ''}")
-    rate, where = _setting(books, g, "rate", "grate")
-    numbers = re.fullmatch(r"([0-9]+):([0-9]+)", rate or "")
-    if numbers and max(len(numbers[1]), len(numbers[2])) > 15:
-        out.append(f"{where} is {rate!r}, over 15 digits a number")
-    return out
+    """Why a claim cannot read the group's books (store/settings.py book_faults, and what
+    emqtasks check says), with the shared books of the wrong type and the group's own keys
+    that cannot be read: one line each, naming the key; [] for a healthy group."""
+    return [*books["shared_faults"], *books["corrupt"].get(g, ()),
+            *(fault.line for fault in settings.book_faults(books, g, books["keys"]))]
 
 
 def _int(text: Any) -> int | None:
@@ -237,14 +187,11 @@ def group_row(g: str, pending: int, oldest: int | None, books: dict[str, Any]) -
     ``corrupt`` says why, one line naming each key (None for a healthy group); what of its
     settings cannot be read shows as unset (a weight as 1, jobs in flight as 0)."""
     faults = book_faults(g, books)
-    defaults = books["gdefaults"]
-    own = {"limit": books["glimit"].get(g), "rate": books["grate"].get(g),
-           "max_size": books["gmax"].get(g), "weight": books["gweight"].get(g)}
-    eff = {f: own[f] if own[f] is not None else defaults.get(f) for f in DEFAULT_FIELDS}
+    eff = {f: settings.effective(books, g, f) for f in SETTINGS}
     active = _int(books["gactive"].get(g, "0")) or 0
-    limit = _int(eff["limit"])
-    weight = effective_weight(books, g)
-    rate = eff["rate"]
+    limit = _int(eff["limit"].value)
+    weight = settings.weight(books, g)
+    rate = eff["rate"].value
     waiting_until = books["gwait"].get(g)
     now = books["now_ms"]
     if faults:
@@ -265,10 +212,10 @@ def group_row(g: str, pending: int, oldest: int | None, books: dict[str, Any]) -
         "pending": pending, "active": active, "limit": limit,
         "weight": weight, "paused": g in books["gpaused"],
         # a rate a claim reads as none (not max:per_ms) shows as none
-        "rate": parse_rate(rate) if re.fullmatch(r"[0-9]+:[0-9]+", rate or "") else None,
-        "max_size": _int(eff["max_size"]),
-        **{f"{f}_source": None if eff[f] is None else ("group" if own[f] is not None
-                                                        else "default")
+        "rate": parse_rate(rate) if settings.RATE.fullmatch(rate or "") else None,
+        "max_size": _int(eff["max_size"].value),
+        **{f"{f}_source": None if eff[f].value is None else ("group" if eff[f].own
+                                                              else "default")
            for f in ("limit", "rate", "max_size", "weight")},
         "state": state,
         "ready_at": (waiting_until / 1000 if state == "rate_limited" else None),
@@ -276,3 +223,57 @@ def group_row(g: str, pending: int, oldest: int | None, books: dict[str, Any]) -
         **shares(books, g, weight, pending),
         "corrupt": "; ".join(faults) if faults else None,
     }
+
+
+# -- a queue's stats: every group's view ------------------------------------------------------
+def stats(queue: Queue) -> dict[str, Any]:
+    """Queue totals, and per group its books, effective settings and state (App.stats). A
+    group whose books cannot be read is listed with the state "corrupt" and the reason in
+    its ``corrupt``; ``corrupt`` of the queue: its keys of the wrong type (each read as
+    empty), one line each. Finds the groups by a SCAN (Queue.groups); the lane table
+    (lanetable.py) reads the same without one."""
+    k, client = queue.keys, queue.client
+    groups = sorted(queue.groups())
+    books = read_books(client, k, groups)
+    pipe = client.pipeline(transaction=False)
+    for key in (k.delayed, k.dead, k.active):
+        pipe.zcard(key)
+    pipe.llen(k.ring)
+    pipe.zcard(k.gvt)
+    queue_marks(pipe, k)
+    faults: list[str] = books["faults"]
+    replies = pipe.execute(raise_on_error=False)
+    delayed, dead, active, ring, ring_time = (
+        readable(client, key, r, 0, faults)
+        for key, r in zip((k.delayed, k.dead, k.active, k.ring, k.gvt), replies))
+    per_group = {g: view(client, k, g, books) for g in groups}
+    return {
+        "queue": queue.name, "paused": books["paused"], "fairness": books["fairness"],
+        "pending": sum(v["pending"] for v in per_group.values()),
+        "active": active, "delayed": delayed, "dead": dead, "ring": ring + ring_time,
+        **read_marks(client, k, replies[5:], books["now_ms"], faults),
+        "corrupt": faults, "groups": per_group,
+    }
+
+
+def lane(queue: Queue, group: str) -> dict[str, Any]:
+    """One group's stats() row, read without scanning the queue (App.lane)."""
+    g = check_group(group)
+    return view(queue.client, queue.keys, g, read_books(queue.client, queue.keys, [g]))
+
+
+def queue_marks(pipe: Any, keys: QueueKeys) -> None:
+    """Queue on a pipeline the reads of what stats() shows beside the books (read_marks)."""
+    pipe.hget(keys.tally, "stale_acks")
+    pipe.hmget(keys.clock, "seen", "step", "at")
+
+
+def read_marks(client: Any, keys: QueueKeys, replies: Sequence[Any], now_ms: int,
+               faults: list[str]) -> dict[str, Any]:
+    """From queue_marks' replies (a pipeline run with ``raise_on_error=False``):
+    ``stale_acks`` (acks the fence refused, counted by the server for every worker) and
+    ``clock`` (steps of the server's clock, clock.state); a key of the wrong type reads as
+    unset and is named in ``faults``."""
+    stale = readable(client, keys.tally, replies[0], None, faults)
+    seen, step, at = readable(client, keys.clock, replies[1], (None, None, None), faults)
+    return {"stale_acks": int_or(stale, 0), "clock": clock.state(now_ms, seen, step, at)}

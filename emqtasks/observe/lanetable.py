@@ -1,11 +1,12 @@
 """Every lane of a queue in one cheap read: the dashboard's and /metrics' view of 10,000 groups.
 
-``Queue.stats()`` finds the groups by a SCAN of the keyspace (every job row included: with
+``lanes.stats()`` finds the groups by a SCAN of the keyspace (every job row included: with
 200,000 dead jobs that is 200,000 keys a call) and reads three commands per group. The lane
-table instead takes the groups from the structures that name them -- an open group with
-jobs is on the ring or in ``gwait``, a closed one is paused (``gpaused``) or at its limit
-(``gactive``), a configured one is in its settings' hashes -- with a SCAN of the lanes at
-most every ``SCAN_EVERY`` seconds for a lane that a fault left outside them. Per group it
+table lists the same groups (store/groups.py) from the structures that name them -- an open
+group with jobs is on the ring (``ring``, or ``gvt`` in time mode) or in ``gwait``, a closed
+one is paused (``gpaused``) or at its limit (``gactive``), a configured one is in its
+settings' hashes -- with a SCAN of the lanes at most every ``SCAN_EVERY`` seconds for a lane
+that a fault left outside them. Per group it
 reads two commands (ZCARD and the lane's head), run on the server by lua/lanes.lua
 LANES_CHUNK groups a call.
 
@@ -22,9 +23,10 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from ..store.queue import LANES_CHUNK, Queue, queue_marks, read_marks
+from ..store.groups import group_names
+from ..store.queue import LANES_CHUNK, Queue
 from . import lanes
-from .lanes import split_score
+from .lanes import queue_marks, read_marks, split_score
 
 SCAN_EVERY = 60.0
 
@@ -47,7 +49,7 @@ class LaneTable:
             return set(self._scanned)
 
     def stats(self) -> dict[str, Any]:
-        """What ``Queue.stats()`` returns, read without a SCAN per call."""
+        """What ``lanes.stats()`` returns, read without a SCAN per call."""
         q = self.queue
         k, c = q.keys, q.client
         pipe = c.pipeline(transaction=False)
@@ -65,10 +67,8 @@ class LaneTable:
                 (k.ring, k.gbackoff, k.delayed, k.dead, k.active),
                 shared[lanes.BOOK_REPLIES:], ([], {}, 0, 0, 0)))
         marks = shared[lanes.BOOK_REPLIES + 5:]
-        names = sorted(set(ring) | set(books["gactive"]) | set(books["glimit"])
-                       | set(books["gweight"]) | set(books["grate"]) | set(books["gmax"])
-                       | set(gbackoff) | set(books["gpaused"]) | set(books["gwait"])
-                       | self._lanes_seen())
+        names = sorted(group_names(self._lanes_seen(),
+                                   {**books, "ring": ring, "gbackoff": gbackoff}))
         lane: dict[str, tuple[int, int | None]] = {}
         for i in range(0, len(names), LANES_CHUNK):
             lane.update(self._chunk(books, names[i:i + LANES_CHUNK]))

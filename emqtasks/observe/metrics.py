@@ -62,10 +62,10 @@ class _Running:
 
     def read(self, queue: Queue) -> dict[str, Counts]:
         with self.lock:
-            now = history.server_minute(queue.client, queue.keys.base)
+            now = queue.server_minute()
             floor = now - FIRST_SPAN + 1
             start = floor if self.frontier is None else max(self.frontier, floor)
-            rows = history.read(queue.client, queue.keys.base, now - start + 1, now)
+            rows = queue.minutes(now - start + 1, now)
             for m in rows[:-1]:
                 for task, c in m.tasks.items():
                     self.tasks.setdefault(task, Counts()).add(c)

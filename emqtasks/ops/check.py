@@ -4,88 +4,48 @@ Read a quiet queue (no worker running) for an exact answer: the structures are r
 MULTI snapshot, but the job rows are scanned after it, so a live queue can show passing
 differences. It also checks what the verbs read: every key of the queue holds its type, the
 books a claim reads of each group are readable, and so is every waiting or running job's row
-(the rules of lua/lib/seat.lua and rows.lua, ``int_ok`` and ``row_fault`` here); it reports
-them and never fails on them. ``repair`` rebuilds the derived structures (ring, gactive, and
-any derived key of the wrong type), moves rows a claim could not read to ``dead`` with the
-reason, puts back jobs that no structure holds, and names what it could not mend.
+(the rules of lua/lib/seat.lua and rows.lua, as the store writes them in Python:
+settings.book_faults, replies.row_fault); it reports them and never fails on them.
+``repair`` rebuilds the derived structures (ring, gactive, and any derived key of the wrong
+type), moves rows a claim could not read to ``dead`` with the reason, puts back jobs that no
+structure holds, and names what it could not mend.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..observe.lanes import int_ok
-from ..store.keys import WAKE_CAP
+from ..store.groups import group_names
+from ..store.keys import NAMED_TYPES, WAKE_CAP, expected_type, ident_of, kind_of
+from ..store.protocol import ROW_INTS
 from ..store.queue import Queue
+from ..store.replies import ROW_READ, row_fault
+from ..store.settings import OWN_BOOK, effective, int_ok, queue_book_faults
+
+__all__ = ["REBUILT", "ROW_INTS", "TYPES", "WAKE_CAP", "Repaired", "Report", "check",
+           "expected_type", "rebuilt", "repair", "row_fault"]
 
 _PLACES = {"pending": "lane", "active": "active", "delayed": "delayed", "dead": "dead"}
 
-#: The type of each key of a queue, by its name after the queue's base (keys.py).
-TYPES = {
-    "ring": "list", "active": "zset", "gactive": "hash", "glimit": "hash", "gweight": "hash",
-    "gturn": "hash", "gpaused": "set", "delayed": "zset", "dead": "zset", "wake": "list",
-    "grate": "hash", "gmax": "hash", "gdefaults": "hash", "gbackoff": "hash", "gwait": "zset",
-    "fairness": "string", "gvt": "zset", "gvrun": "hash", "gcost": "hash", "busy": "hash",
-    "schedules": "hash", "schedstate": "hash", "schedver": "string", "tasks": "hash",
-    "workers": "hash",
-}
-_PREFIXES = (("job:", "hash"), ("h:", "hash"), ("done:", "list"), ("wf:", "hash"),
-             ("chord:", "hash"), ("worker:", "string"))
-_GROUP_KEYS = ((":pending", "zset"), (":starts", "list"), (":busy", "hash"))
+#: The type of each named key of a queue, by its name after the queue's base (the store's).
+TYPES = NAMED_TYPES
 #: Keys repair deletes when of the wrong type: rebuilt from the rows, or books the verbs and
 #: the workers write again (a minute's history, wake tokens, cost estimates, heartbeats).
 #: The others are settings and workflows, which only their owner can set again.
 REBUILT = frozenset({"ring", "active", "gactive", "gturn", "delayed", "dead", "wake",
                      "gbackoff", "gwait", "gvt", "gvrun", "gcost", "busy", "workers", "tasks",
                      "schedver"})
-_REBUILT_PREFIXES = ("h:", "done:", "worker:")
+#: The families of keys (store/keys.py FAMILIES) repair deletes when of the wrong type.
+_REBUILT_FAMILIES = frozenset({"minute", "done", "worker", "lane", "starts", "group_busy"})
 #: Settings the rebuild reads (a group's openness, its books): of the wrong type, they stop it.
 _NEEDED = frozenset({"gdefaults", "fairness", "glimit", "gweight", "gpaused", "grate"})
 
-#: A row's integer fields as the verbs read them: (name, required), lua/lib/rows.lua row_fault.
-ROW_INTS = (("attempts", True), ("lease", True), ("fence", False), ("max", True),
-            ("ttl", False), ("delay", False), ("created", True))
-_ROW_FIELDS = ("state", "group", *(name for name, _ in ROW_INTS))
-
-
-def row_fault(row: dict[str, str | None], lane: str | None = None) -> str | None:
-    """Why a claim could not lease this row (lua/lib/rows.lua row_fault), or None. ``lane``:
-    the group of the lane it sits in, when it sits in one."""
-    if row.get("group") is None:
-        return "no group"
-    if lane is not None and row["group"] != lane:
-        return "its group is not the lane it was in"
-    for name, required in ROW_INTS:
-        value = row.get(name)
-        if value is None:
-            if required:
-                return f"no {name}"
-        elif not int_ok(value):
-            return f"{name} is not an integer"
-    return None
-
-
-def expected_type(suffix: str) -> str | None:
-    """The type the key BASE + suffix must hold, or None when any will do (paused, guard)."""
-    if suffix in TYPES:
-        return TYPES[suffix]
-    for prefix, kind in _PREFIXES:
-        if suffix.startswith(prefix):
-            return kind
-    if suffix.startswith("g:"):
-        for tail, kind in _GROUP_KEYS:
-            if suffix.endswith(tail):
-                return kind
-    return None
-
-
-def rebuilt(suffix: str) -> bool:
-    return (suffix in REBUILT or suffix.startswith(_REBUILT_PREFIXES)
-            or (suffix.startswith("g:") and suffix.endswith((":pending", ":starts", ":busy"))))
+def rebuilt(name: str) -> bool:
+    """Whether repair deletes the key of this name (after the base) when of the wrong type."""
+    kind = kind_of(name)
+    return kind in REBUILT or kind in _REBUILT_FAMILIES
 
 
 @dataclass
@@ -119,25 +79,25 @@ class Report:
 def _types(queue: Queue, report: Report) -> tuple[set[str], set[str]]:
     """Every key of the queue by name: the job ids, the group names of its lanes, and each
     key of the wrong type noted in the report (job rows are checked as they are read)."""
-    base = queue.keys.base
-    names = [key[len(base):] for key in queue.scan(queue.keys.all_pattern)]
-    others = [n for n in names if not n.startswith("job:") and expected_type(n)]
+    k = queue.keys
+    names = [k.name_of(key) for key in queue.scan(k.all_pattern)]
+    others = [n for n in names if kind_of(n) != "job" and expected_type(n)]
     pipe = queue.client.pipeline(transaction=False)
     for name in others:
-        pipe.type(base + name)
+        pipe.type(k.named(name))
     for name, kind in zip(others, pipe.execute()):
         want = expected_type(name)
         if want and kind not in (want, "none"):
             report.wrong_types[name] = (kind, want)
-    ids = {n[4:] for n in names if n.startswith("job:")}
-    lanes = {n[2:-len(":pending")] for n in names
-             if n.startswith("g:") and n.endswith(":pending")}
+    ids = {ident_of(n) for n in names if kind_of(n) == "job"}
+    lanes = {ident_of(n) for n in names if kind_of(n) == "lane"}
     return ids, lanes
 
 
 #: What the snapshot reads of each structure and book: (key after the base, command).
 _SNAPSHOT = (("active", "zrange"), ("delayed", "zrange"), ("dead", "zrange"), ("gvt", "zrange"),
              ("gwait", "zrange"), ("ring", "lrange"), ("gactive", "hgetall"),
+             ("gbackoff", "hgetall"),
              ("glimit", "hgetall"), ("gweight", "hgetall"), ("gturn", "hgetall"),
              ("grate", "hgetall"), ("gmax", "hgetall"), ("gcost", "hgetall"),
              ("gdefaults", "hgetall"), ("gpaused", "smembers"), ("wake", "llen"),
@@ -148,13 +108,13 @@ _EMPTY: dict[str, Any] = {"zrange": [], "lrange": [], "hgetall": {}, "smembers":
 
 def _snapshot(queue: Queue, report: Report, lanes: set[str]) -> dict[str, Any]:
     """The structures and books in one MULTI, each key of the wrong type read as empty."""
-    base = queue.keys.base
+    k = queue.keys
     reads = [(name, cmd) for name, cmd in _SNAPSHOT if name not in report.wrong_types]
-    readable = sorted(g for g in lanes if f"g:{g}:pending" not in report.wrong_types)
+    readable = sorted(g for g in lanes if k.name_of(k.lane(g)) not in report.wrong_types)
     pipe = queue.client.pipeline(transaction=True)
     for name, cmd in reads:
         ranged = cmd in ("zrange", "lrange")
-        getattr(pipe, cmd)(base + name, *((0, -1) if ranged else ()))
+        getattr(pipe, cmd)(k.named(name), *((0, -1) if ranged else ()))
     for g in readable:
         pipe.zrange(queue.keys.lane(g), 0, -1)
     replies = [None if isinstance(r, Exception) else r     # a key that changed type since
@@ -164,7 +124,6 @@ def _snapshot(queue: Queue, report: Report, lanes: set[str]) -> dict[str, Any]:
         books[name] = _EMPTY[cmd] if reply is None else reply
     books["lanes"] = {g: r or [] for g, r in zip(readable, replies[len(reads):])}
     books["time_mode"] = books.pop("fairness") == "time"
-    books["default_limit"] = books["gdefaults"].get("limit")
     return books
 
 
@@ -173,21 +132,21 @@ def _rows(queue: Queue, report: Report, ids: set[str]) -> dict[str, dict[str, st
     order = sorted(ids)
     pipe = queue.client.pipeline(transaction=False)
     for i in order:
-        pipe.hmget(queue.keys.job(i), *_ROW_FIELDS)
+        pipe.hmget(queue.keys.job(i), *ROW_READ)
     rows: dict[str, dict[str, str | None]] = {}
     wrong = []
     for i, values in zip(order, pipe.execute(raise_on_error=False)):
         if isinstance(values, Exception):
             wrong.append(i)
         else:
-            rows[i] = dict(zip(_ROW_FIELDS, values))
+            rows[i] = dict(zip(ROW_READ, values))
     if wrong:
         pipe = queue.client.pipeline(transaction=False)
         for i in wrong:
             pipe.type(queue.keys.job(i))
         for i, kind in zip(wrong, pipe.execute()):
             if kind not in ("hash", "none"):
-                report.wrong_types[f"job:{i}"] = (kind, "hash")
+                report.wrong_types[queue.keys.name_of(queue.keys.job(i))] = (kind, "hash")
     return rows
 
 
@@ -198,14 +157,13 @@ def check(queue: Queue) -> Report:
     b = _snapshot(queue, report, lane_groups)
     rows = _rows(queue, report, ids)
     lanes: dict[str, list[str]] = b["lanes"]
-    groups = sorted(lane_groups | set(b["gactive"]) | set(b["glimit"]) | set(b["gweight"])
-                    | set(b["grate"]) | set(b["gmax"]) | set(b["gwait"]) | set(b["gpaused"]))
+    groups = sorted(group_names(lane_groups, b))
     report.group_names = groups
-    report.jobs = len(rows) + sum(1 for n in report.wrong_types if n.startswith("job:"))
+    report.jobs = len(rows) + sum(1 for n in report.wrong_types if kind_of(n) == "job")
     report.groups = len(groups)
     for name, (kind, want) in sorted(report.wrong_types.items()):
-        report.add(f"key {queue.keys.base}{name} holds a {kind}, not a {want}")
-    _check_books(report, b, groups, queue.keys.base)
+        report.add(f"key {queue.keys.named(name)} holds a {kind}, not a {want}")
+    _check_books(report, b, groups, queue)
     where: dict[str, list[str]] = {}
     for g, members in lanes.items():
         for i in members:
@@ -216,9 +174,10 @@ def check(queue: Queue) -> Report:
     for job_id, places in where.items():
         if len(places) > 1:
             report.add(f"job {job_id} is in {len(places)} places: {', '.join(places)}")
-        if f"job:{job_id}" in report.wrong_types:
+        row_name = queue.keys.name_of(queue.keys.job(job_id))
+        if row_name in report.wrong_types:
             lane = places[0][5:] if places[0].startswith("lane ") else None
-            kind = report.wrong_types[f"job:{job_id}"][0]
+            kind = report.wrong_types[row_name][0]
             report.unreadable[job_id] = (lane, f"the key holds a {kind}, not a hash")
             continue
         if job_id not in rows:
@@ -255,41 +214,19 @@ def check(queue: Queue) -> Report:
     return report
 
 
-def _check_books(report: Report, b: dict[str, Any], groups: list[str], base: str) -> None:
-    """What a claim reads of each group's books (lua/lib/seat.lua group_seat): a group whose
-    books it cannot read leaves the ring, so each is named here."""
-    def bad(where: str, value: str, what: str, setting: bool = True) -> None:
-        line = f"{where} is {value!r}, not {what}: a claim skips the group"
-        report.add(line)
-        if setting:
-            report.bad_settings.append(line)
-
-    for name in ("limit", "weight", "max_size"):
-        value = b["gdefaults"].get(name)
-        if value is not None and not int_ok(value):
-            bad(f"the default {name} ({base}gdefaults)", value, "an integer")
-    for g in groups:
-        for book, what in (("gactive", "jobs in flight"), ("gturn", "turn count")):
-            value = b[book].get(g)
-            if value is not None and not int_ok(value):
-                bad(f"group {g}: its {what} ({base}{book})", value, "an integer",
-                    setting=False)
-        for book, what in (("glimit", "limit"), ("gmax", "lane cap")):
-            value = b[book].get(g)
-            if value is not None and not int_ok(value):
-                bad(f"group {g}: its {what} ({base}{book})", value, "an integer")
-        weight = b["gweight"].get(g)
-        if weight is not None and not (int_ok(weight) and int(weight) >= 1):
-            bad(f"group {g}: its weight ({base}gweight)", weight, "an integer >= 1")
-        rate = b["grate"].get(g)
-        numbers = re.fullmatch(r"([0-9]+):([0-9]+)", rate or "")
-        if numbers and max(len(numbers[1]), len(numbers[2])) > 15:
-            bad(f"group {g}: its rate ({base}grate)", rate or "", "at most 15 digits a number")
+def _check_books(report: Report, b: dict[str, Any], groups: list[str], queue: Queue) -> None:
+    """What a claim reads of each group's books (store/settings.py queue_book_faults, the
+    rule of lua/lib/seat.lua group_seat): a group whose books it cannot read leaves the
+    ring, so each is named here; and the time-fair mode's cost estimates."""
+    for fault in queue_book_faults(b, groups, queue.keys):
+        report.add(fault.line)
+        if fault.book == "gdefaults" or fault.book in OWN_BOOK.values():
+            report.bad_settings.append(fault.line)
     for who, value in b["gcost"].items():
         if not int_ok(value):
             report.bad_books.add("gcost")
-            report.add(f"the cost estimate of {who or 'the queue'} ({base}gcost) is "
-                       f"{value!r}, not an integer: a time-fair claim skips the group")
+            report.add(f"the cost estimate of {who or 'the queue'} ({queue.keys.named('gcost')})"
+                       f" is {value!r}, not an integer: a time-fair claim skips the group")
 
 
 def _check_ring(report: Report, groups: list[str], lanes: dict[str, list[str]],
@@ -306,7 +243,7 @@ def _check_ring(report: Report, groups: list[str], lanes: dict[str, list[str]],
         if n > 1:
             report.add(f"group {g} is on the ring {n} times")
     for g in set(groups) | set(on_ring) | waiting:
-        limit = b["glimit"].get(g, b["default_limit"])
+        limit = effective(b, g, "limit").value
         if limit is not None and not int_ok(limit):
             continue                              # reported by _check_books
         is_open = (bool(lanes.get(g)) and g not in b["gpaused"]
@@ -350,42 +287,6 @@ def _check_workflows(queue: Queue, report: Report,
                 report.orphans.append((wf, step, parent))
 
 
-def diagnose(queue: Queue, groups: Iterable[str] = ()) -> list[str]:
-    """Why a verb refused: the queue's fixed keys and books, and these groups' lanes and
-    start times, that are of the wrong type, and these groups' books a claim or an enqueue
-    cannot read; one line each (a producer's CorruptKey says them)."""
-    k, groups = queue.keys, sorted(set(groups))
-    names = [*TYPES, *(f"g:{g}:{tail}" for g in groups for tail in ("pending", "starts"))]
-    pipe = queue.client.pipeline(transaction=False)
-    for name in names:
-        pipe.type(k.base + name)
-    report = Report()
-    for name, kind in zip(names, pipe.execute()):
-        want = expected_type(name)
-        if want and kind not in (want, "none"):
-            report.wrong_types[name] = (kind, want)
-            report.add(f"key {k.base}{name} holds a {kind}, not a {want}")
-    books: dict[str, Any] = {"gcost": {}, "gdefaults": {}}
-    pipe = queue.client.pipeline(transaction=False)
-    reads = [b for b in ("gactive", "gturn", "glimit", "gmax", "gweight", "grate")
-             if b not in report.wrong_types]
-    for book in reads:
-        for g in groups:
-            pipe.hget(k.base + book, g)
-    if "gdefaults" not in report.wrong_types:
-        pipe.hgetall(k.gdefaults)
-    replies = pipe.execute()
-    for n, book in enumerate(reads):
-        values = replies[n * len(groups):(n + 1) * len(groups)]
-        books[book] = {g: v for g, v in zip(groups, values) if v is not None}
-    if "gdefaults" not in report.wrong_types:
-        books["gdefaults"] = replies[-1]
-    for book in ("gactive", "gturn", "glimit", "gmax", "gweight", "grate"):
-        books.setdefault(book, {})
-    _check_books(report, books, groups, k.base)
-    return report.violations
-
-
 class Repaired(NamedTuple):
     """What repair() mended, and what it could not."""
     ringed: int             # groups on the ring after the rebuild
@@ -404,11 +305,11 @@ def repair(queue: Queue) -> Repaired:
     of the wrong type, or a value a claim cannot read, is named in ``not_repaired`` (and a
     setting the rebuild reads, of the wrong type, stops it: mend it, then repair again)."""
     report = check(queue)
-    base = queue.keys.base
+    k = queue.keys
     rebuild = sorted({n for n in report.wrong_types if rebuilt(n)} | report.bad_books)
     stray = [n for n in sorted(report.wrong_types)
-             if not rebuilt(n) and not (n.startswith("job:") and n[4:] in report.unreadable)]
-    not_repaired = tuple([f"{base}{n} holds a {report.wrong_types[n][0]}, not a "
+             if not rebuilt(n) and not (kind_of(n) == "job" and ident_of(n) in report.unreadable)]
+    not_repaired = tuple([f"{k.named(n)} holds a {report.wrong_types[n][0]}, not a "
                           f"{report.wrong_types[n][1]}: delete it or set it again"
                           for n in stray] + report.bad_settings)
     if _NEEDED.intersection(stray):
@@ -418,4 +319,4 @@ def repair(queue: Queue) -> Repaired:
     ringed, restored = queue.repair(groups, rebuild, bury, report.lost)
     failed = sum(queue.fail_workflow(wf, parent, step) for wf, step, parent in report.orphans)
     return Repaired(int(ringed), int(restored), failed, len(report.unreadable),
-                    tuple(base + n for n in rebuild), not_repaired)
+                    tuple(k.named(n) for n in rebuild), not_repaired)

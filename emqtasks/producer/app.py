@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
@@ -13,13 +14,14 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from .. import validate
 from ..config import Settings
 from ..errors import InvalidArgument, InvalidSchedule, UnknownSchedule, UnknownTask
-from ..observe.lanes import DEFAULT_FIELDS
+from ..observe import history, lanes
 from ..schedules import schedule as _sched
 from ..schedules.schedule import Schedule, ScheduleInfo, ScheduleStore
 from ..store.connection import connect
 from ..store.keys import check_job_id as validate_job_id
 from ..store.keys import check_queue_name
 from ..store.queue import Queue
+from ..store.settings import SETTINGS
 from ..verdicts import CancelVerdict
 from ..workflows.canvas import Signature, WorkflowHandle
 from .hooks import EVENTS, F, HookEvent, Hooks
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["App", "GroupSpec", "ScheduleSpec", "TaskOptions", "all_apps", "default_app",
-           "on", "task"]
+           "on", "pointed_at", "task"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -325,17 +327,17 @@ class App:
 
     def clear_group_defaults(self, *names: str) -> None:
         """Clear the named defaults (limit, rate, max_size, weight), or all of them."""
-        self.queue().set_group_defaults(**{n: None for n in names or DEFAULT_FIELDS})
+        self.queue().set_group_defaults(**{n: None for n in names or SETTINGS})
 
     def group_defaults(self) -> dict[str, Any]:
         return self.queue().group_defaults()
 
     def lane(self, group: str) -> dict[str, Any]:
         """Why is this lane waiting: one group's stats() row, without scanning the queue."""
-        return self.queue().lane(group)
+        return lanes.lane(self.queue(), group)
 
     def stats(self) -> dict[str, Any]:
-        return self.queue().stats()
+        return lanes.stats(self.queue())
 
     def dead_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         return self.queue().dead_jobs(limit)
@@ -373,7 +375,7 @@ class App:
         """The last ``minutes`` minutes of history: ``minutes`` (per minute totals, oldest
         first), ``total``, ``tasks`` and ``groups`` (each summed over the span), and
         ``other_groups`` (those past the cap)."""
-        return self.queue(queue).history(minutes)
+        return history.report(self.queue(queue), minutes)
 
     def workers(self, queue: str | None = None) -> list[dict[str, Any]]:
         """The live workers (masters) of the queue, from their heartbeats: each a dict of
@@ -424,3 +426,24 @@ def on(event: HookEvent) -> Callable[[F], F]:
 
 def all_apps() -> list[App]:
     return list(_apps)
+
+
+@contextlib.contextmanager
+def pointed_at(redis_url: str, queue: str) -> Iterator[None]:
+    """Within the block, every App of this process enqueues on ``redis_url`` and ``queue``
+    (a task's own ``queue=`` still names its queue), as a worker points them at its own;
+    after it, each App has its own settings back, still unread if they were (so a later
+    change of EMQ_REDIS_URL reaches it as before). The pytest plugin's ``emq_app``."""
+    saved = [(app, app._settings) for app in _apps]
+    for app, settings in saved:
+        app.close()
+        # Made from what the App has, never by reading its own settings anew: one whose own
+        # are refused (a bad queue name, left by another test) must not stop this one.
+        app._settings = settings.with_(redis_url=redis_url, queue=queue) if settings else \
+            Settings.from_env({}, **{**app._explicit, "redis_url": redis_url, "queue": queue})
+    try:
+        yield
+    finally:
+        for app, settings in saved:
+            app.close()
+            app._settings = settings

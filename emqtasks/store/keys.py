@@ -51,6 +51,60 @@ WAKE_WORK, WAKE_DUE = "1", "d"
 #: Lane scores are priority * PRIO_SPAN + the enqueue time in ms.
 PRIO_SPAN = 10**13
 
+#: The type each named key of a queue holds, by its name after the queue's base (the fixed
+#: keys but ``paused`` and ``guard``, which may hold anything, and the books beside them).
+NAMED_TYPES = {
+    "ring": "list", "active": "zset", "gactive": "hash", "glimit": "hash", "gweight": "hash",
+    "gturn": "hash", "gpaused": "set", "delayed": "zset", "dead": "zset", "wake": "list",
+    "grate": "hash", "gmax": "hash", "gdefaults": "hash", "gbackoff": "hash", "gwait": "zset",
+    "fairness": "string", "gvt": "zset", "gvrun": "hash", "gcost": "hash", "busy": "hash",
+    "schedules": "hash", "schedstate": "hash", "schedver": "string", "tasks": "hash",
+    "workers": "hash",
+}
+#: The families of keys named by an id or a group: (family, the name's prefix and suffix,
+#: the type). A group's keys are matched by suffix in this order.
+FAMILIES = (
+    ("job", "job:", "", "hash"),          # a job's row
+    ("minute", "h:", "", "hash"),         # a minute's history counters
+    ("done", "done:", "", "list"),        # the end of a job, for get()
+    ("workflow", "wf:", "", "hash"),
+    ("chord", "chord:", "", "hash"),
+    ("worker", "worker:", "", "string"),  # a master's heartbeat
+    ("lane", "g:", ":pending", "zset"),
+    ("starts", "g:", ":starts", "list"),
+    ("group_busy", "g:", ":busy", "hash"),
+)
+
+
+def kind_of(name: str) -> str | None:
+    """What a key is, by its name after the base: the name of a named key (NAMED_TYPES), the
+    family of one named by an id or a group (FAMILIES), else None (``paused``, ``guard``,
+    ``doctor``, a key no verb writes)."""
+    if name in NAMED_TYPES:
+        return name
+    for family, prefix, suffix, _ in FAMILIES:
+        if name.startswith(prefix) and name.endswith(suffix):
+            return family
+    return None
+
+
+def ident_of(name: str) -> str:
+    """The job id, group or minute a key of a family names, from its name after the base
+    (``job:7`` -> ``7``, ``g:acme:pending`` -> ``acme``)."""
+    kind = kind_of(name)
+    for family, prefix, suffix, _ in FAMILIES:
+        if family == kind:
+            return name[len(prefix):len(name) - len(suffix)]
+    raise ValueError(f"{name!r} names no key of a family")
+
+
+def expected_type(name: str) -> str | None:
+    """The type the key of this name (after the base) must hold, or None when any will do."""
+    if name in NAMED_TYPES:
+        return NAMED_TYPES[name]
+    kind = kind_of(name)
+    return next((held for family, _, _, held in FAMILIES if family == kind), None)
+
 
 def check_queue_name(name: str) -> str:
     if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
@@ -134,6 +188,15 @@ class QueueKeys:
         self.fairness, self.gvt, self.gvrun = b + "fairness", b + "gvt", b + "gvrun"
         self.gcost, self.busy = b + "gcost", b + "busy"
 
+    def named(self, name: str) -> str:
+        """The key of a name after the base: a named key (NAMED_TYPES, ``paused``,
+        ``guard``), or one of a family as name_of gives it back."""
+        return self.base + name
+
+    def name_of(self, key: str) -> str:
+        """A key of this queue by its name after the base (what named() takes)."""
+        return key[len(self.base):]
+
     def job(self, job_id: str) -> str:
         return f"{self.base}job:{job_id}"
 
@@ -200,6 +263,20 @@ class QueueKeys:
     def tally(self) -> str:
         """hash: counters of the queue's life, ``stale_acks`` (acks refused by the fence)."""
         return self.base + "tally"
+
+    # -- what the worker and the verbs keep for the views ---------------------------------
+    @property
+    def workers(self) -> str:
+        """hash: the index of the masters' heartbeats, worker id -> "1" (store/beats.py)."""
+        return self.base + "workers"
+
+    def worker(self, worker_id: str) -> str:
+        """string: one master's heartbeat (JSON), expiring unless it beats again."""
+        return f"{self.base}worker:{worker_id}"
+
+    def minute(self, minute: int) -> str:
+        """hash: the counters the verbs keep of one unix minute (store/minutes.py)."""
+        return f"{self.base}h:{minute}"
 
     @property
     def doctor(self) -> str:

@@ -4,7 +4,8 @@ arguments, the rows the verbs read field by field and the order of the lease rep
 The Lua library (``lua/lib``) and the native module (``native/src``) write these by hand;
 ``tests/test_store_layout.py`` reads both and fails on any difference from the tables here
 (the keys' order and the constants it checks against ``keys.py``). Python decodes with them:
-``Lease`` (queue.py) is the lease reply, field for field.
+``Lease`` (replies.py) is the lease reply, field for field, and ``row_fault`` there judges a
+row by ROW_INTS.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ FENCED_ROW = ("state", "attempts", "nonce", "group", "max", "ttl", "waiters", "s
 #: ``LEASE_ROW`` and its ``R_*`` indexes; native/src/rows.c ``R_*``).
 LEASE_ROW = ("task", "payload", "lease", "state", "attempts", "fence", "group", "max", "ttl",
              "delay", "created")
+
+#: A row's integer fields as every verb reads them: (name, required); lua/lib/rows.lua
+#: ``row_fault``'s ``int_fault`` calls, native/src/rows.c ``ROW_INTS``.
+ROW_INTS = (("attempts", True), ("lease", True), ("fence", False), ("max", True),
+            ("ttl", False), ("delay", False), ("created", True))
 
 #: One leased job as claim (and ack's next job) answers it, position by position: the fields
 #: of ``Lease`` (lua/lib/claim.lua ``claim_one``'s reply, native/src/claim.c ``reply_job``).

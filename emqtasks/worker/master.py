@@ -151,7 +151,7 @@ class Master:
     def _say_goodbye(self) -> None:
         for q in self.queues:
             try:
-                heartbeat.remove(q.client, q.keys.base, self.my_beat.id)
+                q.remove_beat(self.my_beat.id)
             except Exception:   # best effort: the key expires in a few ticks anyway
                 log.debug("could not remove the heartbeat of queue %s", q.name)
 

@@ -22,6 +22,7 @@ from workerproc import WorkerProc
 
 from emqtasks import App
 from emqtasks.native import COMMANDS
+from emqtasks.observe.lanes import stats as queue_stats
 from emqtasks.ops.check import check
 from emqtasks.producer.task import Task, build_job
 from emqtasks.store.queue import Queue
@@ -131,7 +132,7 @@ def wait_until(predicate: Callable[[], object], timeout: float, what: str,
 
 
 def quiet(queue: Queue) -> bool:
-    s = queue.stats()
+    s = queue_stats(queue)
     return s["pending"] == 0 and s["active"] == 0 and s["delayed"] == 0
 
 

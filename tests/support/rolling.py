@@ -108,7 +108,7 @@ class Side:
         deadline = time.monotonic() + timeout
         while not self._ended(ids, expect["workflows"]):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"not drained in {timeout}s: {q.stats()}")
+                raise TimeoutError(f"not drained in {timeout}s: {self.app.stats()}")
             _, due_in = q.promote()
             outcome = runner.run_once()
             if outcome is not None:
@@ -131,7 +131,7 @@ class Side:
         jobs = {i: list(self.q.outcome(i)) for i in ids}
         flows = {w: [self.app.workflow(w).status(), self.app.workflow(w).get(timeout=2)]
                  for w in workflows}
-        stats = self.q.stats()
+        stats = self.app.stats()
         totals = {k: stats[k] for k in ("pending", "active", "delayed", "dead", "stale_acks")}
         runs = self.q.client.hgetall(runs_key(self.q.name))
         return {"jobs": jobs, "workflows": flows, "totals": totals, "runs": runs}

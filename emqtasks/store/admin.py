@@ -1,0 +1,185 @@
+"""The admin verbs: pauses, the fairness controls and their defaults, cancel and requeue,
+the checker's repair, the history's settings, purge."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import InvalidArgument, ScriptError
+from ..validate import MAX_COUNT, integer, seconds
+from ..verdicts import CancelVerdict
+from .core import QueueCore
+from .keys import check_group, check_job_id
+from .minutes import DEFAULT_HOURS, DEFAULT_MAX_GROUPS, MAX_HOURS
+from .settings import SETTINGS, parse_rate
+
+#: The fairness modes: one claim per turn of the ring, or a share of the worker time.
+FAIRNESS_MODES = ("turns", "time")
+
+
+class Admin(QueueCore):
+    """What an operator (the CLI, the dashboard, App's admin methods) changes."""
+
+    def pause(self) -> None:
+        self.scripts.pause(self._k, ["1"])
+
+    def resume(self) -> None:
+        self.scripts.pause(self._k, ["0"])
+
+    def pause_group(self, group: str) -> bool:
+        return bool(self.scripts.pause_group(self._k, [check_group(group), "1"]) == 1)
+
+    def resume_group(self, group: str) -> bool:
+        return bool(self.scripts.pause_group(self._k, [check_group(group), "0"]) == 1)
+
+    # -- the fairness controls -----------------------------------------------------------
+    def set_group_limit(self, group: str, limit: int | None) -> None:
+        value = "" if limit is None else integer(limit, "a group limit", 1)
+        self.scripts.limit(self._k, [check_group(group), value])
+
+    def set_group_weight(self, group: str, weight: int | None) -> None:
+        """None clears the group's own weight (it then has the default weight, else 1)."""
+        value = "" if weight is None else integer(weight, "a group weight", 1)
+        self.scripts.weight(self._k, [check_group(group), value])
+
+    def set_group_rate(self, group: str, max_jobs: int | None, per: float = 1.0) -> None:
+        """At most max_jobs starts of the group in any window of ``per`` seconds (a burst
+        of max_jobs allowed); None clears the group's own rate."""
+        self.scripts.rate(self._k, [check_group(group), *rate_args(max_jobs, per)])
+
+    def set_group_max_size(self, group: str, max_size: int | None) -> None:
+        """Cap the group's waiting jobs (enqueues into a full lane are refused); None clears."""
+        value = "" if max_size is None else integer(max_size, "a lane cap (max_size)", 0)
+        self.scripts.maxsize(self._k, [check_group(group), value])
+
+    def set_group_defaults(self, **values: Any) -> tuple[int, int]:
+        """Set defaults for every group without a setting of its own: limit, rate
+        ((max_jobs, per) or "max_jobs:per_ms"), max_size, weight; a value of None clears that
+        default. Lanes already waiting follow at once; returns (groups on the ring, groups
+        held back by their rate)."""
+        pairs: list[Any] = []
+        for name, value in values.items():
+            pairs += [name, default_arg(name, value)]
+        groups = sorted(self.groups())
+        ringed, waiting = self.scripts.defaults(self._k, [len(pairs) // 2, *pairs, *groups])
+        return int(ringed), int(waiting)
+
+    def group_defaults(self) -> dict[str, Any]:
+        """The defaults for every group that are set (rate as (max_jobs, per seconds))."""
+        raw = self.client.hgetall(self.keys.gdefaults)
+        return {name: parse_rate(value) if name == "rate" else int(value)
+                for name, value in raw.items() if name in SETTINGS}
+
+    def set_fairness(self, mode: str) -> int:
+        """"turns" (one claim per turn of the ring, the default) or "time" (each backlogged
+        group gets a share of the worker time proportional to its weight); returns the
+        groups moved to the new mode's ring (0 when the queue had that mode already)."""
+        if mode not in FAIRNESS_MODES:
+            raise InvalidArgument(f"a fairness mode is 'turns' or 'time', not {mode!r}")
+        return int(self.scripts.fairness(self._k, [mode]))
+
+    def fairness(self) -> str:
+        """The queue's fairness mode: "turns" or "time"."""
+        return "time" if self.client.get(self.keys.fairness) == "time" else "turns"
+
+    # -- jobs -----------------------------------------------------------------------------
+    def cancel(self, job_id: str) -> CancelVerdict:
+        """CANCELLED, MISSING, ACTIVE (running jobs are not interrupted) or FINISHED."""
+        code = int(self.scripts.cancel(self._k, [check_job_id(job_id)]))
+        try:
+            return CancelVerdict.from_reply(code)
+        except KeyError:  # pragma: no cover
+            raise ScriptError(f"cancel answered {code}") from None
+
+    def cancel_many(self, ids: Sequence[str], per_trip: int = 500) -> int:
+        """cancel() each id, ``per_trip`` calls a round trip; how many were cancelled (the
+        dashboard's bulk action)."""
+        done = 0
+        for i in range(0, len(ids), per_trip):
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in ids[i:i + per_trip]:
+                self.scripts.cancel(self._k, [job_id], client=pipe)
+            done += sum(1 for r in pipe.execute() if int(r) == 1)   # CANCELLED's code
+        return done
+
+    def requeue_dead(self, job_id: str | None = None) -> int:
+        """Bring one dead job (or all of them) back with fresh attempts; returns the count."""
+        if job_id is not None:
+            return int(self.scripts.requeue(self._k, [check_job_id(job_id)]))
+        # The dead jobs of now, in pages: a job that dies again while this runs waits for
+        # the next requeue instead of looping here for ever.
+        return self._requeue(self.client.zrange(self.keys.dead, 0, -1))
+
+    def requeue_dead_ids(self, ids: Sequence[str]) -> int:
+        """Bring these dead jobs back (ids not dead are passed over); returns the count."""
+        for job_id in ids:
+            check_job_id(job_id)
+        return self._requeue(ids)
+
+    def _requeue(self, ids: Sequence[str]) -> int:
+        return sum(int(self.scripts.requeue(self._k, list(ids[i:i + 500])))
+                   for i in range(0, len(ids), 500))
+
+    # -- the checker's repair (check.py) --------------------------------------------------
+    def repair(self, groups: Sequence[str], rebuild: Sequence[str],
+               bury: Sequence[tuple[str, str, str]], lost: Sequence[str]) -> tuple[int, int]:
+        """Rebuild the derived structures of ``groups`` (deleting the ``rebuild`` keys, named
+        after the base, first), bury (id, group, why) rows in dead, put back ``lost`` ids;
+        returns (groups on the ring, jobs restored). lua/repair.lua."""
+        flat = [x for triple in bury for x in triple]
+        ringed, restored = self.scripts.repair(self._k, [
+            len(groups), *groups, len(rebuild), *rebuild, len(bury), *flat, *lost])
+        return int(ringed), int(restored)
+
+    # -- history (history.py; the verbs count, lua/lib/history.lua) ---------------------
+    def set_history(self, hours: int = DEFAULT_HOURS,
+                    max_groups: int = DEFAULT_MAX_GROUPS) -> None:
+        """Keep ``hours`` of per-minute history (0: count nothing), tracking at most
+        ``max_groups`` groups a minute (the rest are counted together)."""
+        hours = integer(hours, "history hours", 0, MAX_HOURS)
+        max_groups = integer(max_groups, "max_groups", 0, MAX_COUNT)
+        self.client.hset(self.keys.gdefaults, mapping={"history": hours,
+                                                       "hgroups": max_groups})
+
+    def purge(self) -> int:
+        """Delete every key of the queue (jobs, lanes, books, flags); returns keys removed."""
+        removed = 0
+        batch: list[str] = []
+        for key in self.scan(self.keys.all_pattern):
+            batch.append(key)
+            if len(batch) >= 500:
+                removed += self.client.unlink(*batch)
+                batch = []
+        if batch:
+            removed += self.client.unlink(*batch)
+        return removed
+
+
+def rate_args(max_jobs: int | None, per: float) -> list[Any]:
+    """The rate script's (max_jobs, per_ms), or ('', '') to clear."""
+    if max_jobs is None:
+        return ["", ""]
+    count = integer(max_jobs, "a rate's max_jobs", 1)
+    window = seconds(per, "a rate's per", above_low=True)
+    return [count, max(1, round(window * 1000))]
+
+
+def default_arg(name: str, value: Any) -> Any:
+    """One default as the defaults script stores it; '' clears it."""
+    if value is None:
+        return ""
+    if name == "rate":
+        if isinstance(value, str):
+            parsed = parse_rate(value)
+            assert parsed is not None
+            value = parsed
+        if not isinstance(value, (tuple, list)) or len(value) != 2:
+            raise InvalidArgument(f"a default rate is (max_jobs, per seconds), not {value!r}")
+        count, per_ms = rate_args(value[0], value[1])
+        return f"{count}:{per_ms}"
+    if name == "max_size":
+        return integer(value, "a default max_size", 0)
+    if name in ("limit", "weight"):
+        return integer(value, f"a default {name}", 1)
+    raise InvalidArgument(f"unknown group default {name!r}: limit, rate, max_size or weight")

@@ -1,0 +1,188 @@
+"""The hot verbs: what producers and workers call per job (enqueue, claim, ack, retry,
+release, extend), what a master calls per tick (reap, promote), and the wake list's park."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from ..errors import InvalidArgument, InvalidJobId
+from ..validate import MAX_COUNT, integer, optional_seconds, seconds
+from ..verdicts import AckVerdict, EnqueueVerdict, ExtendVerdict, ReleaseVerdict, RetryVerdict
+from . import beats
+from .beats import Beat
+from .core import QueueCore, blpop
+from .keys import WAKE_DUE, WAKE_WORK, check_group, check_job_id
+from .replies import Acked, Lease, NewJob, Reaped
+
+#: The most jobs one enqueue script call admits. At 9 arguments a job it stays far under the
+#: 1,048,576 arguments Redis 6.2 takes in one command (a bigger batch is refused with a
+#: protocol error and a closed connection), and its run (some 7 us a job) far under the 5 s
+#: after which a running script makes every other client of the server wait (BUSY).
+ENQUEUE_CHUNK = 10_000
+
+
+def _nonce() -> str:
+    return os.urandom(8).hex()
+
+
+def _sendable(text: str) -> str:
+    """An error text the client can encode: a lone surrogate (an exception message may hold
+    one) has no UTF-8 form, and would fail the write of the failure it describes; it is
+    escaped (``\\ud800``). Clients encode with ``surrogateescape``, so what came from the
+    server as undecodable bytes goes back as those bytes."""
+    try:
+        text.encode("utf-8", "surrogateescape")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class HotPath(QueueCore):
+    """The verbs of a job's life and a master's tick (sent through ``self.hot``)."""
+
+    # -- producer ---------------------------------------------------------------------
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueVerdict]:
+        """Admit jobs, one round trip per ENQUEUE_CHUNK of them; per job ENQUEUED or
+        DUPLICATE (bad ids raise before anything is sent). A batch bigger than a chunk is
+        not admitted atomically, but every job is idempotent by its id: a batch cut short
+        by an error can be sent again (what was admitted answers DUPLICATE)."""
+        for job in jobs:
+            check_job_id(job.id)
+            check_group(job.group)
+        verdicts: list[EnqueueVerdict] = []
+        for start in range(0, len(jobs), ENQUEUE_CHUNK):
+            chunk = jobs[start:start + ENQUEUE_CHUNK]
+            args: list[Any] = [len(chunk)]
+            for job in chunk:
+                args.extend(job)
+            try:
+                replies = self.hot.call("enqueue", self._k, args)
+            except ResponseError as exc:
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                raise self.corrupt([j.group for j in chunk], "nothing was enqueued") from None
+            verdicts += [EnqueueVerdict(v) for v in replies]
+        if EnqueueVerdict.BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
+            raise InvalidJobId("the server refused a malformed job id")
+        return verdicts
+
+    # -- consumer ---------------------------------------------------------------------
+    def claim(self, n: int = 1) -> list[Lease]:
+        """Lease up to n jobs, one per turn of the ring; [] when nothing is serviceable."""
+        n = integer(n, "the number of jobs to claim")
+        return [Lease.from_reply(r) for r in self.hot.call("claim", self._k, [n, _nonce()])]
+
+    def ack(self, lease: Lease, result: str = "null",
+            claim_next: bool = False) -> Acked:
+        """Complete a job (fenced); with claim_next, lease the next job in the same call.
+
+        Returns Acked(verdict, next): verdict DONE, or STALE when this holder's lease is no
+        longer current (nothing of it was written).
+        """
+        verdict, nxt = self.hot.call(
+            "ack", self._k, [lease.id, lease.attempts, lease.nonce, result,
+                             _nonce() if claim_next else ""])
+        return Acked(AckVerdict(verdict), Lease.from_reply(nxt) if nxt else None)
+
+    def retry(self, lease: Lease, error: str, delay: float | None = None,
+              final: bool = False) -> RetryVerdict:
+        """Fail a job (fenced): RETRIED into delayed, DEAD, or STALE (nothing written)."""
+        delay = optional_seconds(delay, "a retry delay")
+        delay_arg = "" if delay is None else int(delay * 1000)
+        return RetryVerdict(self.hot.call(
+            "retry", self._k, [lease.id, lease.attempts, lease.nonce, _sendable(error),
+                               delay_arg, "1" if final else "0"]))
+
+    def release(self, lease: Lease, reason: str = "released by a stopping worker",
+                backoff: float = 0.0) -> ReleaseVerdict:
+        """Hand a job back unrun (fenced), attempt rolled back: RELEASED, or STALE. With
+        ``backoff`` seconds, its whole group sits out that long (RateLimited)."""
+        off = int(seconds(backoff, "a back-off") * 1000)
+        return ReleaseVerdict(self.hot.call("release", self._k, [
+            lease.id, lease.attempts, lease.nonce, _sendable(reason), off]))
+
+    def extend(self, leases: Iterable[Lease],
+               lease_ms: int | None = None) -> list[ExtendVerdict]:
+        """Push lease deadlines out to now + lease (each job's own by default); fenced:
+        per lease EXTENDED, or STALE."""
+        leases = list(leases)
+        if lease_ms is not None:
+            lease_ms = integer(lease_ms, "lease_ms", 1, MAX_COUNT)
+        by_len: dict[int, list[Lease]] = {}
+        for lease in leases:
+            by_len.setdefault(lease_ms or lease.lease_ms, []).append(lease)
+        verdicts: dict[str, ExtendVerdict] = {}
+        for ms, group in by_len.items():
+            args: list[Any] = [ms]
+            for lease in group:
+                args.extend((lease.id, lease.attempts, lease.nonce))
+            for lease, v in zip(group, self.hot.call("extend", self._k, args)):
+                verdicts[lease.id] = ExtendVerdict(v)
+        return [verdicts[lease.id] for lease in leases]
+
+    # -- a master's tick ----------------------------------------------------------------
+    def reap(self, limit: int = 1000) -> tuple[int, int]:
+        """Expired leases back to their lanes (or dead): returns (returned, dead)."""
+        reaped = self.reap_tick(limit)
+        return reaped.returned, reaped.dead
+
+    def reap_tick(self, limit: int = 1000, beat: Beat | None = None,
+                  beat_ttl_ms: int = 0) -> Reaped:
+        """reap(), and the clock it read (the master's tick). With a ``beat``, the master's
+        heartbeat (store/beats.py) rides in the same round trip."""
+        if beat is None:
+            reply = self.hot.call("reap", self._k, [limit])
+        else:
+            reply = self.hot.call_piped(
+                "reap", self._k, [limit],
+                lambda pipe: beats.write(pipe, self.keys, beat, beat_ttl_ms))
+        return Reaped(*map(int, reply))
+
+    def promote(self, limit: int = 1000) -> tuple[int, float | None]:
+        """Due delayed jobs into their lanes: (moved, seconds until the next is due or None)."""
+        moved, due_in, _ = self.promote_and_look(limit)
+        return moved, due_in
+
+    def promote_and_look(self, limit: int = 1000) -> tuple[int, float | None, bool]:
+        """promote(), and whether a claim would now find work (ring not empty, not paused)."""
+        moved, next_due, claimable = self.hot.call("promote", self._k, [limit])
+        return (int(moved), (None if int(next_due) < 0 else int(next_due) / 1000),
+                int(claimable) == 1)
+
+    # -- the wake list ------------------------------------------------------------------
+    def park(self, timeout: float, bound: float | None = None) -> str | None:
+        """Block on the wake key for up to timeout seconds.
+
+        Returns None on timeout, WAKE_WORK when work became claimable, WAKE_DUE when
+        `delayed` got a new earliest entry (re-read when to promote). With ``bound``, a pop
+        still unanswered after that many seconds of this host's clock raises TimeoutError
+        (see core.blpop: a server clock stepped back).
+        """
+        timeout = seconds(timeout, "a park timeout", high=MAX_COUNT)
+        reply = blpop(self.client, [self.keys.wake], timeout, bound)
+        return None if reply is None else reply[1]
+
+    @staticmethod
+    def park_many(queues: Sequence[HotPath], timeout: float,
+                  bound: float | None = None) -> tuple[int, str] | None:
+        """park() on the wake keys of several queues of one server (one BLPOP): (index of
+        the queue whose token came, the token), or None on timeout."""
+        if len(queues) == 1:
+            token = queues[0].park(timeout, bound)
+            return None if token is None else (0, token)
+        keys = [q.keys.wake for q in queues]
+        reply = blpop(queues[0].client, keys, timeout, bound)
+        return None if reply is None else (keys.index(reply[0]), reply[1])
+
+    def push_wake(self, token: str = WAKE_WORK) -> None:
+        """Hand a token on: WAKE_WORK (work is claimable) or WAKE_DUE (re-read when to
+        promote). Through the wake verb, so the list is bounded by the one rule every verb
+        pushes by (lua/lib/wake.lua wake: a WAKE_DUE token only under half the cap)."""
+        if token not in (WAKE_WORK, WAKE_DUE):
+            raise InvalidArgument(f"a wake token is {WAKE_WORK!r} or {WAKE_DUE!r}, "
+                                  f"not {token!r}")
+        self.scripts.wake(self._k, [token])

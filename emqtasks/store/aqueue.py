@@ -43,6 +43,7 @@ from .reads import job_plan, status_plan, wait_plan
 from .replies import NewJob, Outcome, WorkflowSent
 from .scripts import out_of_memory, source
 from .selection import Route
+from .wire import AsyncWire, WireBroken
 
 T = TypeVar("T")
 
@@ -52,34 +53,55 @@ def _sha(verb: str) -> str:
     return hashlib.sha1(source(verb).encode("utf-8")).hexdigest()
 
 
-async def run_script(client: Any, verb: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-    """A verb's script by EVALSHA, EVAL of its source on NOSCRIPT (as scripts.Verb: no
-    window between a reload and the run for a SCRIPT FLUSH); a full server's refusal is
-    ServerFull."""
-    try:
+class AsyncScripts:
+    """The verbs' scripts on one async client: EVALSHA, EVAL of the source on NOSCRIPT (as
+    scripts.Verb: no window between a reload and the run for a SCRIPT FLUSH); a full
+    server's refusal is ServerFull."""
+
+    def __init__(self, client: Any, wire: AsyncWire) -> None:
+        self.client = client
+        self.wire = wire
+
+    async def run(self, verb: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
-            return await client.evalsha(_sha(verb), len(keys), *keys, *args)
-        except NoScriptError:
-            return await client.eval(source(verb), len(keys), *keys, *args)
-    except ResponseError as exc:
-        if out_of_memory(exc):
-            raise ServerFull.of(exc) from None
-        raise
+            try:
+                return await _send(self.client, self.wire, "EVALSHA",
+                                   (_sha(verb), len(keys), *keys), args)
+            except NoScriptError:
+                return await self.client.eval(source(verb), len(keys), *keys, *args)
+        except ResponseError as exc:
+            if out_of_memory(exc):
+                raise ServerFull.of(exc) from None
+            raise
 
 
 class AsyncHotVerbs(Route):
     """The hot verbs of one async client: HotVerbs' choice of path, awaited."""
 
+    scripts: AsyncScripts
+
     async def call(self, verb: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         if self.serves[verb] is False:
-            return await run_script(self.client, verb, keys, args)
+            return await self.scripts.run(verb, keys, args)
         try:
-            reply = await self.client.execute_command(COMMANDS[verb], *keys, *args)
+            reply = await _send(self.client, self.scripts.wire, COMMANDS[verb], keys, args)
         except RedisError as exc:
             self.refused(verb, exc)
-            return await run_script(self.client, verb, keys, args)
+            return await self.scripts.run(verb, keys, args)
         self.serves[verb] = True
         return reply
+
+
+async def _send(client: Any, wire: AsyncWire, command: str, keys: Sequence[Any],
+                args: Sequence[Any]) -> Any:
+    """A command pre-packed on the wire where it can be, else by ``execute_command`` (a
+    cluster client, or a connection that broke: redis-py's retries)."""
+    if wire.usable:
+        try:
+            return await wire.call(command, keys, args)
+        except WireBroken:
+            pass
+    return await client.execute_command(command, *keys, *args)
 
 
 class AsyncQueue:
@@ -89,7 +111,8 @@ class AsyncQueue:
         self.client = client
         self.keys = QueueKeys(name)
         self.name = name
-        self.hot = AsyncHotVerbs(client, None, native)
+        self.scripts = AsyncScripts(client, AsyncWire(client))
+        self.hot = AsyncHotVerbs(client, self.scripts, native)
         self.loop = asyncio.get_running_loop()
         self._cluster = is_cluster(client)
 
@@ -172,7 +195,7 @@ class AsyncQueue:
         if isinstance(op, Hot):
             return await self.hot.call(op.verb, op.keys, op.args)
         if isinstance(op, Script):
-            return await run_script(client, op.verb, op.keys, op.args)
+            return await self.scripts.run(op.verb, op.keys, op.args)
         if isinstance(op, Pop):
             try:
                 return await client.blpop(list(op.keys), timeout=block_seconds(op.timeout))

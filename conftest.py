@@ -39,6 +39,19 @@ if os.environ.get("PYTHONDONTWRITEBYTECODE"):
     os.environ.setdefault("PYTHONPYCACHEPREFIX", _pycache)
 
 
+# pytester runs a user's test file in a fresh pytest (tests/test_pytest_plugin.py)
+pytest_plugins = ["pytester"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The emq_* fixtures (emqtasks/pytest.py) come from the package's pytest11 entry point;
+    # a checkout installed before it existed, or a run with plugin autoload off, gets them
+    # here (pip install -e . registers the entry point).
+    manager = config.pluginmanager
+    if not manager.has_plugin("emqtasks") and not manager.is_blocked("emqtasks"):
+        manager.import_plugin("emqtasks.pytest")
+
+
 @functools.cache
 def _docker_answers() -> bool:
     try:

@@ -1,5 +1,7 @@
-"""Run a real worker pool beside your code: the one launcher of ``emqtasks worker``
-subprocesses, used by your tests and examples and by emqtasks' own tests, bench and demo."""
+"""Run your tasks beside your code and your tests: a real worker pool (``WorkerProcess``,
+the one launcher of ``emqtasks worker`` subprocesses, used by your tests and examples and by
+emqtasks' own tests, bench and demo), or the due jobs of a queue here, in this process
+(``run_pending``, ``InlineApp``). The pytest plugin (emqtasks/pytest.py) is built on both."""
 
 from __future__ import annotations
 
@@ -11,7 +13,17 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+from .producer.app import App
+from .store.queue import Queue
+
+if TYPE_CHECKING:
+    from .worker.runner import Outcome
+
+#: The most jobs one run_pending() runs: a task that enqueues itself, or work that keeps
+#: making work, fails the call instead of running for ever.
+PENDING_LIMIT = 1000
 
 
 class WorkerProcess:
@@ -142,3 +154,46 @@ def worker_process(modules: Sequence[str], *, redis_url: str | None = None,
         yield worker.proc
     finally:
         worker.stop(stop_timeout)
+
+
+def run_pending(queue: Queue, *, limit: int = PENDING_LIMIT) -> list[Outcome]:
+    """Claim and run every job of ``queue`` that is due, here, one at a time, until none is
+    due; returns what became of each, in the order they ran.
+
+    The jobs run as a worker's child runs them — the same Runner, on the tasks and hooks
+    of every App in this process: claimed in the ring's order, a success acknowledged, a
+    failure retried or dead by its task's policy. A retry due at once (``retry_delay=0``)
+    runs again in this call; one with a delay stays delayed, as do jobs enqueued with a
+    countdown. A sync task's ``time_limit`` is not enforced (a worker's master does that).
+    More than ``limit`` jobs in one call raise RuntimeError.
+    """
+    # Imported here: importing emqtasks.testing (the examples do) loads no worker module
+    from .worker.runner import Runner
+
+    runner = Runner(queue)
+    outcomes: list[Outcome] = []
+    try:
+        while True:
+            outcome = runner.run_once()
+            if outcome is None:
+                moved, _ = queue.promote()   # retries and countdowns that are due now
+                if moved:
+                    continue
+                return outcomes
+            outcomes.append(outcome)
+            if len(outcomes) > limit:
+                raise RuntimeError(f"run_pending ran more than {limit} jobs and more are "
+                                   f"due (a task that enqueues itself?); pass limit=N to "
+                                   f"allow more")
+    finally:
+        runner.close()
+
+
+class InlineApp(App):
+    """An App that also runs its queue's due jobs in this process: ``run_pending()``. The
+    pytest plugin's ``emq_app`` is one; it serves as any App otherwise."""
+
+    def run_pending(self, queue: str | None = None, *,
+                    limit: int = PENDING_LIMIT) -> list[Outcome]:
+        """run_pending() on this App's queue (or the one named)."""
+        return run_pending(self.queue(queue), limit=limit)

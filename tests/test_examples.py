@@ -55,3 +55,13 @@ def test_every_example_is_exercised() -> None:
     tested = {"reports", "retries", "batch", "results", "noisy_tenant", "workflows",
               "fastapi_app"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
+
+
+def test_every_example_folder_is_run_by_a_test_file() -> None:
+    # A folder is a project of its own, run by the test file that sets it up.
+    runs = {"fencing": "test_examples_day2.py", "django_project": "test_django.py"}
+    folders = {p.name for p in EXAMPLES.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(runs)
+    tests = Path(__file__).resolve().parent
+    for folder, test_file in runs.items():
+        assert folder in (tests / test_file).read_text(), (folder, test_file)

@@ -43,6 +43,17 @@ def test_a_producer_imports_no_worker_cli_or_dev_module() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_a_producer_imports_no_framework() -> None:
+    # Django is an optional extra: neither the package nor its Django package (what
+    # INSTALLED_APPS names, and what a settings module imports the backend from) loads it
+    code = ("import sys, emqtasks, emqtasks.contrib.django; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('django', 'django_tasks', 'asgiref')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
+
+
 def test_the_worker_command_imports_no_benchmark_demo_or_dev_module() -> None:
     loaded = _loaded_after("import emqtasks.cli")
     assert "emqtasks.cli.worker" in loaded
@@ -311,14 +322,19 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the domains, side by side on top of the store
     ("domains", ("emqtasks.producer", "emqtasks.workflows", "emqtasks.schedules",
                  "emqtasks.observe", "emqtasks.ops")),
-    # the public face: the package root, the documented old paths, the test launcher
+    # the public face: the package root, the documented old paths
     ("package", ("emqtasks", "emqtasks.canvas", "emqtasks.hooks", "emqtasks.acl",
-                 "emqtasks.queue", "emqtasks.testing")),
+                 "emqtasks.queue")),
     ("worker", ("emqtasks.worker",)),
+    # the integrations with the frameworks a team's code lives in (optional extras): built on
+    # the public face; the worker command turns on the Django one (--django)
+    ("integrations", ("emqtasks.contrib",)),
     # the programs: the command line (its `native build` runs native/build.py), the dashboard,
-    # the wheel's build hook
+    # the wheel's build hook; and what runs a user's tasks in a user's tests: the worker
+    # launcher and run_pending (testing.py, which runs the worker's Runner), the pytest plugin
     ("apps", ("emqtasks.cli", "emqtasks.__main__", "emqtasks.dashboard",
-              "emqtasks.native.build", "emqtasks.native.hatch_hook")),
+              "emqtasks.native.build", "emqtasks.native.hatch_hook", "emqtasks.testing",
+              "emqtasks.pytest")),
     # optional tools no program imports: the microbenchmark and the development tools
     ("tools", ("emqtasks.native.microbench", "emqtasks._dev")),
 )

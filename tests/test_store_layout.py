@@ -9,7 +9,8 @@ nothing. And the store imports no optional part of the package.
 What the three languages share is written three times, by hand: the constants and the fixed
 keys' order (store/keys.py), a job's arguments, a row's fields, the rows read field by field
 and the lease reply (store/protocol.py). The checks below read lua/lib and native/src and
-fail on any difference; and a new job's row has one writer in each language (new_job).
+fail on any difference; and a new job's row has one writer in each language (new_job), and a
+group's settings one reader (lib/settings.lua, src/settings.c).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 from pathlib import Path
 
 import pytest
+from luanames import tokens
 
 from emqtasks.store import keys, protocol, scripts
 from emqtasks.store.queue import Lease, NewJob
@@ -368,3 +370,58 @@ def test_a_new_job_row_is_written_by_new_job_alone() -> None:
     assert _row_writes_lua("redis.pcall('HSET', jk, 'state', s,\n  'ttl', now)")
     assert _row_writes_c("RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_LEASE, l, NULL)")
     assert not _row_writes_lua("redis.call('HSET', wk, 'state', 'running', 'created', now)")
+
+
+#: The hashes of a group's settings and of the defaults for every group: lib/settings.lua and
+#: src/settings.c alone read them (a group's own setting, else the default: the rule, once
+#: per language). keys.lua declares the books; the setter verbs write them.
+_SETTINGS = ("glimit", "gweight", "grate", "gmax", "gdefaults")
+_WRITES = ("'HSET'", "'HDEL'")
+
+
+def _settings_reads_lua(text: str) -> list[str]:
+    """Each mention of a settings hash (its K_ name, or its name quoted) that is not the key
+    of a write (``redis.call('HSET' | 'HDEL', K_x``), comments left out."""
+    toks = tokens(text)
+    out = []
+    for i, (kind, val) in enumerate(toks):
+        if kind == "name" and val.startswith("K_") and val[2:] in _SETTINGS:
+            head = [v for _, v in toks[max(0, i - 4):i]]      # call ( 'HSET' ,
+            if not (len(head) == 4 and head[0] in ("call", "pcall") and head[1] == "("
+                    and head[2] in _WRITES and head[3] == ","):
+                out.append(val)
+        elif kind == "lit" and val.strip("'\"") in _SETTINGS:
+            out.append(val)
+    return out
+
+
+def _settings_reads_c(text: str) -> list[str]:
+    """Each mention, comments left out, of a settings hash outside a fixed-key mask
+    (``B(K_GLIMIT)``, what a command opens up front): its fixed key, its book's name, or a
+    default read out of the call's cache (``q->dflt[D_...]``)."""
+    code = re.sub(r"/\*.*?\*/|//[^\n]*", " ", text, flags=re.S)
+    names = "|".join(_SETTINGS)
+    return re.findall(rf'(?<!B\()\bK_G(?:LIMIT|WEIGHT)\b|"(?:{names})"|\bdflt\[D_\w+', code)
+
+
+def test_a_groups_settings_are_read_by_settings_alone() -> None:
+    # Given every Lua file (but keys.lua, which names the books) and every C file
+    lua = {p.relative_to(LUA): p.read_text()
+           for p in (*LUA.glob("*.lua"), *LUA.glob("lib/*.lua")) if p.name != "keys.lua"}
+    c = {p.name: p.read_text() for p in SRC.glob("*.c")}
+    # Then only the settings files read them
+    readers = {str(p) for p, text in lua.items() if _settings_reads_lua(text)}
+    readers |= {f"src/{n}" for n, text in c.items() if _settings_reads_c(text)}
+    assert readers == {"lib/settings.lua", "src/settings.c"}
+    # and the setters' writes are not counted as reads
+    assert not _settings_reads_lua((LUA / "rate.lua").read_text())
+    assert not _settings_reads_c((SRC / "lease.c").read_text())
+    # And a read planted elsewhere would be seen, in either language
+    assert _settings_reads_lua("local w = redis.call('HGET', K_gweight, g) or default('w')")
+    assert _settings_reads_lua("local K_grate = K_grate")
+    assert _settings_reads_lua("redis.call('HGETALL', BASE .. 'gmax')")
+    assert not _settings_reads_lua("redis.call('HSET', K_grate, g, r) -- K_grate read")
+    assert _settings_reads_c('if (book_get(q, "grate", g, &v) < 0) return -1;')
+    assert _settings_reads_c("RMK *h = fx(q, K_GLIMIT, 0);")
+    assert _settings_reads_c("double h = dflt_num(q->dflt[D_HISTORY], 24);")
+    assert not _settings_reads_c("q_init(&q, ctx, argv, 0, B(K_GLIMIT)); /* K_GWEIGHT */")

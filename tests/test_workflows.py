@@ -8,6 +8,7 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import workflow_tasks as wt
@@ -404,3 +405,33 @@ def test_workflow_command_json_and_cancel(app: App, monkeypatch: pytest.MonkeyPa
     assert [(s["id"], s["state"]) for s in view["steps"]] == [("j1", "cancelled"),
                                                                ("j2", "cancelled")]
     assert app.queue().claim(5) == []
+
+
+def test_a_one_member_group_or_chord_header_passes_a_one_element_list(app: App) -> None:
+    """A group of one is a group with n=1 (issue 27): its callback gets [r0], as with two
+    members it gets [r0, r1], and the group's own result is a one-element list."""
+    q = app.queue()
+
+    def run_all() -> list[Any]:
+        """Ack every step in process with the sum of its arguments as its result (a
+        callback's: of the list it got); returns the callbacks' first arguments."""
+        got = []
+        while leases := q.claim(10):
+            for lease in leases:
+                a = json.loads(lease.payload)["a"]
+                if lease.task == "wf.tsum":
+                    got.append(a[0])
+                    a = a[0] if isinstance(a[0], list) else a
+                out = sum(a)
+                assert q.ack(lease, json.dumps(out)).verdict == AckVerdict.DONE
+        return got
+
+    hc = chord([wt.add.s(2, 5)], wt.tsum.s()).apply_async(app=app)
+    assert run_all() == [[7]] and hc.get(timeout=5) == 7
+    hg = (group([wt.add.s(2, 5)]) | wt.tsum.s()).apply_async(app=app)
+    assert run_all() == [[7]] and hg.get(timeout=5) == 7
+    hm = (wt.add.s(1, 1) | group([wt.add.s(5)]) | wt.tsum.s()).apply_async(app=app)
+    assert run_all() == [[7]] and hm.get(timeout=5) == 7
+    h1 = group([wt.add.s(2, 5)]).apply_async(app=app)
+    assert run_all() == [] and h1.get(timeout=5) == [7]
+    assert check(q).ok

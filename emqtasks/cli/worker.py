@@ -30,8 +30,11 @@ from .common import AdminCommand, CliError, Seconds, open_queue, queue_options, 
 
 
 @click.command(cls=AdminCommand)
-@click.option("-A", "--app", "modules", multiple=True, required=True,
+@click.option("-A", "--app", "modules", multiple=True,
               help="module that registers tasks (repeatable), e.g. app.tasks")
+@click.option("--django", is_flag=True,
+              help="set Django up first (DJANGO_SETTINGS_MODULE) and import the tasks "
+                   "module of every installed app; settings.EMQTASKS configures the worker")
 @click.option("-c", "--concurrency", type=click.IntRange(1, 512), default=None,
               help="child processes [default: number of CPUs]")
 @functools.partial(queue_options, queue_help="queue(s) to serve: a name; a,b,c in strict "
@@ -52,17 +55,22 @@ from .common import AdminCommand, CliError, Seconds, open_queue, queue_options, 
 @click.option("--tick", type=Seconds(0.05, 20.0), default=WorkerSettings.tick,
               show_default=True,
               help="reap expired leases and promote due jobs at least this often (s)")
-def worker(modules: tuple[str, ...], concurrency: int | None, redis_url: str | None,
-           queue: str | None, async_concurrency: int, loglevel: str, max_tasks_per_child: int,
-           time_limit: float, grace: float, tick: float) -> None:
+def worker(modules: tuple[str, ...], django: bool, concurrency: int | None,
+           redis_url: str | None, queue: str | None, async_concurrency: int, loglevel: str,
+           max_tasks_per_child: int, time_limit: float, grace: float, tick: float) -> None:
     """Run a master and N forked children on one queue, or several (-Q high,low)."""
+    if not modules and not django:
+        raise CliError("worker: give the task modules (-A app.tasks) or --django "
+                       "(see 'emqtasks worker --help')")
     install_log_fields()   # %(emq_job_id)s / %(emq_task)s in any log format
     logging.basicConfig(level=loglevel.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s emqtasks[%(process)d] %(message)s")
     with deferred():   # App.schedule in a module declares; stored below, on the final queue
+        base = setup_django() if django else None
         import_modules(modules)
     apps = [a for a in all_apps() if a.tasks and a is not default_app]
-    base = apps[0].explicit if len(apps) == 1 else {}
+    if base is None:
+        base = apps[0].explicit if len(apps) == 1 else {}
     specs = queue_specs(queue if queue is not None else base.get("queue"))
     settings = settings_for(redis_url, specs[0].name, base)
     for app in {default_app, *apps}:
@@ -132,9 +140,26 @@ def run_master(url: str, specs: list[QueueSpec], wsettings: WorkerSettings,
     return Master(make_queues, wsettings, registry, hooks, weights).run()
 
 
-def import_modules(modules: tuple[str, ...]) -> None:
+def setup_django() -> dict[str, Any]:
+    """--django: the settings settings.EMQTASKS gave the default App (contrib.django)."""
+    add_project_path()   # DJANGO_SETTINGS_MODULE=mysite.settings from the project folder
+    from ..contrib.django import worker as django_worker
+
+    try:
+        return django_worker.setup()
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
+    except Exception as exc:   # a tasks module that fails to import
+        raise CliError(f"--django: {type(exc).__name__}: {exc}") from None
+
+
+def add_project_path() -> None:
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())   # `-A app.tasks` from the project folder, as Celery
+
+
+def import_modules(modules: tuple[str, ...]) -> None:
+    add_project_path()
     for name in modules:
         try:
             importlib.import_module(name)

@@ -1,3 +1,3 @@
 """Operating a queue: the consistency check and repair (check.py), `emqtasks doctor`
-(doctor.py), least-privilege ACL users (acl.py), the embedded server (embedded.py) and the
-server's kind (servers.py)."""
+(doctor.py), least-privilege ACL users (acl.py), the embedded server (embedded.py), private
+servers on a free port (localserver.py) and the server's kind (servers.py)."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from .aio import LoopClients
 
 __all__ = ["App", "GroupSpec", "ScheduleSpec", "TaskOptions", "all_apps", "default_app",
-           "on", "task"]
+           "on", "pointed_at", "task"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -480,3 +481,24 @@ def on(event: HookEvent) -> Callable[[F], F]:
 
 def all_apps() -> list[App]:
     return list(_apps)
+
+
+@contextlib.contextmanager
+def pointed_at(redis_url: str, queue: str) -> Iterator[None]:
+    """Within the block, every App of this process enqueues on ``redis_url`` and ``queue``
+    (a task's own ``queue=`` still names its queue), as a worker points them at its own;
+    after it, each App has its own settings back, still unread if they were (so a later
+    change of EMQ_REDIS_URL reaches it as before). The pytest plugin's ``emq_app``."""
+    saved = [(app, app._settings) for app in _apps]
+    for app, settings in saved:
+        app.close()
+        # Made from what the App has, never by reading its own settings anew: one whose own
+        # are refused (a bad queue name, left by another test) must not stop this one.
+        app._settings = settings.with_(redis_url=redis_url, queue=queue) if settings else \
+            Settings.from_env({}, **{**app._explicit, "redis_url": redis_url, "queue": queue})
+    try:
+        yield
+    finally:
+        for app, settings in saved:
+            app.close()
+            app._settings = settings

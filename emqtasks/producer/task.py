@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
@@ -21,6 +21,7 @@ from ..store.replies import Outcome
 from ..verdicts import EnqueueVerdict
 from ..workflows.canvas import Signature
 from .jobs import build_job
+from .oncommit import run_on_commit
 from .registry import TaskSpec
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ class JobHandle(Generic[R_co]):
 
     ``verdict`` is "enqueued", "duplicate" (the id existed: nothing was written) or "full"
     (``map()`` into a lane at its cap: nothing was written); ``duplicate`` is
-    ``verdict == "duplicate"``.
+    ``verdict == "duplicate"``. A job sent with ``on_commit=True`` inside a Django
+    transaction says "on_commit" until the commit sends it (then its enqueue's verdict).
 
     Each call has an awaitable twin (``aget``, ``astatus``, ``ainfo``) on the App's async
     client of the running event loop; a handle made by hand awaits only with its ``app``.
@@ -142,15 +144,26 @@ class Task(Generic[P, R]):
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         return self.apply_async(args, kwargs)
 
+    def delay_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        """``delay()`` once the current Django transaction commits (``apply_async(...,
+        on_commit=True)``)."""
+        return self.apply_async(args, kwargs, on_commit=True)
+
     def apply_async(self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None,
                     job_id: str | None = None, group: str | None = None,
                     countdown: float | None = None,
-                    eta: datetime | float | None = None, priority: int = 0) -> JobHandle[R]:
+                    eta: datetime | float | None = None, priority: int = 0,
+                    on_commit: bool = False) -> JobHandle[R]:
         """Enqueue one call. ``eta`` is a datetime or a UNIX timestamp; both go via delayed.
         ``priority`` (-100..100, lower first) orders jobs within the group's lane only.
-        Raises LaneFull (nothing written) when the lane holds its cap of waiting jobs."""
+        Raises LaneFull (nothing written) when the lane holds its cap of waiting jobs.
+
+        ``on_commit=True`` (Django): the call is checked now and sent when the current
+        transaction of the default database commits, never if it rolls back, at once
+        outside a transaction; the handle has the job's id from the start."""
         return send(self.app, self.spec, args, kwargs, job_id=job_id, group=group,
-                    countdown=countdown, eta=eta, priority=priority)
+                    countdown=countdown, eta=eta, priority=priority,
+                    later=run_on_commit if on_commit else None)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature of this call for a workflow: chain, group, chord (emqtasks.canvas).
@@ -206,13 +219,29 @@ class Task(Generic[P, R]):
 def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
          kwargs: dict[str, Any] | None = None, *, queue: str | None = None,
          job_id: str | None = None, group: str | None = None, countdown: float | None = None,
-         eta: datetime | float | None = None, priority: int = 0) -> JobHandle[Any]:
+         eta: datetime | float | None = None, priority: int = 0,
+         later: Callable[[Callable[[], None]], None] | None = None) -> JobHandle[Any]:
     """Enqueue one call of ``spec`` on ``app``'s server (``Task.apply_async`` and
-    ``App.send_task``): LaneFull or CorruptKey, nothing written, as the verdict says."""
+    ``App.send_task``): LaneFull or CorruptKey, nothing written, as the verdict says.
+
+    ``later`` (oncommit.run_on_commit): the call is checked now, and ``later`` is given the
+    enqueue to run when it will; the handle says "on_commit" until then."""
     job = build_job(spec, tuple(args), kwargs or {}, limit=app.settings.max_payload_bytes,
                     job_id=job_id, group=group, countdown=countdown, eta=eta,
                     priority=priority)
     q = app.queue(queue if queue is not None else spec.queue)
+    if later is not None:
+        handle: JobHandle[Any] = JobHandle(q, job.id, "on_commit", app)
+
+        def enqueue() -> None:
+            handle.verdict = _enqueue(app, q, job).verdict
+
+        later(enqueue)
+        return handle
+    return _enqueue(app, q, job)
+
+
+def _enqueue(app: App, q: Queue, job: NewJob) -> JobHandle[Any]:
     verdict = q.enqueue_many([job])[0]
     if verdict == EnqueueVerdict.UNREADABLE:
         raise q.corrupt([job.group], f"job {job.id} was not enqueued")

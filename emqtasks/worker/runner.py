@@ -278,6 +278,16 @@ class Runner:
             asyncio.set_event_loop(self._loop)
         return self._loop
 
+    def close(self) -> None:
+        """Close the event loop this runner made, if it made one. A child's runner lives as
+        long as its process; one run in a caller's process (emqtasks.testing's run_pending)
+        gives the thread's loop back unset rather than leak it."""
+        if self._loop is None or self._loop.is_running():
+            return
+        asyncio.set_event_loop(None)   # loop() made it the thread's loop
+        self._loop.close()
+        self._loop = None
+
     def run_once(self) -> Outcome | None:
         """Claim one job, run it, settle it. For tests and scripts: None when nothing waits."""
         leases = self.queue.claim(1)

@@ -324,8 +324,8 @@ class _Builder:
         queue_names = {self._spec(s.sig).queue for lv in levels for s in lv}
         if len(queue_names) > 1:
             raise WorkflowError("a workflow's steps must all use one queue")
-        for parents, children in zip(levels, levels[1:]):
-            self._link(parents, children)
+        for st, parents, children in zip(self.stages, levels, levels[1:]):
+            self._link(parents, children, isinstance(st, Group))
         steps = [s for lv in levels for s in lv]
         if len(steps) > MAX_STEPS:
             raise WorkflowError(f"a workflow of {len(steps)} steps: at most {MAX_STEPS}")
@@ -356,8 +356,9 @@ class _Builder:
             rows.append(lerr)
         return _Built(self.app, self._spec(steps[0].sig).queue, wf, meta, rows)
 
-    def _link(self, parents: list[_Step], children: list[_Step]) -> None:
-        if len(parents) == 1:              # a step onto a step, or onto a group's members
+    def _link(self, parents: list[_Step], children: list[_Step], from_group: bool) -> None:
+        # By the parents' stage, not their count: a group of one is a chord onto [r0].
+        if not from_group:                 # a step onto a step, or onto a group's members
             p = parents[0]
             p.extra["next"] = " ".join(c.job.id for c in children)
             for c in children:

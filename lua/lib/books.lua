@@ -4,11 +4,11 @@
 
 local group_books, lane_in
 do   -- the names it uses copied next to it, as lib/claim.lua explains
-  local K_gactive, K_gpaused, K_gturn, K_gvrun, K_gvt, K_gwait, K_gweight, K_ring, K_wake =
-    K_gactive, K_gpaused, K_gturn, K_gvrun, K_gvt, K_gwait, K_gweight, K_ring, K_wake
-  local default, group_seat, int_ok, lane_key, lane_push, limit_of, misfit, time_fair =
-    default, group_seat, int_ok, lane_key, lane_push, limit_of, misfit, time_fair
-  local type_of, tonumber = type_of, tonumber
+  local K_gactive, K_gpaused, K_gturn, K_gvrun, K_gvt, K_gwait, K_ring, K_wake =
+    K_gactive, K_gpaused, K_gturn, K_gvrun, K_gvt, K_gwait, K_ring, K_wake
+  local group_seat, int_ok, lane_key, lane_push, limit_of, misfit, time_fair =
+    group_seat, int_ok, lane_key, lane_push, limit_of, misfit, time_fair
+  local type_of, weight_text, tonumber = type_of, weight_text, tonumber
 
   -- The verbs that move a job in or out of its group's books (ack, retry, release, reap,
   -- promote, requeue) read them with this before their first write, as a claim does with
@@ -34,7 +34,7 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
     local lim = limit_of(g)
     if lim and not int_ok(lim) then return true end
     if vcharge then
-      local w = redis.call('HGET', K_gweight, g) or default('weight')
+      local w = weight_text(g)
       if not int_ok(vcharge) or (w and not (int_ok(w) and tonumber(w) >= 1)) then
         return true
       end

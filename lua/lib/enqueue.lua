@@ -3,11 +3,11 @@
 
 local enqueue_books
 do   -- the names it uses copied next to it, as lib/claim.lua explains
-  local K_delayed, K_gactive, K_gbackoff, K_gpaused, K_grate, K_gturn, K_gvrun, K_gvt =
-    K_delayed, K_gactive, K_gbackoff, K_gpaused, K_grate, K_gturn, K_gvrun, K_gvt
+  local K_delayed, K_gactive, K_gbackoff, K_gpaused, K_gturn, K_gvrun, K_gvt =
+    K_delayed, K_gactive, K_gbackoff, K_gpaused, K_gturn, K_gvrun, K_gvt
   local K_gwait, K_ring, K_wake = K_gwait, K_ring, K_wake
-  local default, hist, int_ok, lane_key, limit_of, max_size_of, misfit, starts_key =
-    default, hist, int_ok, lane_key, limit_of, max_size_of, misfit, starts_key
+  local hist, int_ok, lane_key, limit_of, max_size_of, misfit, rate_of, starts_key =
+    hist, int_ok, lane_key, limit_of, max_size_of, misfit, rate_of, starts_key
   local time_fair, type_of = time_fair, type_of
   local J_COUNTDOWN, J_GROUP = J_COUNTDOWN, J_GROUP
   local ipairs, tonumber, type = ipairs, tonumber, type
@@ -72,13 +72,14 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
           local act = redis.call('HGET', K_gactive, g)
           if act and not int_ok(act) then ok = false end
         end
-        local rate = ok and (redis.call('HGET', K_grate, g) or default('rate'))
-        local m, per = nil, nil
-        if rate then m, per = string.match(rate, '^(%d+):(%d+)$') end
-        if m and (#m > 15 or #per > 15) then ok = false end
-        if ok and m then
-          local t = type_of(starts_key(g))
-          ok = t == 'none' or t == 'list'
+        if ok then
+          local m, _, long = rate_of(g)
+          if long then
+            ok = false
+          elseif m then
+            local t = type_of(starts_key(g))
+            ok = t == 'none' or t == 'list'
+          end
         end
         seen[g] = ok
       end

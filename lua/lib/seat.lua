@@ -3,10 +3,10 @@
 
 local group_seat
 do   -- the names it uses copied next to it, as lib/claim.lua explains
-  local DEFAULT_COST, K_gactive, K_gcost, K_grate, K_gturn, K_gwait, K_gweight, K_wake =
-    DEFAULT_COST, K_gactive, K_gcost, K_grate, K_gturn, K_gwait, K_gweight, K_wake
-  local default, int_ok, limit_of, starts_key, type_of =
-    default, int_ok, limit_of, starts_key, type_of
+  local DEFAULT_COST, K_gactive, K_gcost, K_gturn, K_gwait, K_wake =
+    DEFAULT_COST, K_gactive, K_gcost, K_gturn, K_gwait, K_wake
+  local int_ok, limit_of, rate_of, starts_key, type_of, weight_text =
+    int_ok, limit_of, rate_of, starts_key, type_of, weight_text
   local ipairs, tonumber = ipairs, tonumber
 
   -- What a claim of g reads of its group's books, each checked before the claim writes:
@@ -20,19 +20,17 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
     if act and not int_ok(act) then return nil end
     local lim = limit_of(g)
     if lim and not int_ok(lim) then return nil end
-    local w = redis.call('HGET', K_gweight, g) or default('weight')
+    local w = weight_text(g)
     if w and not (int_ok(w) and tonumber(w) >= 1) then return nil end
     local seat = {act = tonumber(act or '0'), lim = tonumber(lim), w = tonumber(w or '1')}
-    local rate = redis.call('HGET', K_grate, g) or default('rate')
-    local m, per = nil, nil
-    if rate then m, per = string.match(rate, '^(%d+):(%d+)$') end
+    local m, per, long = rate_of(g)
     if m then
-      if #m > 15 or #per > 15 then return nil end
+      if long then return nil end
       for _, kw in ipairs({{starts_key(g), 'list'}, {K_gwait, 'zset'}, {K_wake, 'list'}}) do
         local t = type_of(kw[1])
         if t ~= 'none' and t ~= kw[2] then return nil end
       end
-      seat.m, seat.per = tonumber(m), tonumber(per)
+      seat.m, seat.per = m, per
     end
     if tf then
       local est = redis.call('HGET', K_gcost, g) or redis.call('HGET', K_gcost, '')

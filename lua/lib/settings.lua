@@ -1,5 +1,6 @@
 -- settings: the queue's fairness mode and each group's effective settings (its own, else
--- the default for every group), each read once per script run.
+-- the default for every group), each read once per script run. The only Lua file that reads
+-- a group's settings or the defaults, and parses a rate (tests/test_store_layout.py).
 -- Includes: keys
 
 -- The queue's fairness mode, read once per script run (the fairness verb sets MODE itself).
@@ -22,16 +23,20 @@ local function default(name)
   return DEFAULTS[name]
 end
 
--- A group's own setting, else the default for every group, else nil.
+-- A group's own setting, else the default for every group, else nil: the rule, here alone
+-- (every other file reads a group's settings through these).
 local function limit_of(g) return redis.call('HGET', K_glimit, g) or default('limit') end
 local function max_size_of(g) return redis.call('HGET', K_gmax, g) or default('max_size') end
-local function weight_of(g)
-  return tonumber(redis.call('HGET', K_gweight, g) or default('weight') or '1')
-end
--- (max_jobs, per_ms) or nil
+-- its text, for the checks before a write (an integer >= 1, else unreadable)
+local function weight_text(g) return redis.call('HGET', K_gweight, g) or default('weight') end
+local function weight_of(g) return tonumber(weight_text(g) or '1') end
+-- "max_jobs:per_ms", parsed here alone: max_jobs, per_ms and whether either runs over 15
+-- digits (past a double's exact integers: the checks before a write count it unreadable);
+-- nil when the group has none or the text is not that.
 local function rate_of(g)
   local r = redis.call('HGET', K_grate, g) or default('rate')
   if not r then return nil end
   local m, p = string.match(r, '^(%d+):(%d+)$')
-  return tonumber(m), tonumber(p)
+  if not m then return nil end
+  return tonumber(m), tonumber(p), #m > 15 or #p > 15
 end

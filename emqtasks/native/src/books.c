@@ -28,14 +28,14 @@ static int group_books(Q *q, RMS *g, int leaving, int lane, RMS *vcharge, char *
     act = ok ? int_val(v) : 0;
     sfree(q, v);
     if (!ok) { rc = 1; goto out; }
-    if ((rc = seat_int(q, K_GLIMIT, NULL, g, D_LIMIT, &has_lim, &lim)) <= 0) {
+    if ((rc = setting_int(q, D_LIMIT, g, &has_lim, &lim)) <= 0) {
         rc = rc < 0 ? -1 : 1;
         goto out;
     }
     rc = 0;
     if (vcharge) {
         if (!int_ok(vcharge)) { rc = 1; goto out; }
-        if ((rc = seat_int(q, K_GWEIGHT, NULL, g, D_WEIGHT, &has, &w)) <= 0) {
+        if ((rc = setting_int(q, D_WEIGHT, g, &has, &w)) <= 0) {
             rc = rc < 0 ? -1 : 1;
             goto out;
         }

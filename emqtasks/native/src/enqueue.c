@@ -9,7 +9,7 @@ static int opening_ok(Q *q, RMS *g) {
     RMS *v;
     if (group_paused(q, g, &paused) < 0 || book_get(q, "gbackoff", g, &v) < 0) return -1;
     sfree(q, v);
-    int ok = seat_int(q, K_GLIMIT, NULL, g, D_LIMIT, &has_lim, &lim);
+    int ok = setting_int(q, D_LIMIT, g, &has_lim, &lim);
     if (ok < 0) return -1;
     if (ok && has_lim) {
         RMK *ga = fx(q, K_GACTIVE, 0);
@@ -19,11 +19,9 @@ static int opening_ok(Q *q, RMS *g) {
         sfree(q, v);
     }
     if (!ok) return 0;
-    if (setting(q, -1, "grate", g, D_RATE, &v) < 0) return -1;
     long long m, per;
-    int too_long, rated = v && rate_text(v, &m, &per, &too_long);
-    ok = !(v && too_long);
-    sfree(q, v);
+    int rated;
+    if ((ok = rate_checked(q, g, &rated, &m, &per)) < 0) return -1;
     if (ok && rated) {
         RMS *sk = starts_key(q, g);
         ok = key_fits(q, sk, REDISMODULE_KEYTYPE_LIST);
@@ -44,8 +42,8 @@ static int enqueue_books(Q *q, RMS **a, long long n, char *refused) {
     RMS *keys[6] = {rc == 1 ? hist_key(q) : NULL, NULL, NULL, NULL, NULL, NULL};
     int types[6] = {REDISMODULE_KEYTYPE_HASH};
     for (long long i = 0; rc == 1 && i < n; i++) {
-        RMS **f = a + i * NJOB, *cap = NULL;
-        double countdown;
+        RMS **f = a + i * NJOB;
+        double countdown, cap;
         refused[i] = 0;
         num(q, f[J_COUNTDOWN], &countdown, "ERR emq: countdown must be a number");   /* checked */
         if (countdown > 0) {
@@ -58,10 +56,10 @@ static int enqueue_books(Q *q, RMS **a, long long n, char *refused) {
         size_t size = lane_ok ? vlen(lane) : 0;
         if (lane) RedisModule_CloseKey(lane);
         sfree(q, lk);
-        if (setting(q, -1, "gmax", f[J_GROUP], D_MAX_SIZE, &cap) < 0) rc = -1;
-        else if (!lane_ok || (cap && !int_ok(cap))) refused[i] = 1;
+        int has_cap, cap_ok = setting_int(q, D_MAX_SIZE, f[J_GROUP], &has_cap, &cap);
+        if (cap_ok < 0) rc = -1;
+        else if (!lane_ok || !cap_ok) refused[i] = 1;
         else if (size == 0) opening[nopen++] = i;
-        sfree(q, cap);
     }
     int nk = 1;
     if (rc == 1 && later) {
@@ -109,7 +107,7 @@ static int enqueue_books(Q *q, RMS **a, long long n, char *refused) {
 }
 
 static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, long long *verdict) {
-    RMS *id = f[J_ID], *g = f[J_GROUP], *cap_s = NULL;
+    RMS *id = f[J_ID], *g = f[J_GROUP];
     double countdown, prio = 0, cap = 0;
     num(q, f[J_COUNTDOWN], &countdown, "ERR emq: countdown must be a number");
     if (RedisModule_StringToDouble(f[J_PRIORITY], &prio) != REDISMODULE_OK || !isfinite(prio))
@@ -130,12 +128,7 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, long long *verdic
         sfree(q, jk);
         return 0;
     }
-    if (countdown <= 0) {                        /* max_size_of: the cap on waiting jobs */
-        rc = setting(q, -1, "gmax", g, D_MAX_SIZE, &cap_s);
-        has_cap = rc == 0 && cap_s;
-        if (has_cap) rc = num(q, cap_s, &cap, "ERR emq: a group max_size is not a number");
-        sfree(q, cap_s);
-    }
+    if (countdown <= 0) rc = max_size_of(q, g, &has_cap, &cap);   /* the cap on waiting jobs */
     /* A producer's job: held to its lane's cap when due now (a countdown joins its lane when
      * due), and counted in the minute's history as enqueued (lua/enqueue.lua says the same). */
     if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY)

@@ -21,14 +21,14 @@ static double dflt_num(RMS *s, double d) {
 static int hist_open(Q *q) {
     if (q->hstate == 0) {
         if (read_defaults(q) < 0) return -1;
-        double hours = dflt_num(q->dflt[D_HISTORY], 24);
+        double hours = dflt_num(default_of(q, D_HISTORY), 24);
         if (hours <= 0) {
             q->hstate = -1;
         } else {
             char name[48];
             snprintf(name, sizeof name, "h:%lld", (long long)floor((double)q->now / 60000.0));
             q->httl = (long long)floor(hours * 3600) + 60;
-            q->hcap = dflt_num(q->dflt[D_HGROUPS], 1000);
+            q->hcap = dflt_num(default_of(q, D_HGROUPS), 1000);
             q->hkey = book_key(q, name);
             if (dk(q, q->hkey, 1, REDISMODULE_KEYTYPE_HASH, &q->hh) < 0) return -1;
             q->hstate = 1;
@@ -194,7 +194,7 @@ static int hist_failed(Q *q, RMS *task, RMS *g, int dead) {
 
 /* This minute's history hash, or NULL when the history is off (gdefaults read first). */
 static RMS *hist_key(Q *q) {
-    if (dflt_num(q->dflt[D_HISTORY], 24) <= 0) return NULL;
+    if (dflt_num(default_of(q, D_HISTORY), 24) <= 0) return NULL;
     char name[48];
     snprintf(name, sizeof name, "h:%lld", (long long)floor((double)q->now / 60000.0));
     return book_key(q, name);

@@ -1,5 +1,6 @@
 /* src/settings.c: a group's own setting, else the default for every group (gdefaults), the
- * books' reads and the fairness mode (twin of lua/lib/settings.lua).
+ * books' reads and the fairness mode (twin of lua/lib/settings.lua). The only C file that
+ * reads a group's settings or the defaults, and parses a rate (tests/test_store_layout.py).
  * Included once by emq.c (a unity build), after the files before it there; never alone. */
 
 /* HGET BASE..book field (the key type-checked), or NULL. */
@@ -14,6 +15,8 @@ static int book_get(Q *q, const char *book, RMS *field, RMS **out) {
     return rc;
 }
 
+/* The defaults in gdefaults, by field: the first four are a group's settings' (each group may
+ * have its own, in its book below), the last two the queue's alone. */
 enum { D_LIMIT, D_RATE, D_MAX_SIZE, D_WEIGHT, D_HISTORY, D_HGROUPS };
 
 /* gdefaults, read once per call (the scripts' DEFAULTS). */
@@ -38,15 +41,25 @@ static int read_defaults(Q *q) {
     return 0;
 }
 
-/* A group's own setting (fixed key i or a book), else the default for every group (gdefaults,
- * read once per call), else NULL: limit_of, rate_of, max_size_of, weight_of. */
-static int setting(Q *q, int fixed, const char *book, RMS *g, int d, RMS **out) {
+/* The default d as read_defaults read it (NULL: unset), the scripts' default(name): call
+ * read_defaults first, its error is the caller's to return. Borrowed, not to be freed. */
+static RMS *default_of(Q *q, int d) { return q->dflt[d]; }
+
+/* Where a group's own setting d lives: a fixed key, or (fixed -1) the book BASE..book. */
+static const struct { int fixed; const char *book; } OWN[D_HISTORY] = {
+    [D_LIMIT] = {K_GLIMIT, NULL}, [D_RATE] = {-1, "grate"},
+    [D_MAX_SIZE] = {-1, "gmax"}, [D_WEIGHT] = {K_GWEIGHT, NULL}};
+
+/* A group's own setting d (D_LIMIT ... D_WEIGHT), else the default for every group
+ * (gdefaults, read once per call), else NULL: the rule, here alone (every other file reads a
+ * group's settings through this file). *out is the caller's to free. */
+static int setting(Q *q, int d, RMS *g, RMS **out) {
     *out = NULL;
-    if (fixed >= 0) {
-        RMK *h = fx(q, fixed, 0);
+    if (OWN[d].fixed >= 0) {
+        RMK *h = fx(q, OWN[d].fixed, 0);
         if (q->err) return -1;
         *out = hget(h, g);
-    } else if (book_get(q, book, g, out) < 0) {
+    } else if (book_get(q, OWN[d].book, g, out) < 0) {
         return -1;
     }
     if (*out) return 0;
@@ -55,60 +68,105 @@ static int setting(Q *q, int fixed, const char *book, RMS *g, int d, RMS **out) 
     return 0;
 }
 
-/* A group's limit (*has 0: none), and its jobs in flight. */
-static int limit_of(Q *q, RMS *g, int *has, double *lim) {
-    RMS *l;
+/* A setting as the checks before a write read it (group_seat, group_books, enqueue_books):
+ * 1 absent or int_ok (*v its value, *has whether present), 0 unreadable, -1 error. */
+static int setting_int(Q *q, int d, RMS *g, int *has, double *v) {
+    RMS *s;
+    if (setting(q, d, g, &s) < 0) return -1;
+    int ok = !s || int_ok(s);
+    *has = s != NULL;
+    *v = ok ? int_val(s) : 0;
+    sfree(q, s);
+    return ok;
+}
+
+/* A setting as a number (*has 0: none); one that is not a number fails the call with msg. */
+static int setting_num(Q *q, int d, RMS *g, int *has, double *v, const char *msg) {
+    RMS *s;
     *has = 0;
-    if (setting(q, K_GLIMIT, NULL, g, D_LIMIT, &l) < 0) return -1;
-    *has = l != NULL;
-    int rc = l ? num(q, l, lim, "ERR emq: a group limit is not a number") : 0;
-    sfree(q, l);
+    if (setting(q, d, g, &s) < 0) return -1;
+    *has = s != NULL;
+    int rc = s ? num(q, s, v, msg) : 0;
+    sfree(q, s);
     return rc;
 }
 
+/* A group's limit (*has 0: none). */
+static int limit_of(Q *q, RMS *g, int *has, double *lim) {
+    return setting_num(q, D_LIMIT, g, has, lim, "ERR emq: a group limit is not a number");
+}
+
+/* A group's cap on its waiting jobs (*has 0: none). */
+static int max_size_of(Q *q, RMS *g, int *has, double *cap) {
+    return setting_num(q, D_MAX_SIZE, g, has, cap, "ERR emq: a group max_size is not a number");
+}
+
 static int weight_of(Q *q, RMS *g, double *w) {
-    RMS *s;
+    int has;
     *w = 1;
-    if (setting(q, K_GWEIGHT, NULL, g, D_WEIGHT, &s) < 0) return -1;
-    int rc = s ? num(q, s, w, "ERR emq: a group weight is not a number") : 0;
+    return setting_num(q, D_WEIGHT, g, &has, w, "ERR emq: a group weight is not a number");
+}
+
+/* Digits from p[i] on: their count, *v their value (*ovf set past LLONG_MAX). */
+static size_t digits_at(const char *p, size_t i, size_t len, long long *v, int *ovf) {
+    size_t j = i;
+    *v = 0;
+    for (; j < len && p[j] >= '0' && p[j] <= '9'; j++) {
+        if (*v > (LLONG_MAX - 9) / 10) *ovf = 1; else *v = *v * 10 + (p[j] - '0');
+    }
+    return j - i;
+}
+
+/* A group's rate "max_jobs:per_ms", parsed here alone (digits ':' digits and nothing else,
+ * the scripts' '^(%d+):(%d+)$'): 1 a rate (*m, *per; *longest the longer side's digits, *ovf
+ * a number past LLONG_MAX), 0 none or not that text, -1 error. */
+static int rate_read(Q *q, RMS *g, long long *m, long long *per, size_t *longest, int *ovf) {
+    RMS *s;
+    if (setting(q, D_RATE, g, &s) < 0) return -1;
+    if (!s) return 0;
+    size_t len, a, b;
+    const char *p = RedisModule_StringPtrLen(s, &len);
+    long long x, y;
+    int rated = 0;
+    *ovf = 0;
+    a = digits_at(p, 0, len, &x, ovf);
+    if (a > 0 && a < len && p[a] == ':') {
+        b = digits_at(p, a + 1, len, &y, ovf);
+        if (b > 0 && a + 1 + b == len) {
+            rated = 1;
+            *m = x;
+            *per = y;
+            *longest = a > b ? a : b;
+        }
+    }
     sfree(q, s);
-    return rc;
+    return rated;
 }
 
 /* (max_jobs, per_ms), *has 0 when none (or not "digits:digits", as the script's match). */
 static int rate_of(Q *q, RMS *g, int *has, long long *m, long long *per) {
-    RMS *s;
-    *has = 0;
-    if (setting(q, -1, "grate", g, D_RATE, &s) < 0) return -1;
-    if (!s) return 0;
-    size_t len;
-    const char *p = RedisModule_StringPtrLen(s, &len);
-    size_t i = 0, a = 0, b;
-    long long x = 0, y = 0;
-    int ovf = 0;
-    while (i < len && p[i] >= '0' && p[i] <= '9') {
-        if (x > (LLONG_MAX - 9) / 10) ovf = 1; else x = x * 10 + (p[i] - '0');
-        i++;
+    size_t longest;
+    int ovf, rc = rate_read(q, g, m, per, &longest, &ovf);
+    *has = rc == 1;
+    if (rc < 0) return -1;
+    if (rc == 1 && ovf) {
+        *has = 0;
+        return fail(q, "ERR emq: a group rate is out of range");
     }
-    a = i;
-    if (a > 0 && i < len && p[i] == ':') {
-        b = ++i;
-        while (i < len && p[i] >= '0' && p[i] <= '9') {
-            if (y > (LLONG_MAX - 9) / 10) ovf = 1; else y = y * 10 + (p[i] - '0');
-            i++;
-        }
-        if (i > b && i == len) {
-            if (ovf) {
-                sfree(q, s);
-                return fail(q, "ERR emq: a group rate is out of range");
-            }
-            *has = 1;
-            *m = x;
-            *per = y;
-        }
-    }
-    sfree(q, s);
     return 0;
+}
+
+/* A group's rate as the checks before a write read it (group_seat, enqueue_books): 1
+ * readable (*has whether it is rated, *m, *per), 0 not (a number over 15 digits, past a
+ * double's exact integers), -1 error. */
+static int rate_checked(Q *q, RMS *g, int *has, long long *m, long long *per) {
+    size_t longest;
+    int ovf, rc = rate_read(q, g, m, per, &longest, &ovf);
+    *has = 0;
+    if (rc < 0) return -1;
+    if (rc == 1 && longest > 15) return 0;
+    *has = rc == 1;
+    return 1;
 }
 
 /* time_fair(): GET BASE.."fairness" == "time", read once per call; -1 error. */

@@ -23,6 +23,11 @@ class NativeUnavailable(ConfigError):
     """EMQ_NATIVE=require, and the server has no emq module (or this user may not run it)."""
 
 
+class WrongEventLoop(EmqError, RuntimeError):
+    """An async call (``adelay``, ``aget``...) on connections opened by another event loop:
+    nothing was sent (an App opens a pool per loop; a queue object is its loop's)."""
+
+
 class InvalidQueueName(ConfigError):
     """A queue name outside letters, digits and ``_ . -`` (1 to 64 characters)."""
 

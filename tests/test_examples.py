@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+#: What examples/fastapi_app.py needs beside emqtasks (the `test` extra has them).
+WEB = ("fastapi", "uvicorn", "httpx")
 
 
 def run_example(name: str, redis_url: str) -> str:
@@ -33,6 +36,14 @@ def run_example(name: str, redis_url: str) -> str:
     ("workflows", ["chain -> 20", "chord of 100 -> 328350",
                    "chord failed at step flaky-3; status failed", "link_error ran for flaky-3",
                    "total cancelled"]),
+    pytest.param("fastapi_app", ["50 concurrent /add -> 1275",
+                                 "/divide by 0 -> 422 failed on the worker: job",
+                                 "ZeroDivisionError: division by zero",
+                                 "/reports/acme -> 3 jobs accepted",
+                                 "report states: done, done, done"],
+                 marks=pytest.mark.skipif(
+                     not all(importlib.util.find_spec(m) for m in WEB),
+                     reason=f"needs {', '.join(WEB)} (pip install -e '.[test]')")),
 ])
 def test_example_runs_and_reports(name: str, expected: list[str], redis_url: str) -> None:
     out = run_example(name, redis_url)
@@ -41,7 +52,8 @@ def test_example_runs_and_reports(name: str, expected: list[str], redis_url: str
 
 
 def test_every_example_is_exercised() -> None:
-    tested = {"reports", "retries", "batch", "results", "noisy_tenant", "workflows"}
+    tested = {"reports", "retries", "batch", "results", "noisy_tenant", "workflows",
+              "fastapi_app"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 

@@ -74,31 +74,49 @@ def test_the_c_column_names_the_file_of_the_verbs_command(verb: str) -> None:
 
 def _queue_methods_by_verb() -> dict[str, set[str]]:
     """verb -> the public Queue methods that run it (self.scripts.<verb>, self.hot.call /
-    call_piped("<verb>"), directly or through another method of Queue). Queue's methods are
-    those of the classes it is made of (store/queue.py: the store's mixins)."""
-    bodies = []
+    call_piped("<verb>"), or a plan of store/plan.py that yields Hot("<verb>", ...) /
+    Script("<verb>", ...), directly or through another method of Queue or another plan of
+    the store). Queue's methods are those of the classes it is made of (store/queue.py:
+    the store's mixins); the plans, the store's module-level functions."""
+    bodies: list[ast.stmt] = []
+    plans: list[ast.stmt] = []
     for cls in Queue.__mro__:
         if cls.__module__.startswith("emqtasks.store."):
             tree = ast.parse(Path(inspect.getfile(cls)).read_text())
             bodies += next(n for n in tree.body
                            if isinstance(n, ast.ClassDef) and n.name == cls.__name__).body
+    for path in sorted((ROOT / "emqtasks" / "store").glob("*.py")):
+        plans += [n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)]
     direct: dict[str, set[str]] = {}
     calls: dict[str, set[str]] = {}
-    for fn in bodies:
+    public: set[str] = set()
+    for fn in [*bodies, *plans]:
         if not isinstance(fn, ast.FunctionDef):
             continue
-        direct[fn.name], calls[fn.name] = set(), set()
+        name = fn.name if fn in bodies else f"plan:{fn.name}"
+        if fn in bodies and not fn.name.startswith("_"):
+            public.add(name)
+        direct.setdefault(name, set())
+        calls.setdefault(name, set())
         for node in ast.walk(fn):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            if not isinstance(node, ast.Call):
+                continue
+            if isinstance(node.func, ast.Name):
+                if node.func.id in ("Hot", "Script") and isinstance(node.args[0], ast.Constant):
+                    direct[name].add(node.args[0].value)
+                else:
+                    calls[name].add(f"plan:{node.func.id}")
+                continue
+            if not isinstance(node.func, ast.Attribute):
                 continue
             f, owner = node.func, node.func.value
             if isinstance(owner, ast.Attribute) and owner.attr == "scripts":
-                direct[fn.name].add(f.attr)
+                direct[name].add(f.attr)
             elif (isinstance(owner, ast.Attribute) and owner.attr == "hot"
                   and f.attr in ("call", "call_piped") and isinstance(node.args[0], ast.Constant)):
-                direct[fn.name].add(node.args[0].value)
+                direct[name].add(node.args[0].value)
             elif isinstance(owner, ast.Name) and owner.id == "self":
-                calls[fn.name].add(f.attr)
+                calls[name].add(f.attr)
 
     def runs(method: str, seen: frozenset[str]) -> set[str]:
         out = set(direct[method])
@@ -107,10 +125,9 @@ def _queue_methods_by_verb() -> dict[str, set[str]]:
         return out
 
     found: dict[str, set[str]] = {}
-    for method in direct:
-        if not method.startswith("_"):
-            for verb in runs(method, frozenset()):
-                found.setdefault(verb, set()).add(method)
+    for method in public:
+        for verb in runs(method, frozenset()):
+            found.setdefault(verb, set()).add(method)
     return found
 
 

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from .. import clock
 from ..store import settings
-from ..store.core import server_ms
+from ..store.core import clock_plan, groups_plan, server_ms
 from ..store.keys import PRIO_SPAN, QueueKeys, check_group
-from ..store.replies import int_or, readable
+from ..store.plan import Pipe, Recorder, Steps, cmd, run
+from ..store.replies import int_or, readable, readable_plan
 from ..store.settings import SETTINGS, int_ok, parse_rate
 
 if TYPE_CHECKING:
@@ -55,6 +56,11 @@ def queue_books(pipe: Any, keys: Any) -> None:
 
 
 def make_books(client: Any, keys: Any, replies: list[Any], now: int) -> dict[str, Any]:
+    """The books from queue_books' replies and the server's time (ms) (make_books_plan)."""
+    return run(make_books_plan(keys, replies, now), client)
+
+
+def make_books_plan(keys: Any, replies: list[Any], now: int) -> Steps[dict[str, Any]]:
     """The books from queue_books' replies and the server's time (ms); ``lanes`` and
     ``busy`` per group are the caller's to fill, and ``corrupt`` per group (the lines
     naming what of the group's own keys cannot be read). ``faults``: the shared books of
@@ -62,10 +68,12 @@ def make_books(client: Any, keys: Any, replies: list[Any], now: int) -> dict[str
     shared: list[str] = []      # the groups' settings and books: every row shows them
     others: list[str] = []
     n = len(_BOOK_HASHES)
-    hashes = [readable(client, getattr(keys, name), reply, {}, shared)
-              for name, reply in zip(_BOOK_HASHES, replies[:n])]
-    values = [readable(client, getattr(keys, name), reply, empty, others)
-              for (name, empty), reply in zip(_BOOK_OTHERS, replies[n:BOOK_REPLIES])]
+    hashes = []
+    for name, reply in zip(_BOOK_HASHES, replies[:n]):
+        hashes.append((yield from readable_plan(getattr(keys, name), reply, {}, shared)))
+    values = []
+    for (name, empty), reply in zip(_BOOK_OTHERS, replies[n:BOOK_REPLIES]):
+        values.append((yield from readable_plan(getattr(keys, name), reply, empty, others)))
     books: dict[str, Any] = dict(zip(_BOOK_HASHES, hashes))
     gpaused, paused, gwait, fairness, gvt, busy = values
     books.update(now_ms=now, gpaused=gpaused, paused=bool(paused), gwait=dict(gwait),
@@ -77,8 +85,13 @@ def make_books(client: Any, keys: Any, replies: list[Any], now: int) -> dict[str
 
 def read_books(client: Any, keys: Any, groups: list[str]) -> dict[str, Any]:
     """Everything the views of these groups need, in one pipelined round trip."""
-    now = server_ms(client, keys)
-    pipe = client.pipeline(transaction=False)
+    return run(read_books_plan(keys, groups), client)
+
+
+def read_books_plan(keys: Any, groups: list[str]) -> Steps[dict[str, Any]]:
+    """read_books as a plan (store/plan.py)."""
+    now = yield from clock_plan(keys)
+    pipe = Recorder()
     queue_books(pipe, keys)
     for g in groups:
         pipe.hgetall(keys.group_busy(g))
@@ -86,17 +99,17 @@ def read_books(client: Any, keys: Any, groups: list[str]) -> dict[str, Any]:
         pipe.zcard(keys.lane(g))
         pipe.zrange(keys.lane(g), 0, 0, withscores=True)
         pipe.zrange(keys.lane(g), -1, -1, withscores=True)
-    replies = pipe.execute(raise_on_error=False)
-    books = make_books(client, keys, replies, now)
+    replies = yield Pipe(pipe.cmds, raise_on_error=False)
+    books = yield from make_books_plan(keys, replies, now)
     per_group = replies[BOOK_REPLIES:]
     rest = per_group[len(groups):]
     for i, g in enumerate(groups):
         faults: list[str] = []
-        slots = readable(client, keys.group_busy(g), per_group[i], {}, faults)
+        slots = yield from readable_plan(keys.group_busy(g), per_group[i], {}, faults)
         lane = rest[3 * i:3 * i + 3]
         spoilt = [r for r in lane if isinstance(r, Exception)]
         if spoilt:      # the three reads of one key: one line
-            lane = [readable(client, keys.lane(g), spoilt[0], 0, faults), [], []]
+            lane = [(yield from readable_plan(keys.lane(g), spoilt[0], 0, faults)), [], []]
         set_busy(books, g, keys, slots, faults)
         books["lanes"][g] = tuple(lane)
     return books
@@ -146,14 +159,19 @@ def effective_weight(books: dict[str, Any], g: str) -> int:
 
 def oldest_ms(client: Any, lane_key: str, first: list[Any], last: list[Any]) -> int | None:
     """Enqueue time of the lane's oldest waiting job: the head of each priority present."""
+    return run(oldest_ms_plan(lane_key, first, last), client)
+
+
+def oldest_ms_plan(lane_key: str, first: list[Any], last: list[Any]) -> Steps[int | None]:
+    """oldest_ms as a plan (store/plan.py)."""
     if not first:
         return None
     low, high = split_score(first[0][1])[0], split_score(last[0][1])[0]
     oldest = split_score(first[0][1])[1]
     prio = low
     while prio < high:   # several priorities wait: look at the head of each (rare)
-        nxt = client.zrangebyscore(lane_key, (prio + 1) * PRIO_SPAN, "+inf",
-                                   start=0, num=1, withscores=True)
+        nxt = yield cmd("zrangebyscore", lane_key, (prio + 1) * PRIO_SPAN, "+inf",
+                        start=0, num=1, withscores=True)
         if not nxt:
             break
         prio, stamp = split_score(nxt[0][1])
@@ -163,8 +181,14 @@ def oldest_ms(client: Any, lane_key: str, first: list[Any], last: list[Any]) -> 
 
 def view(client: Any, keys: Any, g: str, books: dict[str, Any]) -> dict[str, Any]:
     """One group's row of stats()['groups'] (and what App.lane returns)."""
+    return run(view_plan(keys, g, books), client)
+
+
+def view_plan(keys: Any, g: str, books: dict[str, Any]) -> Steps[dict[str, Any]]:
+    """view as a plan (store/plan.py)."""
     pending, first, last = books["lanes"][g]
-    return group_row(g, pending, oldest_ms(client, keys.lane(g), first, last), books)
+    oldest = yield from oldest_ms_plan(keys.lane(g), first, last)
+    return group_row(g, pending, oldest, books)
 
 
 def book_faults(g: str, books: dict[str, Any]) -> list[str]:
@@ -227,32 +251,41 @@ def group_row(g: str, pending: int, oldest: int | None, books: dict[str, Any]) -
 
 # -- a queue's stats: every group's view ------------------------------------------------------
 def stats(queue: Queue) -> dict[str, Any]:
-    """Queue totals, and per group its books, effective settings and state (App.stats). A
-    group whose books cannot be read is listed with the state "corrupt" and the reason in
-    its ``corrupt``; ``corrupt`` of the queue: its keys of the wrong type (each read as
+    """Queue totals, and per group its books, effective settings and state (App.stats;
+    stats_plan)."""
+    return queue.run(stats_plan(queue.keys))
+
+
+def stats_plan(k: QueueKeys) -> Steps[dict[str, Any]]:
+    """Queue totals, and per group its books, effective settings and state. A group whose
+    books cannot be read is listed with the state "corrupt" and the reason in its
+    ``corrupt``; ``corrupt`` of the queue: its keys of the wrong type (each read as
     empty), one line each. Finds the groups by a SCAN (Queue.groups); the lane table
-    (lanetable.py) reads the same without one."""
-    k, client = queue.keys, queue.client
-    groups = sorted(queue.groups())
-    books = read_books(client, k, groups)
-    pipe = client.pipeline(transaction=False)
+    (lanetable.py) reads the same without one. A plan (store/plan.py): App.stats runs it
+    on the blocking client, App.astats on the async one."""
+    groups = sorted((yield from groups_plan(k)))
+    books = yield from read_books_plan(k, groups)
+    pipe = Recorder()
     for key in (k.delayed, k.dead, k.active):
         pipe.zcard(key)
     pipe.llen(k.ring)
     pipe.zcard(k.gvt)
     queue_marks(pipe, k)
     faults: list[str] = books["faults"]
-    replies = pipe.execute(raise_on_error=False)
-    delayed, dead, active, ring, ring_time = (
-        readable(client, key, r, 0, faults)
-        for key, r in zip((k.delayed, k.dead, k.active, k.ring, k.gvt), replies))
-    per_group = {g: view(client, k, g, books) for g in groups}
+    replies = yield Pipe(pipe.cmds, raise_on_error=False)
+    counts = []
+    for key, r in zip((k.delayed, k.dead, k.active, k.ring, k.gvt), replies):
+        counts.append((yield from readable_plan(key, r, 0, faults)))
+    delayed, dead, active, ring, ring_time = counts
+    per_group = {}
+    for g in groups:
+        per_group[g] = yield from view_plan(k, g, books)
+    marks = yield from read_marks_plan(k, replies[5:], books["now_ms"], faults)
     return {
-        "queue": queue.name, "paused": books["paused"], "fairness": books["fairness"],
+        "queue": k.name, "paused": books["paused"], "fairness": books["fairness"],
         "pending": sum(v["pending"] for v in per_group.values()),
         "active": active, "delayed": delayed, "dead": dead, "ring": ring + ring_time,
-        **read_marks(client, k, replies[5:], books["now_ms"], faults),
-        "corrupt": faults, "groups": per_group,
+        **marks, "corrupt": faults, "groups": per_group,
     }
 
 
@@ -270,10 +303,17 @@ def queue_marks(pipe: Any, keys: QueueKeys) -> None:
 
 def read_marks(client: Any, keys: QueueKeys, replies: Sequence[Any], now_ms: int,
                faults: list[str]) -> dict[str, Any]:
+    """From queue_marks' replies (read_marks_plan)."""
+    return run(read_marks_plan(keys, replies, now_ms, faults), client)
+
+
+def read_marks_plan(keys: QueueKeys, replies: Sequence[Any], now_ms: int,
+                    faults: list[str]) -> Steps[dict[str, Any]]:
     """From queue_marks' replies (a pipeline run with ``raise_on_error=False``):
     ``stale_acks`` (acks the fence refused, counted by the server for every worker) and
     ``clock`` (steps of the server's clock, clock.state); a key of the wrong type reads as
     unset and is named in ``faults``."""
-    stale = readable(client, keys.tally, replies[0], None, faults)
-    seen, step, at = readable(client, keys.clock, replies[1], (None, None, None), faults)
+    stale = yield from readable_plan(keys.tally, replies[0], None, faults)
+    seen, step, at = yield from readable_plan(keys.clock, replies[1], (None, None, None),
+                                              faults)
     return {"stale_acks": int_or(stale, 0), "clock": clock.state(now_ms, seen, step, at)}

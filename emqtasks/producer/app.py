@@ -35,11 +35,14 @@ from .registry import (
     split_options,
 )
 from .retry_policy import RetryPolicy
-from .task import JobHandle, Task, send
+from .task import JobHandle, Task, asend, send
 
 if TYPE_CHECKING:
     # Python 3.10 has no typing.Unpack; the annotations are never evaluated at run time.
     from typing_extensions import Unpack
+
+    from ..store.aqueue import AsyncQueue
+    from .aio import LoopClients
 
 __all__ = ["App", "GroupSpec", "ScheduleSpec", "TaskOptions", "all_apps", "default_app",
            "on", "pointed_at", "task"]
@@ -70,6 +73,7 @@ class App:
         self._settings: Settings | None = None
         self._client: Any = None
         self._queues: dict[str, Queue] = {}
+        self._aio: LoopClients | None = None    # the async clients, one per event loop
         self._lock = threading.Lock()
         self.registry = Registry()
         #: Schedules declared in code (decorator, or App.schedule while a worker imports its
@@ -118,10 +122,61 @@ class App:
         return q
 
     def close(self) -> None:
+        """Close the blocking client; the async ones are dropped (``await aclose()`` in a
+        loop closes that loop's)."""
         if self._client is not None:
             self._client.close()
         self._client = None
         self._queues = {}
+        if self._aio is not None:
+            self._aio.forget()
+
+    # -- the async side: a redis.asyncio client per event loop (producer/aio.py) ------------
+    def aqueue(self, name: str | None = None) -> AsyncQueue:
+        """The producer's verbs of a queue on the running event loop's async client (made
+        on first use, without I/O); the object is that loop's (WrongEventLoop elsewhere)."""
+        name = self.settings.queue if name is None else name
+        if self._aio is None:
+            # redis.asyncio's part of emqtasks, imported on the first async call
+            from .aio import LoopClients
+
+            with self._lock:
+                if self._aio is None:
+                    self._aio = LoopClients()
+        return self._aio.queue(self.settings.redis_url, name)
+
+    async def aopen(self) -> None:
+        """Open the running loop's pool now (one round trip, so a wrong URL or a server
+        down fails here, at an ASGI app's start, not at its first request)."""
+        await self.aqueue().ping()
+
+    async def aclose(self) -> None:
+        """Close the running loop's pool; a later async call in this loop opens another."""
+        if self._aio is not None:
+            await self._aio.aclose()
+
+    async def asend_task(self, task: str | Task[Any, Any], args: Iterable[Any] = (),
+                         kwargs: dict[str, Any] | None = None, *, job_id: str | None = None,
+                         group: str | None = None, countdown: float | None = None,
+                         eta: datetime | float | None = None, queue: str | None = None,
+                         priority: int = 0) -> JobHandle[Any]:
+        """send_task(), awaited."""
+        spec = task.spec if isinstance(task, Task) else self._spec_for(validate.task_name(task))
+        return await asend(self, spec, args, kwargs, queue=queue, job_id=job_id, group=group,
+                           countdown=countdown, eta=eta, priority=priority)
+
+    async def astats(self) -> dict[str, Any]:
+        """stats(), awaited."""
+        q = self.aqueue()
+        return await q.run(lanes.stats_plan(q.keys))
+
+    async def acancel(self, job_id: str) -> CancelVerdict:
+        """cancel(), awaited."""
+        return await self.aqueue().cancel(job_id)
+
+    async def ajob(self, job_id: str) -> dict[str, Any] | None:
+        """job(), awaited."""
+        return await self.aqueue().job(job_id)
 
     # -- hooks --------------------------------------------------------------------------
     def on(self, event: HookEvent) -> Callable[[F], F]:
@@ -271,7 +326,7 @@ class App:
                     f"can run: run this where the module is imported (-A), or give "
                     f"schedule {name!r} a group")
         job_id, duplicate = _sched.run_now(store, s, spec, self.settings.max_payload_bytes)
-        return JobHandle(store.queue, job_id, "duplicate" if duplicate else "enqueued")
+        return JobHandle(store.queue, job_id, "duplicate" if duplicate else "enqueued", self)
 
     def _store(self, queue: str | None = None) -> ScheduleStore:
         return ScheduleStore(self.queue(queue))
@@ -354,7 +409,7 @@ class App:
     def workflow(self, workflow_id: str, queue: str | None = None) -> WorkflowHandle:
         """Follow a workflow by id: ``get``, ``status``, ``steps`` (state, job id, attempts of
         each), ``cancel``."""
-        return WorkflowHandle(self.queue(queue), validate_job_id(workflow_id))
+        return WorkflowHandle(self.queue(queue), validate_job_id(workflow_id), app=self)
 
     def signature(self, name: str, *args: Any, **kwargs: Any) -> Signature:
         """A signature by task name (checked against the registry when enqueued)."""

@@ -17,6 +17,7 @@ from .. import serialization, validate
 from ..errors import InvalidArgument, LaneFull, ResultTimeout, TaskFailed
 from ..store.connection import MAX_BLOCK
 from ..store.queue import NewJob, Queue
+from ..store.replies import Outcome
 from ..verdicts import EnqueueVerdict
 from ..workflows.canvas import Signature
 from .jobs import build_job
@@ -24,11 +25,12 @@ from .oncommit import run_on_commit
 from .registry import TaskSpec
 
 if TYPE_CHECKING:
-    # The type only: a Task reaches its App through the object it was made with (app.py
-    # imports this module, never the reverse).
+    # The types only: a Task reaches its App through the object it was made with (app.py
+    # imports this module, never the reverse); the async queue is imported on first use.
+    from ..store.aqueue import AsyncQueue
     from .app import App
 
-__all__ = ["JobHandle", "Task", "build_job", "send"]
+__all__ = ["JobHandle", "Task", "asend", "build_job", "send"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -42,14 +44,35 @@ class JobHandle(Generic[R_co]):
     (``map()`` into a lane at its cap: nothing was written); ``duplicate`` is
     ``verdict == "duplicate"``. A job sent with ``on_commit=True`` inside a Django
     transaction says "on_commit" until the commit sends it (then its enqueue's verdict).
+
+    Each call has an awaitable twin (``aget``, ``astatus``, ``ainfo``) on the App's async
+    client of the running event loop; a handle made by hand awaits only with its ``app``.
     """
 
-    __slots__ = ("id", "verdict", "_queue")
+    __slots__ = ("id", "verdict", "_queue", "_app")
 
-    def __init__(self, queue: Queue, job_id: str, verdict: str = "enqueued") -> None:
+    def __init__(self, queue: Queue | AsyncQueue, job_id: str, verdict: str = "enqueued",
+                 app: App | None = None) -> None:
         self._queue = queue
+        self._app = app
         self.id = job_id
         self.verdict = verdict
+
+    def _sync(self) -> Queue:
+        """The blocking queue (a handle from an async call takes it from its App)."""
+        if isinstance(self._queue, Queue):
+            return self._queue
+        assert self._app is not None, "an async queue's handle is made with its App"
+        return self._app.queue(self._queue.name)
+
+    def _aio(self) -> AsyncQueue:
+        """The queue on the running event loop's client of the App."""
+        if self._app is not None:
+            return self._app.aqueue(self._queue.name)
+        if not isinstance(self._queue, Queue):
+            return self._queue
+        raise InvalidArgument(f"job {self.id}: this handle was made without its App, so it "
+                              "has no async client: JobHandle(queue, id, app=app)")
 
     @property
     def duplicate(self) -> bool:
@@ -58,10 +81,18 @@ class JobHandle(Generic[R_co]):
     def status(self) -> str | None:
         """pending, delayed, active, done, dead, cancelled, skipped (a schedule's slot skipped
         by overlap control); None once the row expired."""
-        return self._queue.status(self.id)
+        return self._sync().status(self.id)
+
+    async def astatus(self) -> str | None:
+        """status(), awaited."""
+        return await self._aio().status(self.id)
 
     def info(self) -> dict[str, Any] | None:
-        return self._queue.job(self.id)
+        return self._sync().job(self.id)
+
+    async def ainfo(self) -> dict[str, Any] | None:
+        """info(), awaited."""
+        return await self._aio().job(self.id)
 
     def get(self, timeout: float | None = None, poll: float | None = None) -> R_co:
         """The task's return value; TaskFailed if it died, was cancelled, or was a schedule's
@@ -71,11 +102,18 @@ class JobHandle(Generic[R_co]):
         Blocks on the job's own notification key (one BLPOP per ``poll`` seconds, default
         5), so a waiting client costs the server next to nothing.
         """
-        timeout = validate.optional_seconds(timeout, "timeout", high=math.inf)
-        poll = validate.optional_seconds(poll, "poll", high=math.inf, above_low=True)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        state, result, error, ended = self._queue.wait_outcome(
-            self.id, deadline, min(poll or 5.0, MAX_BLOCK))
+        deadline, chunk = _waiting(timeout, poll)
+        return self._value(self._sync().wait_outcome(self.id, deadline, chunk), timeout)
+
+    async def aget(self, timeout: float | None = None, poll: float | None = None) -> R_co:
+        """get(), awaited: the event loop runs on while the job's notification key is
+        awaited (one connection of the loop's pool held per waiting call)."""
+        deadline, chunk = _waiting(timeout, poll)
+        return self._value(await self._aio().wait_outcome(self.id, deadline, chunk), timeout)
+
+    def _value(self, outcome: Outcome, timeout: float | None) -> R_co:
+        """What get() makes of the job's end: its value, or the error."""
+        state, result, error, ended = outcome
         if not ended:
             raise ResultTimeout(f"job {self.id} still {state} after {timeout}s")
         if state == "done":
@@ -139,14 +177,40 @@ class Task(Generic[P, R]):
     def map(self, calls: Iterable[Any], priority: int = 0) -> list[JobHandle[R]]:
         """Enqueue many calls in one round trip; each item a tuple of args or a dict of kwargs.
         A call into a full lane is not written and its handle says ``verdict == "full"``."""
-        limit = self.app.settings.max_payload_bytes
-        jobs = [build_job(self.spec, *_split_call(c), limit=limit, priority=priority)
-                for c in calls]
+        jobs = self._jobs(calls, priority)
         if not jobs:
             return []
         queue = self.app.queue(self.spec.queue)
         verdicts = queue.enqueue_many(jobs)
-        return [JobHandle(queue, j.id, v.word) for j, v in zip(jobs, verdicts)]
+        return [JobHandle(queue, j.id, v.word, self.app) for j, v in zip(jobs, verdicts)]
+
+    def _jobs(self, calls: Iterable[Any], priority: int) -> list[NewJob]:
+        limit = self.app.settings.max_payload_bytes
+        return [build_job(self.spec, *_split_call(c), limit=limit, priority=priority)
+                for c in calls]
+
+    # -- the awaitable twins (on the App's async client of the running event loop) ----------
+    async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        """delay(), awaited: the same job, checks and errors, sent on redis.asyncio."""
+        return await self.aapply_async(args, kwargs)
+
+    async def aapply_async(self, args: Iterable[Any] = (),
+                           kwargs: dict[str, Any] | None = None, job_id: str | None = None,
+                           group: str | None = None, countdown: float | None = None,
+                           eta: datetime | float | None = None,
+                           priority: int = 0) -> JobHandle[R]:
+        """apply_async(), awaited."""
+        return await asend(self.app, self.spec, args, kwargs, job_id=job_id, group=group,
+                           countdown=countdown, eta=eta, priority=priority)
+
+    async def amap(self, calls: Iterable[Any], priority: int = 0) -> list[JobHandle[R]]:
+        """map(), awaited."""
+        jobs = self._jobs(calls, priority)
+        if not jobs:
+            return []
+        queue = self.app.aqueue(self.spec.queue)
+        verdicts = await queue.enqueue_many(jobs)
+        return [JobHandle(queue, j.id, v.word, self.app) for j, v in zip(jobs, verdicts)]
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
@@ -167,23 +231,52 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
                     priority=priority)
     q = app.queue(queue if queue is not None else spec.queue)
     if later is not None:
-        handle: JobHandle[Any] = JobHandle(q, job.id, "on_commit")
+        handle: JobHandle[Any] = JobHandle(q, job.id, "on_commit", app)
 
         def enqueue() -> None:
-            handle.verdict = _enqueue(q, job).verdict
+            handle.verdict = _enqueue(app, q, job).verdict
 
         later(enqueue)
         return handle
-    return _enqueue(q, job)
+    return _enqueue(app, q, job)
 
 
-def _enqueue(q: Queue, job: NewJob) -> JobHandle[Any]:
+def _enqueue(app: App, q: Queue, job: NewJob) -> JobHandle[Any]:
     verdict = q.enqueue_many([job])[0]
-    if verdict == EnqueueVerdict.FULL:
-        raise LaneFull(job.group, job.id)
     if verdict == EnqueueVerdict.UNREADABLE:
         raise q.corrupt([job.group], f"job {job.id} was not enqueued")
-    return JobHandle(q, job.id, verdict.word)
+    return JobHandle(q, job.id, _accepted(job, verdict), app)
+
+
+async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
+                kwargs: dict[str, Any] | None = None, *, queue: str | None = None,
+                job_id: str | None = None, group: str | None = None,
+                countdown: float | None = None, eta: datetime | float | None = None,
+                priority: int = 0) -> JobHandle[Any]:
+    """send(), awaited on the App's async client of the running event loop."""
+    job = build_job(spec, tuple(args), kwargs or {}, limit=app.settings.max_payload_bytes,
+                    job_id=job_id, group=group, countdown=countdown, eta=eta,
+                    priority=priority)
+    q = app.aqueue(queue if queue is not None else spec.queue)
+    verdict = (await q.enqueue_many([job]))[0]
+    if verdict == EnqueueVerdict.UNREADABLE:
+        raise await q.corrupt([job.group], f"job {job.id} was not enqueued")
+    return JobHandle(q, job.id, _accepted(job, verdict), app)
+
+
+def _accepted(job: NewJob, verdict: EnqueueVerdict) -> str:
+    """The handle's verdict of a job sent alone: LaneFull when its lane was full."""
+    if verdict == EnqueueVerdict.FULL:
+        raise LaneFull(job.group, job.id)
+    return verdict.word
+
+
+def _waiting(timeout: float | None, poll: float | None) -> tuple[float | None, float]:
+    """get()'s deadline (time.monotonic()) and BLPOP chunk from its arguments, checked."""
+    timeout = validate.optional_seconds(timeout, "timeout", high=math.inf)
+    poll = validate.optional_seconds(poll, "poll", high=math.inf, above_low=True)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    return deadline, min(poll or 5.0, MAX_BLOCK)
 
 
 def _split_call(call: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

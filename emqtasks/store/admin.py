@@ -10,8 +10,9 @@ from ..errors import InvalidArgument, ScriptError
 from ..validate import MAX_COUNT, integer, seconds
 from ..verdicts import CancelVerdict
 from .core import QueueCore
-from .keys import check_group, check_job_id
+from .keys import QueueKeys, check_group, check_job_id
 from .minutes import DEFAULT_HOURS, DEFAULT_MAX_GROUPS, MAX_HOURS
+from .plan import Script, Steps
 from .settings import SETTINGS, parse_rate
 
 #: The fairness modes: one claim per turn of the ring, or a share of the worker time.
@@ -86,11 +87,7 @@ class Admin(QueueCore):
     # -- jobs -----------------------------------------------------------------------------
     def cancel(self, job_id: str) -> CancelVerdict:
         """CANCELLED, MISSING, ACTIVE (running jobs are not interrupted) or FINISHED."""
-        code = int(self.scripts.cancel(self._k, [check_job_id(job_id)]))
-        try:
-            return CancelVerdict.from_reply(code)
-        except KeyError:  # pragma: no cover
-            raise ScriptError(f"cancel answered {code}") from None
+        return self.run(cancel_plan(self.keys, job_id))
 
     def cancel_many(self, ids: Sequence[str], per_trip: int = 500) -> int:
         """cancel() each id, ``per_trip`` calls a round trip; how many were cancelled (the
@@ -183,3 +180,12 @@ def default_arg(name: str, value: Any) -> Any:
     if name in ("limit", "weight"):
         return integer(value, f"a default {name}", 1)
     raise InvalidArgument(f"unknown group default {name!r}: limit, rate, max_size or weight")
+
+
+def cancel_plan(keys: QueueKeys, job_id: str) -> Steps[CancelVerdict]:
+    """Admin.cancel (lua/cancel.lua)."""
+    code = int((yield Script("cancel", keys.fixed, [check_job_id(job_id)])))
+    try:
+        return CancelVerdict.from_reply(code)
+    except KeyError:  # pragma: no cover
+        raise ScriptError(f"cancel answered {code}") from None

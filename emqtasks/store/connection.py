@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import queue
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -91,20 +91,26 @@ class PoolBusy(redis.exceptions.ConnectionError):
     wait for one (a ConnectionError: nothing was sent)."""
 
 
-_wait = threading.local()
+#: The wait pool_wait sets: per thread, and per asyncio task (the async pool reads it too).
+_wait: ContextVar[float | None] = ContextVar("emqtasks_pool_wait", default=None)
 
 
 @contextmanager
 def pool_wait(seconds: float | None) -> Iterator[None]:
-    """Within the block, a call of this thread that finds its client's pool busy waits at
-    most ``seconds`` for a connection (None: the pool's own POOL_WAIT), then raises
-    PoolBusy."""
-    before = getattr(_wait, "seconds", None)
-    _wait.seconds = seconds
+    """Within the block, a call of this thread (or asyncio task) that finds its client's
+    pool busy waits at most ``seconds`` for a connection (None: the pool's own POOL_WAIT),
+    then raises PoolBusy."""
+    token = _wait.set(seconds)
     try:
         yield
     finally:
-        _wait.seconds = before
+        _wait.reset(token)
+
+
+def pool_wait_limit() -> float | None:
+    """What the innermost pool_wait of this thread or task allows (None: no limit of its
+    own)."""
+    return _wait.get()
 
 
 class _FreeConnections(queue.LifoQueue):  # type: ignore[type-arg]
@@ -112,7 +118,7 @@ class _FreeConnections(queue.LifoQueue):  # type: ignore[type-arg]
     runs out is PoolBusy, and a thread inside ``pool_wait`` waits no longer than it says."""
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        limit = getattr(_wait, "seconds", None)
+        limit = _wait.get()
         if limit is not None:
             timeout = limit if timeout is None else min(timeout, limit)
         try:

@@ -4,19 +4,19 @@ verb refused)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
-
-from redis import ConnectionPool
-from redis.exceptions import ReadOnlyError, ResponseError
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
 
 from ..errors import CorruptKey
 from .cluster import node_kwargs, scan_keys
-from .diagnose import diagnose
+from .diagnose import diagnose_plan
 from .groups import GROUP_BOOKS, group_names, queue_group_books
 from .keys import QueueKeys
+from .plan import Cmd, Pipe, Recorder, Scan, Steps, run
 from .scripts import Scripts
 from .selection import HotVerbs
+
+T = TypeVar("T")
 
 
 class QueueCore:
@@ -31,6 +31,10 @@ class QueueCore:
         #: ``native`` = auto / off / require), else the scripts.
         self.hot = HotVerbs(client, self.scripts, native)
         self._k = self.keys.fixed
+
+    def run(self, steps: Steps[T]) -> T:
+        """Carry out a verb's plan (plan.py) on this queue's client."""
+        return run(steps, self.client, self.scripts, self.hot)
 
     def ping(self) -> bool:
         """One round trip to the server holding the queue (on a cluster, the node serving
@@ -50,20 +54,36 @@ class QueueCore:
         """Every group the queue knows of (store/groups.py): with a lane, or named by a book
         (on the ring, in flight, configured, backing off, held back, paused); a book of the
         wrong type names none (stats() names the key)."""
-        k = self.keys
-        lanes = [k.group_of_lane(key) for key in self.scan(k.lane_pattern)]
-        pipe = self.client.pipeline(transaction=False)
-        queue_group_books(pipe, k)
-        replies = pipe.execute(raise_on_error=False)
-        return group_names(lanes, {name: r for (name, _), r in zip(GROUP_BOOKS, replies)})
+        return self.run(groups_plan(self.keys))
 
     def corrupt(self, groups: Iterable[str], outcome: str) -> CorruptKey:
         """The error for a verb refused by a key of the wrong type (or a book it cannot
         read), naming what the checker finds (store/diagnose.py)."""
-        found = diagnose(self.client, self.keys, groups)
-        what = "; ".join(found) if found else "a key of the queue holds the wrong type"
-        return CorruptKey(f"queue {self.name}: {outcome}: {what} (emqtasks check names every "
-                          "such key, emqtasks check --repair mends what it can)", tuple(found))
+        return self.run(corrupt_plan(self.keys, groups, outcome))
+
+
+def groups_plan(keys: QueueKeys) -> Steps[set[str]]:
+    """QueueCore.groups: the lanes by a SCAN, the books in one round trip."""
+    found = yield Scan(keys.lane_pattern, keys.ring)
+    lanes = [keys.group_of_lane(key) for key in found]
+    books = Recorder()
+    queue_group_books(books, keys)
+    replies = yield Pipe(books.cmds, raise_on_error=False)
+    return group_names(lanes, {name: r for (name, _), r in zip(GROUP_BOOKS, replies)})
+
+
+def corrupt_plan(keys: QueueKeys, groups: Iterable[str], outcome: str) -> Steps[CorruptKey]:
+    """QueueCore.corrupt: the error, naming what diagnose finds."""
+    found = yield from diagnose_plan(keys, groups)
+    what = "; ".join(found) if found else "a key of the queue holds the wrong type"
+    return CorruptKey(f"queue {keys.name}: {outcome}: {what} (emqtasks check names every "
+                      "such key, emqtasks check --repair mends what it can)", tuple(found))
+
+
+def clock_plan(keys: QueueKeys) -> Steps[int]:
+    """server_ms as a plan."""
+    secs, micros = yield Cmd("time", node=keys.ring)
+    return int(secs) * 1000 + int(micros) // 1000
 
 
 def server_ms(client: Any, keys: QueueKeys) -> int:
@@ -71,37 +91,3 @@ def server_ms(client: Any, keys: QueueKeys) -> int:
     clock of the node that holds the queue (a cluster pipeline refuses TIME)."""
     secs, micros = client.time(**node_kwargs(client, keys.ring))
     return int(secs) * 1000 + int(micros) // 1000
-
-
-def block_seconds(timeout: float) -> float:
-    """A BLPOP timeout that never means "for ever": Redis 6.2 truncates seconds x 1000 to
-    whole ms, so 0.001 can become 0, which blocks indefinitely."""
-    return max(timeout, 0.01)
-
-
-def blpop(client: Any, keys: Sequence[str], timeout: float, bound: float | None = None) -> Any:
-    """BLPOP; a pop that the server broke off because it stopped being a primary (REPLICAOF,
-    a failover: "UNBLOCKED ... master -> replica") raises ReadOnlyError, what the next write
-    to that server gets: an outage the worker rides out, not an error of its own.
-
-    With ``bound`` (seconds, on this host's clock) a pop not answered by then raises
-    TimeoutError and its connection is closed: a server times a BLPOP by its wall clock,
-    so one whose clock was stepped back holds every pop that much longer. Not on a cluster
-    client (its connections are the nodes'): there the pop is not bounded."""
-    block = block_seconds(timeout)
-    single = getattr(client, "connection", None)
-    pool = getattr(client, "connection_pool", None)
-    try:
-        if bound is None or (single is None and not isinstance(pool, ConnectionPool)):
-            return client.blpop(keys, timeout=block)
-        conn: Any = single or pool.get_connection()   # type: ignore[union-attr]
-        try:
-            conn.send_command("BLPOP", *keys, block)
-            return conn.read_response(timeout=bound)   # a timeout closes the connection
-        finally:
-            if single is None:
-                pool.release(conn)   # type: ignore[union-attr]
-    except ResponseError as exc:
-        if str(exc).startswith("UNBLOCKED"):
-            raise ReadOnlyError(str(exc)) from exc
-        raise

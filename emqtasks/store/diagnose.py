@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .keys import NAMED_TYPES, QueueKeys, expected_type
+from .plan import Pipe, Recorder, Steps, run
 from .settings import queue_book_faults
 
 #: The books of a group a claim or an enqueue reads (settings.book_faults).
@@ -19,27 +20,32 @@ _GROUP_BOOKS = ("gactive", "gturn", "glimit", "gmax", "gweight", "grate")
 def diagnose(client: Any, keys: QueueKeys, groups: Iterable[str] = ()) -> list[str]:
     """The queue's named keys, and these groups' lanes and start times, that are of the
     wrong type, and these groups' books a claim or an enqueue cannot read; one line each."""
+    return run(diagnose_plan(keys, groups), client)
+
+
+def diagnose_plan(keys: QueueKeys, groups: Iterable[str] = ()) -> Steps[list[str]]:
+    """diagnose as a plan (plan.py), for the sync and the async queue alike."""
     groups = sorted(set(groups))
     names = [*NAMED_TYPES, *(keys.name_of(key) for g in groups
                              for key in (keys.lane(g), keys.starts(g)))]
-    pipe = client.pipeline(transaction=False)
+    pipe = Recorder()
     for name in names:
         pipe.type(keys.named(name))
     found, wrong = [], set()
-    for name, kind in zip(names, pipe.execute()):
+    for name, kind in zip(names, (yield Pipe(pipe.cmds))):
         want = expected_type(name)
         if want and kind not in (want, "none"):
             wrong.add(name)
             found.append(f"key {keys.named(name)} holds a {kind}, not a {want}")
     books: dict[str, Any] = {"gdefaults": {}}
-    pipe = client.pipeline(transaction=False)
+    pipe = Recorder()
     reads = [b for b in _GROUP_BOOKS if b not in wrong]
     for book in reads:
         for g in groups:
             pipe.hget(keys.named(book), g)
     if "gdefaults" not in wrong:
         pipe.hgetall(keys.gdefaults)
-    replies = pipe.execute()
+    replies = yield Pipe(pipe.cmds)
     for n, book in enumerate(reads):
         values = replies[n * len(groups):(n + 1) * len(groups)]
         books[book] = {g: v for g, v in zip(groups, values) if v is not None}

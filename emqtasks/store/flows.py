@@ -8,6 +8,8 @@ from typing import Any
 
 from ..verdicts import FireVerdict
 from .core import QueueCore
+from .keys import QueueKeys
+from .plan import Script, Steps
 from .replies import NewJob, WorkflowSent
 from .scripts import VERB_KEYS
 
@@ -18,18 +20,8 @@ class Flows(QueueCore):
     # -- workflows (canvas.py) ----------------------------------------------------------
     def send_workflow(self, workflow_id: str, ttl: int, meta: dict[str, str],
                       steps: Sequence[tuple[NewJob, str, dict[str, str]]]) -> WorkflowSent:
-        """Write a workflow and its steps in one call (lua/workflow.lua): each step its job,
-        its mode and its extra row fields. Ids are the caller's to gate."""
-        args: list[Any] = [workflow_id, ttl, len(meta)]
-        for k, v in meta.items():
-            args += [k, v]
-        args.append(len(steps))
-        for job, mode, extra in steps:
-            args += [*job, mode, len(extra)]
-            for k, v in extra.items():
-                args += [k, v]
-        code, what = self.scripts.workflow(self._k, args)
-        return WorkflowSent(int(code), what)
+        """Write a workflow and its steps in one call (workflow_plan)."""
+        return self.run(workflow_plan(self.keys, workflow_id, ttl, meta, steps))
 
     def cancel_workflow(self, workflow_id: str) -> int:
         """Cancel every step of a workflow not yet started; how many (lua/wfcancel.lua)."""
@@ -59,3 +51,19 @@ class Flows(QueueCore):
         verdict, now, last = self._schedule(["fire", name, slot, "1" if overlap else "0",
                                              *job])
         return FireVerdict(int(verdict)), int(now), int(last)
+
+
+def workflow_plan(keys: QueueKeys, workflow_id: str, ttl: int, meta: dict[str, str],
+                  steps: Sequence[tuple[NewJob, str, dict[str, str]]]) -> Steps[WorkflowSent]:
+    """Write a workflow and its steps in one call (lua/workflow.lua): each step its job,
+    its mode and its extra row fields. Ids are the caller's to gate."""
+    args: list[Any] = [workflow_id, ttl, len(meta)]
+    for k, v in meta.items():
+        args += [k, v]
+    args.append(len(steps))
+    for job, mode, extra in steps:
+        args += [*job, mode, len(extra)]
+        for k, v in extra.items():
+            args += [k, v]
+    code, what = yield Script("workflow", keys.fixed, args)
+    return WorkflowSent(int(code), what)

@@ -14,8 +14,9 @@ from ..validate import MAX_COUNT, integer, optional_seconds, seconds
 from ..verdicts import AckVerdict, EnqueueVerdict, ExtendVerdict, ReleaseVerdict, RetryVerdict
 from . import beats
 from .beats import Beat
-from .core import QueueCore, blpop
-from .keys import WAKE_DUE, WAKE_WORK, check_group, check_job_id
+from .core import QueueCore, corrupt_plan
+from .keys import WAKE_DUE, WAKE_WORK, QueueKeys, check_group, check_job_id
+from .plan import Hot, Steps, blpop
 from .replies import Acked, Lease, NewJob, Reaped
 
 #: The most jobs one enqueue script call admits. At 9 arguments a job it stays far under the
@@ -46,29 +47,8 @@ class HotPath(QueueCore):
 
     # -- producer ---------------------------------------------------------------------
     def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueVerdict]:
-        """Admit jobs, one round trip per ENQUEUE_CHUNK of them; per job ENQUEUED or
-        DUPLICATE (bad ids raise before anything is sent). A batch bigger than a chunk is
-        not admitted atomically, but every job is idempotent by its id: a batch cut short
-        by an error can be sent again (what was admitted answers DUPLICATE)."""
-        for job in jobs:
-            check_job_id(job.id)
-            check_group(job.group)
-        verdicts: list[EnqueueVerdict] = []
-        for start in range(0, len(jobs), ENQUEUE_CHUNK):
-            chunk = jobs[start:start + ENQUEUE_CHUNK]
-            args: list[Any] = [len(chunk)]
-            for job in chunk:
-                args.extend(job)
-            try:
-                replies = self.hot.call("enqueue", self._k, args)
-            except ResponseError as exc:
-                if "WRONGTYPE" not in str(exc):
-                    raise
-                raise self.corrupt([j.group for j in chunk], "nothing was enqueued") from None
-            verdicts += [EnqueueVerdict(v) for v in replies]
-        if EnqueueVerdict.BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
-            raise InvalidJobId("the server refused a malformed job id")
-        return verdicts
+        """Admit jobs, one round trip per ENQUEUE_CHUNK of them (enqueue_plan)."""
+        return self.run(enqueue_plan(self.keys, jobs))
 
     # -- consumer ---------------------------------------------------------------------
     def claim(self, n: int = 1) -> list[Lease]:
@@ -186,3 +166,30 @@ class HotPath(QueueCore):
             raise InvalidArgument(f"a wake token is {WAKE_WORK!r} or {WAKE_DUE!r}, "
                                   f"not {token!r}")
         self.scripts.wake(self._k, [token])
+
+
+def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob]) -> Steps[list[EnqueueVerdict]]:
+    """Admit jobs, one round trip per ENQUEUE_CHUNK of them; per job ENQUEUED or
+    DUPLICATE (bad ids raise before anything is sent). A batch bigger than a chunk is
+    not admitted atomically, but every job is idempotent by its id: a batch cut short
+    by an error can be sent again (what was admitted answers DUPLICATE)."""
+    for job in jobs:
+        check_job_id(job.id)
+        check_group(job.group)
+    verdicts: list[EnqueueVerdict] = []
+    for start in range(0, len(jobs), ENQUEUE_CHUNK):
+        chunk = jobs[start:start + ENQUEUE_CHUNK]
+        args: list[Any] = [len(chunk)]
+        for job in chunk:
+            args.extend(job)
+        try:
+            replies = yield Hot("enqueue", keys.fixed, args)
+        except ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            raise (yield from corrupt_plan(keys, [j.group for j in chunk],
+                                           "nothing was enqueued")) from None
+        verdicts += [EnqueueVerdict(v) for v in replies]
+    if EnqueueVerdict.BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
+        raise InvalidJobId("the server refused a malformed job id")
+    return verdicts

@@ -13,11 +13,12 @@ from redis.exceptions import ResponseError
 from ..errors import CorruptKey
 from ..validate import integer
 from . import beats, minutes
-from .connection import MAX_BLOCK, PoolBusy, pool_wait
-from .core import QueueCore, blpop
-from .keys import check_job_id
+from .connection import MAX_BLOCK, PoolBusy
+from .core import QueueCore
+from .keys import QueueKeys, check_job_id
 from .minutes import DEFAULT_HOURS, DEFAULT_MAX_GROUPS, Minute
-from .replies import ENDED, FoundPage, LaneHead, Lease, Outcome, int_or, job_view, readable
+from .plan import Bounded, Pop, Script, Steps, blpop, cmd
+from .replies import ENDED, FoundPage, LaneHead, Lease, Outcome, int_or, job_view
 
 #: Groups per call of the lanes verb (lua/lanes.lua; about a millisecond of the server's time
 #: per 200 groups).
@@ -31,19 +32,10 @@ class Reads(QueueCore):
     def job(self, job_id: str) -> dict[str, Any] | None:
         """A read-only view of a job row, or None once it expired (or never was); a job key
         of the wrong type raises CorruptKey naming it."""
-        key = self.keys.job(check_job_id(job_id))
-        try:
-            row = self.client.hgetall(key)
-        except ResponseError as exc:
-            raise self.unreadable_row(job_id, exc) from None
-        return job_view(job_id, row) if row else None
+        return self.run(job_plan(self.keys, job_id))
 
     def status(self, job_id: str) -> str | None:
-        try:
-            state: str | None = self.client.hget(self.keys.job(job_id), "state")
-        except ResponseError as exc:
-            raise self.unreadable_row(job_id, exc) from None
-        return state
+        return self.run(status_plan(self.keys, job_id))
 
     def dead_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The most recent dead jobs, newest first, each a job() view (one round trip for
@@ -64,16 +56,10 @@ class Reads(QueueCore):
     def unreadable_row(self, job_id: str, exc: ResponseError) -> CorruptKey:
         """The error for a job key that a read found of the wrong type (``exc``, its
         WRONGTYPE; any other error is raised as it is)."""
-        return CorruptKey(f"queue {self.name}: job {job_id} cannot be read: "
-                          f"{self._not_a_hash(job_id, exc)} (emqtasks check --repair moves "
-                          "it to dead)", (self.keys.job(job_id),))
+        return self.run(unreadable_row_plan(self.keys, job_id, exc))
 
     def _not_a_hash(self, job_id: str, exc: Exception) -> str:
-        """"<job key> holds a <type>, not a hash" for a read its WRONGTYPE refused (any other
-        error is raised as it is)."""
-        faults: list[str] = []
-        readable(self.client, self.keys.job(job_id), exc, None, faults)
-        return f"{faults[0]}, not a hash"
+        return self.run(not_a_hash_plan(self.keys, job_id, exc))
 
     def holds(self, lease: Lease) -> bool:
         """Whether this lease is still the current claim of its job (one HMGET, no verb):
@@ -88,8 +74,7 @@ class Reads(QueueCore):
                                                                       str | None]:
         """(state, result JSON, error) of a job; with register, count the caller as a waiter
         so the verb that ends the job pushes a token on ``keys.done(job_id)``."""
-        state, result, error = self.scripts.wait(self._k, [job_id, "1" if register else "0"])
-        return state, result, error
+        return self.run(outcome_plan(self.keys, job_id, register))
 
     def wait_done(self, job_id: str, timeout: float) -> bool:
         """Block until the job's end is announced or timeout passes (one BLPOP)."""
@@ -97,27 +82,8 @@ class Reads(QueueCore):
 
     def wait_outcome(self, job_id: str, deadline: float | None,
                      chunk: float = MAX_BLOCK) -> Outcome:
-        """Follow a job until it ends or ``deadline`` (time.monotonic(); None: for ever)
-        passes: one BLPOP on its done key per ``chunk`` seconds at most. A caller that finds
-        every connection of a threaded client busy waits for one within its deadline."""
-        registered = False
-        seen: str | None = "unseen"
-        while True:
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            try:
-                with pool_wait(left):
-                    seen, result, error = self.outcome(job_id, register=not registered)
-                    registered = True
-                    if seen is None or seen in ENDED:
-                        return Outcome(seen, result, error, True)
-                    wait = chunk if deadline is None else min(chunk,
-                                                              deadline - time.monotonic())
-                    if wait <= 0:
-                        return Outcome(seen, None, None, False)
-                    self.wait_done(job_id, wait)
-            except PoolBusy:
-                if deadline is not None and time.monotonic() >= deadline:
-                    return Outcome(seen, None, None, False)
+        """Follow a job until it ends or ``deadline`` passes (wait_plan)."""
+        return self.run(wait_plan(self.keys, job_id, deadline, chunk))
 
     # -- the dashboard's search and lane table ---------------------------------------------
     def find(self, which: str, rank: int, chunk: int, most: int, task: str = "",
@@ -158,3 +124,71 @@ class Reads(QueueCore):
     def remove_beat(self, worker_id: str) -> None:
         """A stopping master's goodbye (best effort: its heartbeat would expire anyway)."""
         beats.remove(self.client, self.keys, worker_id)
+
+
+# -- the plans (plan.py) the sync Queue and the async one (aqueue.py) share ----------------
+def job_plan(keys: QueueKeys, job_id: str) -> Steps[dict[str, Any] | None]:
+    """Reads.job."""
+    key = keys.job(check_job_id(job_id))
+    try:
+        row = yield cmd("hgetall", key)
+    except ResponseError as exc:
+        raise (yield from unreadable_row_plan(keys, job_id, exc)) from None
+    return job_view(job_id, row) if row else None
+
+
+def status_plan(keys: QueueKeys, job_id: str) -> Steps[str | None]:
+    """Reads.status: pending, delayed, active, done, dead, cancelled, skipped, or None."""
+    try:
+        state: str | None = yield cmd("hget", keys.job(job_id), "state")
+    except ResponseError as exc:
+        raise (yield from unreadable_row_plan(keys, job_id, exc)) from None
+    return state
+
+
+def unreadable_row_plan(keys: QueueKeys, job_id: str, exc: ResponseError) -> Steps[CorruptKey]:
+    """Reads.unreadable_row."""
+    what = yield from not_a_hash_plan(keys, job_id, exc)
+    return CorruptKey(f"queue {keys.name}: job {job_id} cannot be read: {what} (emqtasks "
+                      "check --repair moves it to dead)", (keys.job(job_id),))
+
+
+def not_a_hash_plan(keys: QueueKeys, job_id: str, exc: Exception) -> Steps[str]:
+    """"<job key> holds a <type>, not a hash" for a read its WRONGTYPE refused (any other
+    error is raised as it is)."""
+    if not str(exc).startswith("WRONGTYPE"):
+        raise exc
+    key = keys.job(job_id)
+    kind = yield cmd("type", key)
+    return f"{key} holds a {kind}, not a hash"
+
+
+def outcome_plan(keys: QueueKeys, job_id: str,
+                 register: bool = False) -> Steps[tuple[str | None, str | None, str | None]]:
+    """Reads.outcome (lua/wait.lua)."""
+    state, result, error = yield Script("wait", keys.fixed, [job_id, "1" if register else "0"])
+    return state, result, error
+
+
+def wait_plan(keys: QueueKeys, job_id: str, deadline: float | None,
+              chunk: float = MAX_BLOCK) -> Steps[Outcome]:
+    """Follow a job until it ends or ``deadline`` (time.monotonic(); None: for ever)
+    passes: one BLPOP on its done key per ``chunk`` seconds at most. A caller that finds
+    every connection of its client busy waits for one within its deadline."""
+    registered = False
+    seen: str | None = "unseen"
+    while True:
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        try:
+            seen, result, error = yield Bounded(
+                Script("wait", keys.fixed, [job_id, "0" if registered else "1"]), left)
+            registered = True
+            if seen is None or seen in ENDED:
+                return Outcome(seen, result, error, True)
+            wait = chunk if deadline is None else min(chunk, deadline - time.monotonic())
+            if wait <= 0:
+                return Outcome(seen, None, None, False)
+            yield Bounded(Pop([keys.done(job_id)], wait), left)
+        except PoolBusy:
+            if deadline is not None and time.monotonic() >= deadline:
+                return Outcome(seen, None, None, False)

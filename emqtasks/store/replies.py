@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from ..verdicts import AckVerdict
+from .plan import Steps, cmd, run
 from .protocol import ROW_INTS
 from .settings import int_ok
 
@@ -171,7 +172,14 @@ def readable(client: Any, key: str, reply: Any, empty: Any, faults: list[str]) -
     queue a producer-ACL user spoilt, never a raw WRONGTYPE); any other error is raised."""
     if not isinstance(reply, Exception):
         return reply
+    return run(readable_plan(key, reply, empty, faults), client)
+
+
+def readable_plan(key: str, reply: Any, empty: Any, faults: list[str]) -> Steps[Any]:
+    """readable as a plan (plan.py): the type of a key of the wrong type is read."""
+    if not isinstance(reply, Exception):
+        return reply
     if not str(reply).startswith("WRONGTYPE"):
         raise reply
-    faults.append(f"{key} holds a {client.type(key)}")
+    faults.append(f"{key} holds a {(yield cmd('type', key))}")
     return empty

@@ -150,9 +150,14 @@ class Verb(Script):
             except NoScriptError:
                 return client.eval(self.script, len(keys), *keys, *args)
         except ResponseError as exc:
-            if isinstance(exc, OutOfMemoryError) or _OOM in str(exc):
+            if out_of_memory(exc):
                 raise ServerFull.of(exc) from None   # refused at its first write: no write
             raise
+
+
+def out_of_memory(exc: ResponseError) -> bool:
+    """Whether a script's error is a full server's refusal (nothing was written)."""
+    return isinstance(exc, OutOfMemoryError) or _OOM in str(exc)
 
 
 class Scripts:

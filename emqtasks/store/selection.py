@@ -75,8 +75,9 @@ def loaded_version(client: Any, **target: Any) -> int | None:
     return None
 
 
-class HotVerbs:
-    """The eight hot verbs of one client, each called as ``call(verb, keys, args)``."""
+class Route:
+    """Which path serves each hot verb of one client, learnt from the replies (shared by
+    HotVerbs here and the async twin, aqueue.AsyncHotVerbs, which only differ in I/O)."""
 
     def __init__(self, client: Any, scripts: Any, mode: str | None = None) -> None:
         self.client = client
@@ -87,7 +88,6 @@ class HotVerbs:
         #: command (NOPERM) turns only that verb.
         self.serves: dict[str, bool | None] = dict.fromkeys(
             COMMANDS, False if self.mode == "off" else None)
-        self.wire = Wire(client)
 
     @property
     def native(self) -> bool | None:
@@ -95,24 +95,39 @@ class HotVerbs:
         known = [v for v in self.serves.values() if v is not None]
         return any(known) if known else None
 
+    def refused(self, verb: str, exc: Exception) -> None:
+        """The module's command of ``verb`` failed with ``exc``: raise what the caller gets
+        (ServerFull for a full server, NativeUnavailable under EMQ_NATIVE=require, a real
+        error as it is), or return when the call is to be sent as the script (the module
+        is missing, or this user may not run its command: remembered)."""
+        if isinstance(exc, OutOfMemoryError):   # EMQ.ENQUEUE on a full server: nothing written
+            raise ServerFull.of(exc) from None
+        if not isinstance(exc, RedisError) or not _module_missing(exc):
+            raise exc
+        if self.mode == "require":
+            if isinstance(exc, NoPermissionError):
+                raise exc     # this user may not run this verb at all
+            raise NativeUnavailable(missing_hint()) from None
+        if isinstance(exc, NoPermissionError):
+            self.serves[verb] = False
+        else:
+            self.serves = dict.fromkeys(COMMANDS, False)
+
+
+class HotVerbs(Route):
+    """The eight hot verbs of one client, each called as ``call(verb, keys, args)``."""
+
+    def __init__(self, client: Any, scripts: Any, mode: str | None = None) -> None:
+        super().__init__(client, scripts, mode)
+        self.wire = Wire(client)
+
     def call(self, verb: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         if self.serves[verb] is False:
             return getattr(self.scripts, verb)(keys, args)
         try:
             reply = self._send(COMMANDS[verb], keys, args)
-        except OutOfMemoryError as exc:   # EMQ.ENQUEUE on a full server: nothing written
-            raise ServerFull.of(exc) from None
         except RedisError as exc:
-            if not _module_missing(exc):
-                raise
-            if self.mode == "require":
-                if isinstance(exc, NoPermissionError):
-                    raise      # this user may not run this verb at all
-                raise NativeUnavailable(missing_hint()) from None
-            if isinstance(exc, NoPermissionError):
-                self.serves[verb] = False
-            else:
-                self.serves = dict.fromkeys(COMMANDS, False)
+            self.refused(verb, exc)
             return getattr(self.scripts, verb)(keys, args)
         self.serves[verb] = True
         return reply

@@ -35,6 +35,23 @@ def _body(packed: bytes) -> bytes:
     return packed[packed.index(b"\r\n") + 2:]
 
 
+class Packer:
+    """RESP arrays of a command, its keys and its arguments: the head (command and keys,
+    the same on every call of a queue) packed once."""
+
+    def __init__(self) -> None:
+        self._prefixes: dict[tuple[str, tuple[Any, ...]], bytes] = {}
+
+    def pack(self, command: str, keys: Sequence[Any], args: Sequence[Any]) -> bytes:
+        head = (command, tuple(keys))
+        prefix = self._prefixes.get(head)
+        if prefix is None:
+            words: tuple[Any, ...] = (command, *keys)
+            prefix = self._prefixes[head] = _body(hiredis.pack_command(words))
+        tail = _body(hiredis.pack_command(tuple[Any, ...](args))) if args else b""
+        return b"*%d\r\n" % (1 + len(keys) + len(args)) + prefix + tail
+
+
 class Wire:
     """Pre-packed calls on one client; ``usable`` is False where it cannot help (a cluster
     client, which must route each call, or a client of another shape)."""
@@ -46,16 +63,10 @@ class Wire:
         self.pool: Any = getattr(client, "connection_pool", None)
         self.usable = not is_cluster(client) and (
             self.single or isinstance(self.pool, redis.ConnectionPool))
-        self._prefixes: dict[tuple[str, tuple[str, ...]], bytes] = {}
+        self.packer = Packer()
 
     def call(self, command: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        head = (command, tuple(keys))
-        prefix = self._prefixes.get(head)
-        if prefix is None:
-            words: tuple[Any, ...] = (command, *keys)
-            prefix = self._prefixes[head] = _body(hiredis.pack_command(words))
-        tail = _body(hiredis.pack_command(tuple[Any, ...](args))) if args else b""
-        packed = b"*%d\r\n" % (1 + len(keys) + len(args)) + prefix + tail
+        packed = self.packer.pack(command, keys, args)
         if self.single:
             return _exchange(self.client.connection, packed)
         conn = self.pool.get_connection()   # waits while the pool is busy (PoolBusy)
@@ -74,3 +85,33 @@ def _exchange(conn: Any, packed: bytes) -> Any:
             OSError) as exc:
         conn.disconnect()
         raise WireBroken(str(exc)) from exc
+
+
+class AsyncWire:
+    """Wire for a ``redis.asyncio`` client (aqueue.py): a call packed here, written and read
+    on a connection of the client's pool. The pure-Python packing of redis-py's asyncio
+    client is most of a producer call's time on the event loop (a hot verb has 12 keys),
+    which every other task of the loop waits through. A connection error is WireBroken
+    (the connection closed by redis-py): send the call again through ``execute_command``."""
+
+    def __init__(self, client: Any) -> None:
+        import redis.asyncio as aioredis
+
+        self.pool: Any = getattr(client, "connection_pool", None)
+        self.usable = (not is_cluster(client) and getattr(client, "connection", None) is None
+                       and isinstance(self.pool, aioredis.ConnectionPool))
+        self.packer = Packer()
+
+    async def call(self, command: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        packed = self.packer.pack(command, keys, args)
+        conn = await self.pool.get_connection()   # waits while the pool is busy (PoolBusy)
+        try:
+            # Each disconnects on a fault, a timeout or a cancel (a reply left unread must
+            # never reach the connection's next user); an error reply is raised as is.
+            await conn.send_packed_command([packed], check_health=False)
+            return await conn.read_response()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                OSError) as exc:
+            raise WireBroken(str(exc)) from exc
+        finally:
+            await self.pool.release(conn)

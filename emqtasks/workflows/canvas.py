@@ -35,11 +35,14 @@ from ..errors import (
 from ..producer.jobs import build_job
 from ..producer.registry import default_app
 from ..store.keys import check_job_id, new_job_id
-from ..store.queue import NewJob, Queue
+from ..store.plan import Pipe, Recorder, Steps, cmd
+from ..store.queue import NewJob, Queue, WorkflowSent
+from ..store.reads import wait_plan
 
 if TYPE_CHECKING:
     from ..producer.app import App
     from ..producer.task import Task
+    from ..store.aqueue import AsyncQueue
 
 #: What a step's result is assumed to take at most (bytes of JSON) where the signature does
 #: not declare its own (``.set(result_bytes=...)``): the budget a chord's collected results
@@ -97,6 +100,18 @@ class Signature:
                         immutable=self.immutable, app=self._app, **self.options)
         return Chain(sig).apply_async(**options)
 
+    async def adelay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
+        """delay(), awaited (on the App's async client of the running event loop)."""
+        return await self.aapply_async(args, kwargs)
+
+    async def aapply_async(self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None,
+                           **options: Any) -> WorkflowHandle:
+        """apply_async(), awaited."""
+        front = () if self.immutable else tuple(args)
+        sig = Signature(self.task, (*front, *self.args), {**self.kwargs, **(kwargs or {})},
+                        immutable=self.immutable, app=self._app, **self.options)
+        return await Chain(sig).aapply_async(**options)
+
     def __repr__(self) -> str:
         return f"{self.name}.{'si' if self.immutable else 's'}{self.args!r}"
 
@@ -122,6 +137,12 @@ class Group:
     def apply_async(self, **options: Any) -> WorkflowHandle:
         return Chain(self).apply_async(**options)
 
+    async def adelay(self) -> WorkflowHandle:
+        return await Chain(self).aapply_async()
+
+    async def aapply_async(self, **options: Any) -> WorkflowHandle:
+        return await Chain(self).aapply_async(**options)
+
     def __repr__(self) -> str:
         return f"group({self.sigs!r})"
 
@@ -144,6 +165,12 @@ class Chord:
 
     def apply_async(self, **options: Any) -> WorkflowHandle:
         return Chain(self).apply_async(**options)
+
+    async def adelay(self) -> WorkflowHandle:
+        return await Chain(self).aapply_async()
+
+    async def aapply_async(self, **options: Any) -> WorkflowHandle:
+        return await Chain(self).aapply_async(**options)
 
 
 class Chain:
@@ -184,7 +211,20 @@ class Chain:
         Raises EmptyGroup, NestingTooDeep, UnknownTask, WorkflowTooLarge (PayloadTooLarge),
         LaneFull or WorkflowError (a step id that exists), all before anything is written.
         """
-        return _Builder(self.stages(), link_error, app).enqueue(workflow_id)
+        built = _Builder(self.stages(), link_error, app).build(workflow_id)
+        queue = built.app.queue(built.queue)
+        return built.handle(queue, queue.send_workflow(*built.sent()))
+
+    async def adelay(self) -> WorkflowHandle:
+        return await self.aapply_async()
+
+    async def aapply_async(self, *, workflow_id: str | None = None,
+                           link_error: Signature | None = None,
+                           app: App | None = None) -> WorkflowHandle:
+        """apply_async(), awaited: the same rows, checks and errors, sent on redis.asyncio."""
+        built = _Builder(self.stages(), link_error, app).build(workflow_id)
+        queue = built.app.aqueue(built.queue)
+        return built.handle(queue, await queue.send_workflow(*built.sent()))
 
 
 def chain(*steps: Any) -> Chain:
@@ -273,7 +313,8 @@ class _Builder:
         return validate.integer(sig.options.get("result_bytes", DEFAULT_RESULT_BYTES),
                                 "result_bytes", 1)
 
-    def enqueue(self, workflow_id: str | None) -> WorkflowHandle:
+    def build(self, workflow_id: str | None) -> _Built:
+        """Every row of the workflow, checked: what one call of the workflow verb writes."""
         wf = check_job_id(workflow_id) if workflow_id is not None else new_job_id()
         levels: list[list[_Step]] = []
         for i, st in enumerate(self.stages):
@@ -313,8 +354,7 @@ class _Builder:
             if lerr.job.id in ids or lerr.job.id == wf:
                 raise InvalidJobId("the link_error step's id must differ from the steps'")
             rows.append(lerr)
-        queue = self.app.queue(self._spec(steps[0].sig).queue)
-        return _send(queue, wf, meta, rows)
+        return _Built(self.app, self._spec(steps[0].sig).queue, wf, meta, rows)
 
     def _link(self, parents: list[_Step], children: list[_Step], from_group: bool) -> None:
         # By the parents' stage, not their count: a group of one is a chord onto [r0].
@@ -345,31 +385,45 @@ class _Builder:
                 f"{self.limit}-byte limit (max_payload_bytes)")
 
 
-def _send(queue: Queue, wf: str, meta: dict[str, str], rows: list[_Step]) -> WorkflowHandle:
-    code, what = queue.send_workflow(wf, WORKFLOW_TTL, meta,
-                                     [(s.job, s.mode, s.extra) for s in rows])
-    if code == 0 and what == wf:
-        return WorkflowHandle(queue, wf, "duplicate")
-    if code == 0:
-        raise WorkflowError(f"step id {what} exists already: nothing was written")
-    if code == 2:
-        group = next(s.job.group for s in rows if s.job.id == what)
-        raise LaneFull(group, what)
-    if code != 1:  # pragma: no cover - ids are gated before the call
-        raise InvalidJobId(f"the server refused the id {what!r}")
-    return WorkflowHandle(queue, wf)
+class _Built:
+    """A workflow ready to send: its App, queue, id, hash and rows."""
+
+    def __init__(self, app: App, queue: str | None, wf: str, meta: dict[str, str],
+                 rows: list[_Step]) -> None:
+        self.app, self.queue, self.wf, self.meta, self.rows = app, queue, wf, meta, rows
+
+    def sent(self) -> tuple[str, int, dict[str, str], list[tuple[NewJob, str, dict[str, str]]]]:
+        """The workflow verb's arguments (Queue.send_workflow)."""
+        return self.wf, WORKFLOW_TTL, self.meta, [(s.job, s.mode, s.extra) for s in self.rows]
+
+    def handle(self, queue: Queue | AsyncQueue, reply: WorkflowSent) -> WorkflowHandle:
+        """The handle, or the error, the verb's answer makes."""
+        code, what = reply
+        if code == 0 and what == self.wf:
+            return WorkflowHandle(queue, self.wf, "duplicate", self.app)
+        if code == 0:
+            raise WorkflowError(f"step id {what} exists already: nothing was written")
+        if code == 2:
+            group = next(s.job.group for s in self.rows if s.job.id == what)
+            raise LaneFull(group, what)
+        if code != 1:  # pragma: no cover - ids are gated before the call
+            raise InvalidJobId(f"the server refused the id {what!r}")
+        return WorkflowHandle(queue, self.wf, app=self.app)
 
 
 # -- following a workflow ---------------------------------------------------------------------
 
 class WorkflowHandle:
-    """A workflow's id and a way to follow it: ``get``, ``status``, ``steps``, ``cancel``.
+    """A workflow's id and a way to follow it: ``get``, ``status``, ``steps``, ``cancel``
+    (``aget`` and ``astatus`` awaited, on the App's async client of the running loop).
 
     ``verdict`` is "enqueued", or "duplicate" when the workflow id existed (nothing written).
     """
 
-    def __init__(self, queue: Queue, workflow_id: str, verdict: str = "enqueued") -> None:
+    def __init__(self, queue: Queue | AsyncQueue, workflow_id: str,
+                 verdict: str = "enqueued", app: App | None = None) -> None:
         self._queue = queue
+        self._app = app
         self.id = workflow_id
         self.verdict = verdict
 
@@ -377,37 +431,61 @@ class WorkflowHandle:
     def duplicate(self) -> bool:
         return self.verdict == "duplicate"
 
-    def _meta(self) -> dict[str, str]:
-        meta: dict[str, str] = self._queue.client.hgetall(self._queue.keys.workflow(self.id))
+    def _sync(self) -> Queue:
+        if isinstance(self._queue, Queue):
+            return self._queue
+        assert self._app is not None, "an async queue's handle is made with its App"
+        return self._app.queue(self._queue.name)
+
+    def _aio(self) -> AsyncQueue:
+        if self._app is not None:
+            return self._app.aqueue(self._queue.name)
+        if not isinstance(self._queue, Queue):
+            return self._queue
+        raise InvalidArgument(f"workflow {self.id}: this handle was made without its App, "
+                              "so it has no async client: WorkflowHandle(queue, id, app=app)")
+
+    def _meta(self) -> Steps[dict[str, str]]:
+        meta: dict[str, str] = yield cmd("hgetall", self._queue.keys.workflow(self.id))
         if not meta:
             raise TaskFailed(self.id, "the workflow is gone (expired, purged or never existed)")
         return meta
 
     def status(self) -> str:
         """running, done, failed (a step went dead) or cancelled."""
-        return self._status(self._meta())
+        return self._sync().run(self._status_plan())
 
-    def _status(self, meta: dict[str, str]) -> str:
+    async def astatus(self) -> str:
+        """status(), awaited."""
+        return await self._aio().run(self._status_plan())
+
+    def _status_plan(self) -> Steps[str]:
+        return (yield from self._status((yield from self._meta())))
+
+    def _status(self, meta: dict[str, str]) -> Steps[str]:
         if meta.get("state") in ("failed", "cancelled"):
             return meta["state"]
         finals = meta.get("final", "").split()
-        pipe = self._queue.client.pipeline(transaction=False)
+        pipe = Recorder()
         for i in finals:
             pipe.hget(self._queue.keys.job(i), "state")
-        states = pipe.execute()
+        states = yield Pipe(pipe.cmds)
         return "done" if states and all(s == "done" for s in states) else "running"
 
     def steps(self) -> list[dict[str, Any]]:
         """Each step in order: id, task, state (waiting: for its parent), attempts, group."""
-        return self._step_rows(self._meta().get("steps", "").split())
+        return self._sync().run(self._steps_plan())
 
-    def _step_rows(self, ids: list[str]) -> list[dict[str, Any]]:
-        q = self._queue
-        pipe = q.client.pipeline(transaction=False)
+    def _steps_plan(self) -> Steps[list[dict[str, Any]]]:
+        meta = yield from self._meta()
+        return (yield from self._step_rows(meta.get("steps", "").split()))
+
+    def _step_rows(self, ids: list[str]) -> Steps[list[dict[str, Any]]]:
+        pipe = Recorder()
         for i in ids:
-            pipe.hmget(q.keys.job(i), "task", "state", "attempts", "group")
+            pipe.hmget(self._queue.keys.job(i), "task", "state", "attempts", "group")
         out = []
-        for i, (task, state, attempts, grp) in zip(ids, pipe.execute()):
+        for i, (task, state, attempts, grp) in zip(ids, (yield Pipe(pipe.cmds))):
             out.append({"id": i, "task": task, "state": state, "group": grp,
                         "attempts": int(attempts) if attempts is not None else None})
         return out
@@ -415,37 +493,50 @@ class WorkflowHandle:
     def info(self, start: int = 0, count: int | None = None) -> dict[str, Any]:
         """Status, kind, failed step, link_error step, the number of steps (``total``) and
         the steps (or ``count`` of them from ``start``), from one read of the workflow."""
-        meta = self._meta()
+        return self._sync().run(self._info_plan(start, count))
+
+    def _info_plan(self, start: int, count: int | None) -> Steps[dict[str, Any]]:
+        meta = yield from self._meta()
         ids = meta.get("steps", "").split()
-        return {"id": self.id, "kind": meta.get("kind"), "status": self._status(meta),
+        status = yield from self._status(meta)
+        rows = yield from self._step_rows(ids[start:None if count is None else start + count])
+        return {"id": self.id, "kind": meta.get("kind"), "status": status,
                 "failed_step": meta.get("failed"), "link_error": meta.get("lerr"),
-                "total": len(ids),
-                "steps": self._step_rows(ids[start:None if count is None else start + count])}
+                "total": len(ids), "steps": rows}
 
     def get(self, timeout: float | None = None) -> Any:
         """The last step's result (a chain, a chord), or the members' results in order (a
         group). TaskFailed names the step that went dead (``job_id``); ResultTimeout when
         not finished within ``timeout`` seconds."""
+        return self._sync().run(self._get_plan(timeout))
+
+    async def aget(self, timeout: float | None = None) -> Any:
+        """get(), awaited."""
+        return await self._aio().run(self._get_plan(timeout))
+
+    def _get_plan(self, timeout: float | None) -> Steps[Any]:
         timeout = validate.optional_seconds(timeout, "timeout", high=math.inf)
         deadline = None if timeout is None else time.monotonic() + timeout
-        meta = self._meta()
-        results = [self._wait(i, deadline, timeout) for i in meta.get("final", "").split()]
+        meta = yield from self._meta()
+        results = []
+        for i in meta.get("final", "").split():
+            results.append((yield from self._wait(i, deadline, timeout)))
         return results if meta.get("kind") == "group" else results[0]
 
-    def _wait(self, job_id: str, deadline: float | None, timeout: float | None) -> Any:
-        state, result, error, ended = self._queue.wait_outcome(job_id, deadline)
+    def _wait(self, job_id: str, deadline: float | None, timeout: float | None) -> Steps[Any]:
+        state, result, error, ended = yield from wait_plan(self._queue.keys, job_id, deadline)
         if not ended:
             raise ResultTimeout(f"workflow {self.id}: step {job_id} still {state} after "
                                 f"{timeout}s")
         if state != "done":
-            self._raise_failed(job_id, state, error)
+            yield from self._raise_failed(job_id, state, error)
         return serialization.loads_result(result)
 
-    def _raise_failed(self, job_id: str, state: str | None, error: str | None) -> None:
-        meta = self._queue.client.hgetall(self._queue.keys.workflow(self.id))
+    def _raise_failed(self, job_id: str, state: str | None, error: str | None) -> Steps[None]:
+        meta = yield cmd("hgetall", self._queue.keys.workflow(self.id))
         failed = meta.get("failed")
         if failed:
-            row = self._queue.client.hmget(self._queue.keys.job(failed), "task", "error")
+            row = yield cmd("hmget", self._queue.keys.job(failed), "task", "error")
             raise TaskFailed(failed, f"workflow {self.id} failed at step {failed} "
                                      f"({row[0]}): {row[1] or 'dead'}")
         if meta.get("state") == "cancelled" or state == "cancelled":
@@ -454,7 +545,7 @@ class WorkflowHandle:
 
     def cancel(self) -> int:
         """Cancel every step not yet started (one script call); returns how many."""
-        return self._queue.cancel_workflow(self.id)
+        return self._sync().cancel_workflow(self.id)
 
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.id}>"

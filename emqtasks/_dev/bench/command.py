@@ -56,6 +56,11 @@ from .scenarios import Row, render, run_all
 @click.option("--async", "async_", is_flag=True,
               help="only async jobs: 1,000 (--jobs) that each await sleep(0.2), on -c 2 "
                    "--async-concurrency 100: wall time, jobs/s, most at once")
+@click.option("--loop-lag", "loop_lag", is_flag=True,
+              help="only the async producers: an ASGI app on uvicorn, rounds (--runs, "
+                   "default 5) of 200 concurrent requests that await task.adelay() and "
+                   "handle.aget(), then the same with .delay().get(), then none: requests/s, "
+                   "p50/p99, and the server loop's lag (needs uvicorn and httpx)")
 @click.option("--chaos", "chaos_seconds", type=Seconds(5, 3600), default=None,
               metavar="SECONDS",
               help="instead of the figures, the chaos soak for SECONDS: jobs keep coming "
@@ -66,8 +71,13 @@ from .scenarios import Row, render, run_all
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
           as_json: bool, quick: bool, cluster: bool, controls: bool, fairness: bool,
           peers: bool, async_: bool, chaos_seconds: float | None, seed: int | None,
-          workflows: bool = False, dashboard_: bool = False) -> None:
+          workflows: bool = False, dashboard_: bool = False, loop_lag: bool = False) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
+    if loop_lag:   # its own scenarios and report: see looplag.py
+        from . import looplag
+
+        looplag.run(redis_url, 200, runs or (2 if quick else 5), as_json)
+        return
     if dashboard_:   # its own scenarios and report: see dashboard.py
         from . import dashboard as bench_dashboard
 

@@ -80,7 +80,7 @@ def test_three_thousand_short_lived_producer_threads_all_enqueue(server: LocalRe
                 th.join(60)
     # Then every enqueue succeeded, and the server never held more than the pool's size
     assert errors == [], f"{len(errors)} failed, first: {errors[:1]!r}"
-    assert len(set(ids)) == 3000 and app.queue().stats()["pending"] == 3000
+    assert len(set(ids)) == 3000 and app.stats()["pending"] == 3000
     print(f"3,000 threads: at most {peak.most} connections")
     assert peak.most <= POOL_SIZE, peak.most
     # ... and an idle App keeps at most its pool

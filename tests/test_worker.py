@@ -149,6 +149,20 @@ def test_sigterm_mid_job_lets_it_finish_and_exits_zero(app: App, rec) -> None:
         assert "stopped" in w.output()
 
 
+def test_an_idle_worker_stops_at_once_not_at_the_end_of_its_park(app: App) -> None:
+    # Given an idle worker whose park waits up to its 20 s tick on the wake key
+    with start(app, tick=20) as w:
+        w.wait_for(lambda: any(c["cmd"] == "blpop" for c in app.client.client_list()),
+                   what="the park's BLPOP")
+        # When it is told to stop, Then it is gone at once: the park is cut short, not
+        # waited on (it used to cost the master a second's join of the park thread)
+        began = time.monotonic()
+        w.signal(signal.SIGTERM)
+        assert w.proc.wait(20) == 0
+        assert time.monotonic() - began < 0.7, w.output()
+        assert "Redis unavailable" not in w.output()
+
+
 def test_grace_running_out_releases_the_job_back_to_its_lane(app: App, rec) -> None:
     with start(app, "--grace", "0.3") as w:
         h = app.send_task(wt.sleepy, ("cut", 5.0))

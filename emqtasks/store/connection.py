@@ -86,6 +86,20 @@ def connect(url: str, single_thread: bool = False) -> Any:
     return client
 
 
+def interrupt(client: Any) -> None:
+    """Shut a client's connections down, those another thread is blocked on too: its
+    blocking call (a park's BLPOP) returns at once with a ConnectionError. A reply on its
+    way back is lost with the connection, as with any dropped one."""
+    single = getattr(client, "connection", None)
+    pool = getattr(client, "connection_pool", None)
+    if single is not None:
+        single.disconnect()   # shutdown(2) before close: a recv in another thread returns
+    elif pool is not None:
+        pool.disconnect(inuse_connections=True)
+    else:   # a cluster client: the nodes' pools
+        client.disconnect_connection_pools()
+
+
 class PoolBusy(redis.exceptions.ConnectionError):
     """Every connection of a client's pool stayed in use for as long as the caller could
     wait for one (a ConnectionError: nothing was sent)."""

@@ -135,6 +135,8 @@ class Master:
         finally:
             self.park_stop.set()
             self.has_idle.set()
+            for parker in self.parkers:
+                parker.interrupt()
             for thread in parkers:
                 thread.join(timeout=1.0)
             self._say_goodbye()

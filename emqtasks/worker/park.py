@@ -20,6 +20,7 @@ import redis.exceptions as rex
 from .. import clock
 from ..clock import ClockWatch
 from ..observe.heartbeat import BEAT_TICKS, Beat
+from ..store.connection import interrupt
 from ..store.keys import WAKE_DUE
 from ..store.queue import Queue
 from .resilience import TRANSIENT, FullServer, Outage
@@ -66,6 +67,7 @@ class Parker:
         self.watches = [ClockWatch() for _ in indexes]
         #: A full server refuses the heartbeat and schedules' jobs: said once (resilience.py)
         self.full = full if full is not None else FullServer(log, "park")
+        self._queues: list[Queue] = []   # its own connections, once run() made them
 
     def due_to_hand_on(self) -> list[int]:
         """The master's queue indexes whose 'd' token this Parker may be holding."""
@@ -79,7 +81,7 @@ class Parker:
             every = outage.call(self.make_queues)
         except TRANSIENT:
             return   # stopped before the server came back
-        queues = [every[i] for i in self.indexes]
+        queues = self._queues = [every[i] for i in self.indexes]
         while not self.stop.is_set():
             try:
                 self._round(queues, outage)
@@ -111,7 +113,7 @@ class Parker:
                       - time.monotonic(), 0.001)
         if not self.has_idle.wait(horizon) or self.stop.is_set():
             return
-        got = outage.call(_park, queues, horizon)
+        got = outage.call(self._pop, queues, horizon)
         if got is None:
             return
         j, token = got
@@ -123,6 +125,21 @@ class Parker:
         else:
             self.has_idle.clear()
             self.wake(self.indexes[j])
+
+    def interrupt(self) -> None:
+        """At a stop, after ``stop`` is set: cut the park short instead of letting the
+        master wait out its timeout (up to the tick). A token popped in that instant is
+        lost with the reply: tokens are hints, the other masters' promote finds the work."""
+        for q in self._queues:
+            interrupt(q.client)
+
+    def _pop(self, queues: list[Queue], horizon: float) -> tuple[int, str] | None:
+        try:
+            return _park(queues, horizon)
+        except rex.ConnectionError:
+            if self.stop.is_set():
+                return None   # interrupt() cut it: the master is stopping
+            raise
 
     def _promote(self, j: int, q: Queue, now: float, outage: Outage) -> bool:
         """Promote queue j; True when work waits on its ring while a child idles (its wake

@@ -88,7 +88,7 @@ def measure(b: Bench, quick: bool) -> tuple[list[Row], list[str]]:
         share = got["light"]["server_s"] / total_server
         rows.append(Row(f"light_share_{mode}", f"1  light's share of the pool, {mode} mode",
                         share, "x", [share], 2))
-    jobs = 4_000 if quick else 20_000
+    jobs = 2_000 if quick else 20_000
     runs = b.sizes.runs
     cost: dict[tuple[str, int], float | None] = {}
     for mode in ("turns", "time"):

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 import worker_tasks as wt
@@ -283,6 +284,16 @@ def test_bad_options_of_stats_check_and_worker_are_one_line_and_exit_2(
 
 
 # -- 4. a server that accepts and never answers is reported within the connect timeout ---------
+# Each wait ran 30 s before, the socket timeout: one test waits the default connect timeout
+# (5 s) end to end, the others set 1 s in their URL (redis-py's ``socket_connect_timeout``
+# query option, which every emqtasks client takes), as a user who wants it sooner would.
+
+def _with_query(url: str, **options: object) -> str:
+    """The URL with these query options added (``?a=1&b=2``)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query) + [(k, str(v)) for k, v in options.items()]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
 
 @pytest.fixture
 def silent_port() -> Iterator[int]:
@@ -295,7 +306,7 @@ def silent_port() -> Iterator[int]:
 
 @pytest.mark.parametrize("scheme", ["redis", "rediss"])
 def test_a_silent_server_is_one_line_within_seconds(silent_port: int, scheme: str) -> None:
-    url = f"{scheme}://127.0.0.1:{silent_port}/0"
+    url = _with_query(f"{scheme}://127.0.0.1:{silent_port}/0", socket_connect_timeout=1)
     began = time.monotonic()
     out = cli("stats", "--redis-url", url)
     # 30 s before: the TLS handshake and the connect-time commands waited the socket timeout
@@ -308,19 +319,24 @@ def test_a_silent_server_is_one_line_within_seconds(silent_port: int, scheme: st
 def test_tls_at_a_plain_redis_port_is_one_line_within_seconds(redis_url: str) -> None:
     if not redis_url.startswith("redis://"):
         pytest.skip("needs a plain redis:// server")
-    began = time.monotonic()
+    began = time.monotonic()   # the default connect timeout (5 s), as the README says
     out = cli("stats", "--redis-url", "rediss://" + redis_url.removeprefix("redis://"))
     assert time.monotonic() - began < 15
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
 
 
 def test_a_connection_keeps_its_long_timeout_after_the_short_handshake(app: App) -> None:
-    # A park blocks longer than the connect timeout on a fresh connection and is not cut
-    from emqtasks.store.connection import CONNECT_TIMEOUT, connect
+    # A park blocks longer than the connect timeout (2 s here, from the URL) on a fresh
+    # connection and is not cut
+    from emqtasks.store.connection import connect
     from emqtasks.store.queue import Queue
 
-    q = Queue(connect(app.settings.redis_url, single_thread=True), app.settings.queue)
+    connect_timeout = 2.0
+    url = _with_query(app.settings.redis_url, socket_connect_timeout=connect_timeout)
+    q = Queue(connect(url, single_thread=True), app.settings.queue)
+    assert q.client.connection_pool.connection_kwargs["socket_connect_timeout"] == \
+        connect_timeout
     began = time.monotonic()
-    assert q.park(CONNECT_TIMEOUT + 1) is None
-    assert time.monotonic() - began >= CONNECT_TIMEOUT + 0.9
+    assert q.park(connect_timeout + 1) is None
+    assert time.monotonic() - began >= connect_timeout + 0.9
     q.client.close()

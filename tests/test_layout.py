@@ -60,23 +60,62 @@ def test_the_worker_command_imports_no_benchmark_demo_or_dev_module() -> None:
     assert not {m for m in loaded if m.startswith("emqtasks._dev")}
 
 
+#: One interpreter started, each module imported as a fresh interpreter would import it: in a
+#: fork of a process that holds just what a fresh import of that module holds before the
+#: module's own code runs, its parent packages (importing ``a.b.c`` runs ``a``, then ``a.b``,
+#: then ``a.b.c``). A package's process forks one child per module of the package, and a
+#: subpackage's child forks again for the modules under it, so each package's imports run once
+#: instead of once per module below it. argv: a JSON {package: [its modules]}, "" the root.
+_FRESH_IMPORTS = """
+import importlib, json, os, sys, traceback
+
+TREE = json.loads(sys.argv[1])
+
+def each_fresh(package):
+    failed = 0
+    for name in TREE.get(package, ()):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                importlib.import_module(name)
+                code = 1 if each_fresh(name) else 0
+            except BaseException:
+                traceback.print_exc()
+                print(f"importing {name} first, in a fresh interpreter, failed", file=sys.stderr)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        failed += os.waitpid(pid, 0)[1] != 0
+    return failed
+
+sys.exit(1 if each_fresh("") else 0)
+"""
+
+
 def test_no_module_of_the_package_imports_a_sibling_cycle(tmp_path: Path) -> None:
-    # Every module imports cleanly on its own, first, in a fresh interpreter: a cycle
-    # shows up as an ImportError of a partially initialised module.
+    # Every module imports cleanly on its own, first, as in a fresh interpreter: a cycle
+    # shows up as an ImportError of a partially initialised module, and a module that only
+    # works once another was imported as a missing name.
     modules = sorted(
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         for p in (ROOT / "emqtasks").rglob("*.py")
         if p.name not in ("__main__.py",) and "peer_tasks" not in p.name)
-    code = ("import importlib, sys\n"
-            "for name in sys.argv[1:]:\n"
-            "    for m in [m for m in sys.modules if m.startswith('emqtasks')]:\n"
-            "        del sys.modules[m]\n"
-            "    importlib.import_module(name)\n")
-    # Each module is imported ~100 times: with bytecode written (to a folder of the test's
-    # own, under PYTHONDONTWRITEBYTECODE too) it is compiled once, not each time.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(tmp_path / "pycache")
-    subprocess.run([sys.executable, "-c", code, *modules], check=True, timeout=120, env=env)
+    tree: dict[str, list[str]] = {}
+    for name in modules:
+        parent = name.rpartition(".")[0]
+        assert parent in ("", *modules), f"{name}: its package {parent} is not a module"
+        tree.setdefault(parent, []).append(name)
+    # With bytecode written, a module the forks import again and again is compiled once:
+    # where the suite's processes write theirs (conftest.py), else to a folder of the test's
+    # own under PYTHONDONTWRITEBYTECODE.
+    env = dict(os.environ)
+    if env.pop("PYTHONDONTWRITEBYTECODE", None):
+        env.setdefault("PYTHONPYCACHEPREFIX", str(tmp_path / "pycache"))
+    out = subprocess.run([sys.executable, "-c", _FRESH_IMPORTS, json.dumps(tree)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
 
 
 def _noop() -> None:

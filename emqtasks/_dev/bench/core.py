@@ -58,8 +58,9 @@ class Sizes:
     def of(cls, concurrency: int, jobs: int | None, runs: int | None, quick: bool) -> Sizes:
         if quick:
             jobs = jobs or 2_000
-            return cls(concurrency, jobs, min(500, jobs), runs or 1, 20, 2.0, 1_000,
-                       min(MANY_GROUPS, jobs), 3, 1.0)
+            # A 0.5 s tick: a worker's stop waits for its park (up to a tick), 7 times a run
+            return cls(concurrency, jobs, min(500, jobs), runs or 1, 20, 1.0, 1_000,
+                       min(MANY_GROUPS, jobs), 3, 0.5)
         jobs = jobs or 20_000
         tick = WorkerSettings().tick   # the production default, so idle cost is what users get
         return cls(concurrency, jobs, min(5_000, jobs), runs or 3, 50, 2 * tick, 5_000,

@@ -69,7 +69,7 @@ def shares(b: Bench, mode: str, window: float) -> dict[str, dict[str, float]]:
 
 
 def measure(b: Bench, quick: bool) -> tuple[list[Row], list[str]]:
-    window = 4.0 if quick else 10.0
+    window = 2.0 if quick else 10.0
     table: list[str] = [f"share of a {POOL}-child pool over {window:g} s, both groups "
                         f"backlogged (server: claim to ack; task: the job's own time)",
                         f"{'mode':<6} {'group':<18} {'jobs':>7} {'server s':>9} "
@@ -88,7 +88,7 @@ def measure(b: Bench, quick: bool) -> tuple[list[Row], list[str]]:
         share = got["light"]["server_s"] / total_server
         rows.append(Row(f"light_share_{mode}", f"1  light's share of the pool, {mode} mode",
                         share, "x", [share], 2))
-    jobs = 4_000 if quick else 20_000
+    jobs = 2_000 if quick else 20_000
     runs = b.sizes.runs
     cost: dict[tuple[str, int], float | None] = {}
     for mode in ("turns", "time"):

@@ -32,7 +32,7 @@ from ..producer.retry_policy import bounded
 from ..store.cluster import is_cluster
 from ..store.keys import WAKE_DUE
 from ..store.queue import Lease, Queue
-from . import park
+from . import park, settled
 from .child import Child, ChildConfig
 from .pipe import GO, GOT_WORK, HELD, IDLE, STOP
 from .resilience import TRANSIENT, FullServer, Outage
@@ -55,7 +55,7 @@ class ChildHandle:
         self.idle = True
         self.born = time.monotonic()
         self.backoff = 0.25
-        self.kill_reason: str | None = None
+        self.kill_reason: TimeLimitExceeded | None = None
         self.limited: tuple[str, str] | None = None   # (id, nonce) past its time limit
         self.kill_at = 0.0                              # ... SIGKILLed if still running then
         self.renewed: dict[tuple[str, str], float] = {}
@@ -417,24 +417,30 @@ class Master:
         self.stats["died"] += 1
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         final = False
+        exc: BaseException
         if reason is not None:
-            error = reason
+            exc = reason
+            error = f"{type(exc).__name__}: {exc}"
             delay = running.retry_delay
         elif running.failure:
             # The job had failed and its child died writing that: the real reason, the
             # delay and the verdict (dead at once or not) the child had decided
             first, _, rest = running.failure.partition("\n")
-            error = (f"{first} (written by the master: its child pid {h.process.pid} died "
-                     f"({how}) while writing this failure)\n{rest}")
+            note = f"its child pid {h.process.pid} died ({how}) while writing this failure"
+            error = f"{first} (written by the master: {note})\n{rest}"
+            exc = WorkerLost(f"{note}: {first}")
             delay, final = running.failure_delay, running.final
         else:
-            error = (f"{WorkerLost.__name__}: child pid {h.process.pid} died "
-                     f"({how}) while running the job")
+            exc = WorkerLost(f"child pid {h.process.pid} died ({how}) while running the job")
+            error = f"{type(exc).__name__}: {exc}"
             delay = running.retry_delay
         verdict = self._call(queue.retry, lease, error, bounded(delay) if delay >= 0 else None,
                              final)
         log.warning("job %s failed, %s: %s", lease.id, verdict.outcome,
                     error.partition("\n")[0])
+        # Its child is gone: the master fires the hook, once (a stale verdict: the child
+        # wrote the failure, and fired it, before it died).
+        settled.fire(self.hooks, verdict, queue, lease, exc, self._call)
 
     # -- leases and limits --------------------------------------------------------------
     def _supervise_running(self) -> None:
@@ -484,8 +490,8 @@ class Master:
             if job.kind == ASYNC and ran <= job.time_limit + self.time_limit_grace + 1.0:
                 return False
             h.limited, h.kill_at = key, now + self.time_limit_grace
-            h.kill_reason = (f"{TimeLimitExceeded.__name__}: ran past its time "
-                             f"limit of {job.time_limit:g}s")
+            h.kill_reason = TimeLimitExceeded(f"ran past its time limit of "
+                                              f"{job.time_limit:g}s")
             self.stats["time_limited"] += 1
             if job.kind != ASYNC:
                 self.slots.flag_time_limit(h.index, job.lease.nonce)

@@ -8,9 +8,10 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import time
 
-from emqtasks import Retry, current_job, default_app, on, task
+from emqtasks import NoCurrentJob, Retry, current_job, default_app, on, task
 
 
 def _r():  # type: ignore[no-untyped-def]
@@ -171,9 +172,16 @@ def _note(event: str, job: object = None) -> None:
     if os.environ.get("D2_HOOKS") != "1":
         return
     ident = getattr(job, "id", "-")
-    _r().rpush(_k("hooks"), json.dumps({"event": event, "id": ident, "pid": os.getpid(),
-                                        "exc": type(getattr(job, "exception", None)).__name__,
-                                        "at": time.time()}))
+    exc = getattr(job, "exception", None)
+    try:
+        current = current_job().id
+    except NoCurrentJob:
+        current = None
+    _r().rpush(_k("hooks"), json.dumps({
+        "event": event, "id": ident, "pid": os.getpid(), "exc": type(exc).__name__,
+        "msg": str(exc) if exc is not None else None, "task": getattr(job, "task", None),
+        "group": getattr(job, "group", None), "attempts": getattr(job, "attempts", None),
+        "fence": getattr(job, "fence", None), "current": current, "at": time.time()}))
     if os.environ.get("D2_HOOKS_RAISE") == "1":
         raise RuntimeError(f"hook {event} raises on purpose")
 
@@ -215,3 +223,20 @@ def once_fails(tag: str, mode: str) -> str:
     if mode == "dead" or (mode == "retry_then_ok" and n == 1):
         raise ValueError(f"{mode} {n}")
     return tag
+
+
+@task(name="d2.kills_its_child", group="lost", max_attempts=2, retry_delay=0.05)
+def kills_its_child(tag: str) -> None:
+    """Kills its own child (as the OOM killer would): the master settles each attempt."""
+    _r().hincrby(_k("tries"), tag, 1)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@task(name="d2.ignores_its_limit", group="limited", max_attempts=2, retry_delay=0.05,
+      time_limit=0.2)
+def ignores_its_limit(tag: str) -> None:
+    """Runs past its time limit with SIGTERM blocked (as a C library may hold it): only the
+    master's SIGKILL ends it."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    _r().hincrby(_k("tries"), tag, 1)
+    time.sleep(30)

@@ -37,9 +37,11 @@ def test_every_line_is_json_and_a_jobs_lines_carry_its_fields(app: App) -> None:
     with start(app, "--log-format", "json") as w:
         said = app.send_task("t.log.says", ("hi",), group="acme")
         retried = app.send_task("t.log.second_time", group="globex")
+        lost = app.send_task("t.log.dies_first", group="initech")
         assert said.get(timeout=10) == "hi" and retried.get(timeout=10) == 2
+        assert lost.get(timeout=10) == 2
         # the success line follows the ack the result waited for
-        w.wait_for(lambda: w.output().count('"outcome": "done"') == 2, 10, "done lines")
+        w.wait_for(lambda: w.output().count('"outcome": "done"') == 3, 10, "done lines")
         assert w.stop() == 0
         lines = parsed(w.output())
     for line in lines:
@@ -68,6 +70,14 @@ def test_every_line_is_json_and_a_jobs_lines_carry_its_fields(app: App) -> None:
             if line.get("job_id") == retried.id and "outcome" in line]
     assert runs == [(1, "retry", "WARNING"), (2, "done", "INFO")], runs
     assert all(line["group"] == "globex" for line in lines if line.get("job_id") == retried.id)
+    # a job whose child died: the master's line carries the job too
+    settled = [line for line in lines if line.get("job_id") == lost.id and "outcome" in line]
+    assert [(s["logger"], s["attempt"], s["outcome"]) for s in settled] == [
+        ("emqtasks.worker", 1, "retry"), ("emqtasks.child", 2, "done")], settled
+    assert "WorkerLost" in settled[0]["msg"] and settled[0]["queue"] == queue
+    assert settled[0]["duration_ms"] >= 0
+    # (its child's slot names the job, not its task and group: left out, not empty)
+    assert settled[0].get("group") in (None, "initech"), settled[0]
 
 
 def test_the_environment_variable_turns_json_on(app: App,

@@ -58,9 +58,15 @@ def context_extra(ctx: JobContext, outcome: str | None = None) -> dict[str, Any]
 
 
 def lease_extra(lease: Lease, queue: str, outcome: str, started: float) -> dict[str, Any]:
-    """job_extra for a job the master settles (its child died or was killed)."""
-    return job_extra(lease.id, lease.task, queue, lease.group, lease.attempts,
-                     outcome=outcome, started=started)
+    """job_extra for a job the master settles (its child died or was killed). The master
+    knows a running job from its child's slot (id, attempts, nonce), not its task and
+    group: those fields are left out rather than given empty."""
+    extra = job_extra(lease.id, lease.task, queue, lease.group, lease.attempts,
+                      outcome=outcome, started=started)
+    for name in ("task", "group"):
+        if not extra[_ATTR][name]:
+            del extra[_ATTR][name]
+    return extra
 
 
 class JobFieldsFilter(logging.Filter):

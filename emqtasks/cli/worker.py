@@ -23,6 +23,7 @@ from ..schedules.schedule import ScheduleStore, deferred, register_declared
 from ..store.cluster import node_kwargs
 from ..store.connection import connect
 from ..store.queue import Queue
+from ..worker import logs
 from ..worker.queues import QueueSpec, parse_queues
 from ..worker.resilience import Outage
 from ..worker.runner import every_hook, every_task
@@ -44,6 +45,10 @@ from .common import AdminCommand, CliError, Seconds, open_queue, queue_options, 
               help="async jobs one child runs at once (sync jobs: one at a time)")
 @click.option("--loglevel", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--log-format", envvar="EMQ_LOG_FORMAT", default="text", show_default=True,
+              type=click.Choice(["text", "json"], case_sensitive=False),
+              help="text lines, or one JSON object per line with the job's fields "
+                   "[env EMQ_LOG_FORMAT]")
 @click.option("--max-tasks-per-child", type=click.IntRange(0), default=0, show_default=True,
               help="replace a child after this many jobs (0: never)")
 @click.option("--time-limit", type=Seconds(), default=0.0, show_default=True,
@@ -57,14 +62,14 @@ from .common import AdminCommand, CliError, Seconds, open_queue, queue_options, 
               help="reap expired leases and promote due jobs at least this often (s)")
 def worker(modules: tuple[str, ...], django: bool, concurrency: int | None,
            redis_url: str | None, queue: str | None, async_concurrency: int, loglevel: str,
-           max_tasks_per_child: int, time_limit: float, grace: float, tick: float) -> None:
+           log_format: str, max_tasks_per_child: int, time_limit: float, grace: float,
+           tick: float) -> None:
     """Run a master and N forked children on one queue, or several (-Q high,low)."""
     if not modules and not django:
         raise CliError("worker: give the task modules (-A app.tasks) or --django "
                        "(see 'emqtasks worker --help')")
     install_log_fields()   # %(emq_job_id)s / %(emq_task)s in any log format
-    logging.basicConfig(level=loglevel.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s emqtasks[%(process)d] %(message)s")
+    logs.configure(log_format.lower(), loglevel)
     with deferred():   # App.schedule in a module declares; stored below, on the final queue
         base = setup_django() if django else None
         import_modules(modules)

@@ -9,6 +9,7 @@ to other systems (store it with the write, refuse a write that brings a smaller 
 from __future__ import annotations
 
 import logging
+import time
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ class JobContext:
     """One claim of one job, as the task running it sees it."""
 
     __slots__ = ("id", "task", "queue", "group", "attempts", "fence", "exception",
-                 "_lease", "_queue", "_row")
+                 "_lease", "_queue", "_row", "_started")
 
     def __init__(self, lease: Lease, queue: Queue) -> None:
         self.id: str = lease.id
@@ -39,6 +40,8 @@ class JobContext:
         self._lease = lease
         self._queue = queue
         self._row: tuple[int, datetime | None] | None = None
+        #: When this run began (time.monotonic): the duration its outcome log line gives.
+        self._started = time.monotonic()
 
     def _read_row(self) -> tuple[int, datetime | None]:
         if self._row is None:
@@ -76,6 +79,11 @@ def current_job() -> JobContext:
     if ctx is None:
         raise NoCurrentJob("current_job() is only available inside a task run by a worker")
     return ctx
+
+
+def current_or_none() -> JobContext | None:
+    """The current job's context, or None outside a job (for log filters: no exception)."""
+    return _CURRENT.get()
 
 
 def set_current(ctx: JobContext | None) -> Any:

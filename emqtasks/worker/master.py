@@ -32,7 +32,7 @@ from ..producer.retry_policy import bounded
 from ..store.cluster import is_cluster
 from ..store.keys import WAKE_DUE
 from ..store.queue import Lease, Queue
-from . import park, settled
+from . import logs, park, settled
 from .child import Child, ChildConfig
 from .pipe import GO, GOT_WORK, HELD, IDLE, STOP
 from .resilience import TRANSIENT, FullServer, Outage
@@ -437,7 +437,8 @@ class Master:
         verdict = self._call(queue.retry, lease, error, bounded(delay) if delay >= 0 else None,
                              final)
         log.warning("job %s failed, %s: %s", lease.id, verdict.outcome,
-                    error.partition("\n")[0])
+                    error.partition("\n")[0], extra=logs.lease_extra(
+                        lease, queue.name, verdict.outcome, running.started))
         # Its child is gone: the master fires the hook, once (a stale verdict: the child
         # wrote the failure, and fired it, before it died).
         settled.fire(self.hooks, verdict, queue, lease, exc, self._call)

@@ -34,6 +34,7 @@ from ..producer.hooks import Hooks
 from ..producer.registry import Registry, TaskSpec
 from ..producer.retry_policy import DEFAULT_POLICY
 from ..store.queue import Lease, Queue
+from . import logs
 from .resilience import TRANSIENT, Refused
 from .slots import ASYNC, SYNC
 
@@ -192,8 +193,14 @@ class Runner:
         if not acked:
             log.warning("job %s (%s, queue %s) finished, but its ack was stale: its lease "
                         "had expired and the job was handed on; this run's result was not "
-                        "stored", lease.id, _brief(lease.task, 120), self.queues[qi].name)
+                        "stored", lease.id, _brief(lease.task, 120), self.queues[qi].name,
+                        extra=logs.job_extra(lease.id, lease.task, self.queues[qi].name,
+                                             lease.group, lease.attempts, outcome="stale"))
         elif ctx is not None:
+            if log.isEnabledFor(logs.done_level):
+                log.log(logs.done_level, "job %s (%s, queue %s) done", lease.id,
+                        _brief(lease.task, 120), ctx.queue,
+                        extra=logs.context_extra(ctx, "done"))
             self.fire("task_succeeded", ctx)
 
     def ack(self, ack: Callable[[], T], ctx: JobContext | None, qi: int,
@@ -240,7 +247,8 @@ class Runner:
         name = verdict.outcome
         log.warning("job %s (%s, queue %s) failed, %s: %s", lease.id,
                     _brief(lease.task, 120), ctx.queue, name,
-                    _brief(error.strip().splitlines()[-1] if error.strip() else error))
+                    _brief(error.strip().splitlines()[-1] if error.strip() else error),
+                    extra=logs.context_extra(ctx, name))
         if name in ("retry", "dead"):
             self.fire("task_retried" if name == "retry" else "task_dead", ctx)
         return Outcome(lease.id, name, error)
@@ -254,7 +262,8 @@ class Runner:
         verdict = self.call(self.queues[qi].release, lease, reason, exc.delay)
         name = "rate_limited" if verdict else "stale"
         log.info("job %s (%s, queue %s) %s: group %s sits out %gs", lease.id,
-                 _brief(lease.task, 120), ctx.queue, name, _brief(lease.group, 120), exc.delay)
+                 _brief(lease.task, 120), ctx.queue, name, _brief(lease.group, 120), exc.delay,
+                 extra=logs.context_extra(ctx, name))
         return Outcome(lease.id, name, reason)
 
     # -- hooks and the loop -----------------------------------------------------------------

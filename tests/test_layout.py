@@ -44,11 +44,12 @@ def test_a_producer_imports_no_worker_cli_or_dev_module() -> None:
 
 
 def test_a_producer_imports_no_framework() -> None:
-    # Django is an optional extra: neither the package nor its Django package (what
-    # INSTALLED_APPS names, and what a settings module imports the backend from) loads it
+    # Django and Sentry's SDK are optional extras: neither the package nor its Django package
+    # (what INSTALLED_APPS names, and what a settings module imports the backend from) loads
+    # them; only emqtasks.contrib.sentry imports sentry_sdk
     code = ("import sys, emqtasks, emqtasks.contrib.django; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('django', 'django_tasks', 'asgiref')))")
+            "('django', 'django_tasks', 'asgiref', 'sentry_sdk')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "[]"
@@ -205,10 +206,11 @@ def test_a_type_checker_checks_delay_against_the_task_function(tmp_path: Path) -
 
 
 def test_the_worker_never_imports_the_web_stack() -> None:
-    # The dashboard is an optional extra: the CLI lists it, the worker never loads it
+    # The dashboard is an optional extra: the CLI lists it, the worker never loads it (nor
+    # Sentry's SDK: a tasks module that uses emqtasks.contrib.sentry imports it)
     code = ("import sys, emqtasks.cli, emqtasks.cli.worker; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('jinja2', 'selenium', 'prometheus_client') "
+            "('jinja2', 'selenium', 'prometheus_client', 'sentry_sdk') "
             "or m.startswith(('emqtasks.dashboard', 'emqtasks.observe.metrics', "
             "'emqtasks.observe.lanetable'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

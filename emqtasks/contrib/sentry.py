@@ -18,9 +18,11 @@ or, where ``sentry_sdk.init`` is called already, ``integrations=[EmqtasksIntegra
   limit: ``WorkerLost`` / ``TimeLimitExceeded``). An attempt that will be retried is not
   reported unless ``report_retries=True`` (then one warning event per retried attempt).
 
-The hooks are registered on the default App when this module is imported (before the
-worker gathers the hooks of every App); they do nothing unless the integration is enabled
-on the current Sentry client, so ``init`` may run later, in a ``child_started`` hook too.
+A worker's child flushes the events still queued as it ends (a finalizer set in
+``child_started``). The hooks are registered on the default App when this module is
+imported (before the worker gathers the hooks of every App); they do nothing unless the
+integration is enabled on the current Sentry client, so ``init`` may run later, in a
+``child_started`` hook too.
 """
 
 from __future__ import annotations
@@ -126,5 +128,16 @@ def _on_retried(job: JobContext) -> None:
         _report(job, "retry")
 
 
+def _on_child_started() -> None:
+    """A worker's child ends with ``os._exit`` (its fork start method), so no ``atexit``
+    runs there, Sentry's flush at exit included: the events still queued for sending (a job
+    that went dead just before a warm stop) would die with the child. A finalizer of the
+    child's process flushes them as it ends. (The master exits normally: Sentry's own.)"""
+    import multiprocess.util  # the worker's process library; only a worker child gets here
+
+    multiprocess.util.Finalize(None, sentry_sdk.flush, exitpriority=100)
+
+
 default_app.on("task_dead")(_on_dead)
 default_app.on("task_retried")(_on_retried)
+default_app.on("child_started")(_on_child_started)

@@ -109,13 +109,17 @@ def test_a_message_captured_in_a_task_carries_the_jobs_tags(app: App,
     def notes(n: int) -> None:
         sentry_sdk.capture_message(f"note {n}")
 
-    handles = [notes.delay(n) for n in (1, 2)]
+    @app.task(name="sentry_t.async_notes", group=lambda n: f"g{n}")
+    async def async_notes(n: int) -> None:
+        sentry_sdk.capture_message(f"note {n}")
+
+    handles = [notes.delay(1), async_notes.delay(2)]   # an async task: the same tags
     assert [o.verdict for o in run_pending(app.queue())] == ["done", "done"]
     sentry_sdk.capture_message("outside")   # no job: no job tags, nothing left from the last
     by_message = {e["message"]: e for e in sentry.events()}
-    for n, h in zip((1, 2), handles):
+    for n, h, name in zip((1, 2), handles, ("sentry_t.notes", "sentry_t.async_notes")):
         assert _tags(by_message[f"note {n}"]) == {
-            "emqtasks.task": "sentry_t.notes", "emqtasks.job_id": h.id,
+            "emqtasks.task": name, "emqtasks.job_id": h.id,
             "emqtasks.queue": app.settings.queue, "emqtasks.group": f"g{n}",
             "emqtasks.attempt": "1"}
     assert _tags(by_message["outside"]) == {}

@@ -76,10 +76,16 @@ def _refuse_keys_not_text(args: tuple[Any, ...] | list[Any], kwargs: dict[str, A
                                  f"{where}; JSON keys are strings (convert it, e.g. str(key))")
 
 
-def dumps_args(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any], limit: int) -> str:
-    """Encode a call; raises SerializationError or PayloadTooLarge, having written nothing."""
+def dumps_args(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any], limit: int,
+               trace: dict[str, str] | None = None) -> str:
+    """Encode a call; raises SerializationError or PayloadTooLarge, having written nothing.
+    ``trace``: the sender's trace context (observe/tracing.py), last in the envelope, where
+    a reader that does not know it ignores it."""
+    env: dict[str, Any] = {"v": VERSION, "a": list(args), "k": kwargs}
+    if trace:
+        env["t"] = trace
     try:
-        text = _encode({"v": VERSION, "a": list(args), "k": kwargs})
+        text = _encode(env)
     except (TypeError, ValueError, RecursionError) as exc:
         if isinstance(exc, TypeError):   # a key the encoder refuses (a tuple): say where
             _refuse_keys_not_text(args, kwargs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import inspect
 import json
 import os
@@ -53,6 +54,41 @@ def test_a_producer_imports_no_framework() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+#: Imports the package and the worker, prints the opentelemetry modules they loaded beyond
+#: redis-py's, then opens a send span. argv[1] "absent": OpenTelemetry is made uninstallable first.
+_OTEL_PROBE = """
+import sys
+if sys.argv[1] == "absent":
+    class Absent:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "opentelemetry":
+                raise ModuleNotFoundError(f"No module named {name!r}")
+    sys.meta_path.insert(0, Absent())
+import redis
+before = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")
+import emqtasks, emqtasks.cli, emqtasks.cli.worker, emqtasks.worker.master
+import emqtasks.worker.runner, emqtasks.observe.tracing as t
+after = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")
+print(sorted(set(after) - set(before)))
+with t.sending("x", "q") as s:   # no SDK: nothing to carry
+    assert s.carrier is None
+t.flush()
+"""
+
+
+@pytest.mark.parametrize("otel", ["absent", "installed"])
+def test_neither_the_package_nor_the_worker_imports_opentelemetry(otel: str) -> None:
+    # Tracing is an optional extra (emqtasks[otel]): without it the package and the worker
+    # run as before; with it installed (the test extra) they import nothing of it beyond
+    # what redis-py does (redis 8 loads it when it is there): observe/tracing.py uses it
+    # only once the process has it (then at enqueue), and without an SDK a job carries
+    # nothing.
+    out = subprocess.run([sys.executable, "-c", _OTEL_PROBE, otel], capture_output=True,
+                         text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
+    assert importlib.util.find_spec("opentelemetry.trace") is not None   # the test extra
 
 
 def test_the_worker_command_imports_no_benchmark_demo_or_dev_module() -> None:

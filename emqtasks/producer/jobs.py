@@ -23,9 +23,10 @@ from .registry import TaskSpec
 def build_job(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any], *, limit: int,
               job_id: str | None = None, group: str | None = None,
               countdown: float | None = None, eta: datetime | float | None = None,
-              priority: int = 0) -> NewJob:
-    """The row of one call of a task, gated: raises before anything is written."""
-    payload = serialization.dumps_args(args, kwargs, limit)
+              priority: int = 0, trace: dict[str, str] | None = None) -> NewJob:
+    """The row of one call of a task, gated: raises before anything is written. ``trace``:
+    the trace context the job carries to its runs (observe/tracing.py)."""
+    payload = serialization.dumps_args(args, kwargs, limit, trace)
     return NewJob(
         id=check_job_id(job_id) if job_id is not None else new_job_id(),
         task=spec.name,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .. import serialization, validate
 from ..errors import InvalidArgument, LaneFull, ResultTimeout, TaskFailed
+from ..observe import tracing
 from ..store.connection import MAX_BLOCK
 from ..store.queue import NewJob, Queue
 from ..store.replies import Outcome
@@ -177,17 +178,20 @@ class Task(Generic[P, R]):
     def map(self, calls: Iterable[Any], priority: int = 0) -> list[JobHandle[R]]:
         """Enqueue many calls in one round trip; each item a tuple of args or a dict of kwargs.
         A call into a full lane is not written and its handle says ``verdict == "full"``."""
-        jobs = self._jobs(calls, priority)
-        if not jobs:
+        calls = list(calls)
+        if not calls:
             return []
         queue = self.app.queue(self.spec.queue)
-        verdicts = queue.enqueue_many(jobs)
+        with tracing.sending(self.name, queue.name, len(calls)) as span:
+            jobs = self._jobs(calls, priority, span.carrier)
+            verdicts = queue.enqueue_many(jobs)
         return [JobHandle(queue, j.id, v.word, self.app) for j, v in zip(jobs, verdicts)]
 
-    def _jobs(self, calls: Iterable[Any], priority: int) -> list[NewJob]:
+    def _jobs(self, calls: Iterable[Any], priority: int,
+              trace: dict[str, str] | None) -> list[NewJob]:
         limit = self.app.settings.max_payload_bytes
-        return [build_job(self.spec, *_split_call(c), limit=limit, priority=priority)
-                for c in calls]
+        return [build_job(self.spec, *_split_call(c), limit=limit, priority=priority,
+                          trace=trace) for c in calls]
 
     # -- the awaitable twins (on the App's async client of the running event loop) ----------
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
@@ -205,11 +209,13 @@ class Task(Generic[P, R]):
 
     async def amap(self, calls: Iterable[Any], priority: int = 0) -> list[JobHandle[R]]:
         """map(), awaited."""
-        jobs = self._jobs(calls, priority)
-        if not jobs:
+        calls = list(calls)
+        if not calls:
             return []
         queue = self.app.aqueue(self.spec.queue)
-        verdicts = await queue.enqueue_many(jobs)
+        with tracing.sending(self.name, queue.name, len(calls)) as span:
+            jobs = self._jobs(calls, priority, span.carrier)
+            verdicts = await queue.enqueue_many(jobs)
         return [JobHandle(queue, j.id, v.word, self.app) for j, v in zip(jobs, verdicts)]
 
     def __repr__(self) -> str:
@@ -226,19 +232,21 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
 
     ``later`` (oncommit.run_on_commit): the call is checked now, and ``later`` is given the
     enqueue to run when it will; the handle says "on_commit" until then."""
-    job = build_job(spec, tuple(args), kwargs or {}, limit=app.settings.max_payload_bytes,
-                    job_id=job_id, group=group, countdown=countdown, eta=eta,
-                    priority=priority)
     q = app.queue(queue if queue is not None else spec.queue)
-    if later is not None:
-        handle: JobHandle[Any] = JobHandle(q, job.id, "on_commit", app)
+    with tracing.sending(spec.name, q.name) as span:
+        job = build_job(spec, tuple(args), kwargs or {},
+                        limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
+                        countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
+        span.job(job.id, job.group)
+        if later is not None:
+            handle: JobHandle[Any] = JobHandle(q, job.id, "on_commit", app)
 
-        def enqueue() -> None:
-            handle.verdict = _enqueue(app, q, job).verdict
+            def enqueue() -> None:
+                handle.verdict = _enqueue(app, q, job).verdict
 
-        later(enqueue)
-        return handle
-    return _enqueue(app, q, job)
+            later(enqueue)
+            return handle
+        return _enqueue(app, q, job)
 
 
 def _enqueue(app: App, q: Queue, job: NewJob) -> JobHandle[Any]:
@@ -254,14 +262,16 @@ async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
                 countdown: float | None = None, eta: datetime | float | None = None,
                 priority: int = 0) -> JobHandle[Any]:
     """send(), awaited on the App's async client of the running event loop."""
-    job = build_job(spec, tuple(args), kwargs or {}, limit=app.settings.max_payload_bytes,
-                    job_id=job_id, group=group, countdown=countdown, eta=eta,
-                    priority=priority)
     q = app.aqueue(queue if queue is not None else spec.queue)
-    verdict = (await q.enqueue_many([job]))[0]
-    if verdict == EnqueueVerdict.UNREADABLE:
-        raise await q.corrupt([job.group], f"job {job.id} was not enqueued")
-    return JobHandle(q, job.id, _accepted(job, verdict), app)
+    with tracing.sending(spec.name, q.name) as span:
+        job = build_job(spec, tuple(args), kwargs or {},
+                        limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
+                        countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
+        span.job(job.id, job.group)
+        verdict = (await q.enqueue_many([job]))[0]
+        if verdict == EnqueueVerdict.UNREADABLE:
+            raise await q.corrupt([job.group], f"job {job.id} was not enqueued")
+        return JobHandle(q, job.id, _accepted(job, verdict), app)
 
 
 def _accepted(job: NewJob, verdict: EnqueueVerdict) -> str:

@@ -24,7 +24,7 @@ import multiprocess
 
 from ..config import WorkerSettings
 from ..errors import TimeLimitExceeded, WorkerLost
-from ..observe import heartbeat
+from ..observe import heartbeat, tracing
 from ..observe.heartbeat import Beat
 from ..producer.hooks import Hooks
 from ..producer.registry import Registry
@@ -528,4 +528,7 @@ def _child_entry(child: Child, master_end_fd: int, others: list[int]) -> None:
             os.close(fd)   # so our master's death reads as EOF, and so do siblings'
         except OSError:
             pass
-    child.main()
+    try:
+        child.main()
+    finally:
+        tracing.flush()   # the child ends by os._exit: no atexit hook exports its spans

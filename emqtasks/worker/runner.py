@@ -28,6 +28,7 @@ from ..errors import (
     TimeLimitExceeded,
     UnknownTask,
 )
+from ..observe import tracing
 from ..producer.callshape import misfit
 from ..producer.context import JobContext, reset_current, set_current
 from ..producer.hooks import Hooks
@@ -143,6 +144,11 @@ class Runner:
         time-limit SIGTERM may then raise into the task (``current``, ``in_task``).
         """
         ctx = JobContext(lease, self.queues[qi])
+        with tracing.processing(ctx, lease.payload):   # a no-op unless the app traces
+            return await self._run(ctx, lease, qi, plan, on_loop)
+
+    async def _run(self, ctx: JobContext, lease: Lease, qi: int, plan: Plan,
+                   on_loop: bool) -> Executed:
         try:
             fn, args, kwargs = self.prepare(lease)
         except (UnknownTask, SerializationError, TypeError) as exc:

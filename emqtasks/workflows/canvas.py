@@ -32,6 +32,7 @@ from ..errors import (
     WorkflowError,
     WorkflowTooLarge,
 )
+from ..observe import tracing
 from ..producer.jobs import build_job
 from ..producer.registry import default_app
 from ..store.keys import check_job_id, new_job_id
@@ -211,9 +212,12 @@ class Chain:
         Raises EmptyGroup, NestingTooDeep, UnknownTask, WorkflowTooLarge (PayloadTooLarge),
         LaneFull or WorkflowError (a step id that exists), all before anything is written.
         """
-        built = _Builder(self.stages(), link_error, app).build(workflow_id)
-        queue = built.app.queue(built.queue)
-        return built.handle(queue, queue.send_workflow(*built.sent()))
+        builder = _Builder(self.stages(), link_error, app)
+        with tracing.sending(builder.first, None) as span:
+            built = builder.build(workflow_id, span.carrier)
+            queue = built.app.queue(built.queue)
+            span.set(built.attributes(queue.name))
+            return built.handle(queue, queue.send_workflow(*built.sent()))
 
     async def adelay(self) -> WorkflowHandle:
         return await self.aapply_async()
@@ -222,9 +226,12 @@ class Chain:
                            link_error: Signature | None = None,
                            app: App | None = None) -> WorkflowHandle:
         """apply_async(), awaited: the same rows, checks and errors, sent on redis.asyncio."""
-        built = _Builder(self.stages(), link_error, app).build(workflow_id)
-        queue = built.app.aqueue(built.queue)
-        return built.handle(queue, await queue.send_workflow(*built.sent()))
+        builder = _Builder(self.stages(), link_error, app)
+        with tracing.sending(builder.first, None) as span:
+            built = builder.build(workflow_id, span.carrier)
+            queue = built.app.aqueue(built.queue)
+            span.set(built.attributes(queue.name))
+            return built.handle(queue, await queue.send_workflow(*built.sent()))
 
 
 def chain(*steps: Any) -> Chain:
@@ -269,6 +276,11 @@ class _Builder:
         self.link_error = link_error
         self.app = app or self._app_of(stages)
         self.limit = self.app.settings.max_payload_bytes
+        first = stages[0]
+        #: The task of the first step: what the workflow's send span is named after.
+        self.first = (first if isinstance(first, Signature) else first.sigs[0]).name
+        #: The trace context every step carries (its enqueue's span): build() sets it.
+        self.trace: dict[str, str] | None = None
 
     @staticmethod
     def _app_of(stages: list[Signature | Group]) -> App:
@@ -294,7 +306,7 @@ class _Builder:
         job = build_job(self._spec(sig), sig.args, sig.kwargs, limit=self.limit,
                         job_id=o.get("job_id"), group=o.get("group"),
                         countdown=o.get("countdown") if mode == "r" else None,
-                        priority=o.get("priority", 0))
+                        priority=o.get("priority", 0), trace=self.trace)
         step = _Step(sig, job, mode)
         if mode == "w":
             cd = validate.countdown_ms(o.get("countdown"), None)
@@ -313,8 +325,11 @@ class _Builder:
         return validate.integer(sig.options.get("result_bytes", DEFAULT_RESULT_BYTES),
                                 "result_bytes", 1)
 
-    def build(self, workflow_id: str | None) -> _Built:
-        """Every row of the workflow, checked: what one call of the workflow verb writes."""
+    def build(self, workflow_id: str | None,
+              trace: dict[str, str] | None = None) -> _Built:
+        """Every row of the workflow, checked: what one call of the workflow verb writes.
+        ``trace``: the trace context its steps carry (observe/tracing.py)."""
+        self.trace = trace
         wf = check_job_id(workflow_id) if workflow_id is not None else new_job_id()
         levels: list[list[_Step]] = []
         for i, st in enumerate(self.stages):
@@ -395,6 +410,11 @@ class _Built:
     def sent(self) -> tuple[str, int, dict[str, str], list[tuple[NewJob, str, dict[str, str]]]]:
         """The workflow verb's arguments (Queue.send_workflow)."""
         return self.wf, WORKFLOW_TTL, self.meta, [(s.job, s.mode, s.extra) for s in self.rows]
+
+    def attributes(self, queue: str) -> dict[str, Any]:
+        """Its send span's attributes: the queue, the workflow's id and number of rows."""
+        return {"messaging.destination.name": queue, "messaging.message.id": self.wf,
+                "messaging.batch.message_count": len(self.rows)}
 
     def handle(self, queue: Queue | AsyncQueue, reply: WorkflowSent) -> WorkflowHandle:
         """The handle, or the error, the verb's answer makes."""

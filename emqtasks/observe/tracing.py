@@ -1,0 +1,161 @@
+"""OpenTelemetry tracing of jobs: a PRODUCER span at enqueue, a CONSUMER span per run.
+
+Optional (``emqtasks[otel]`` brings ``opentelemetry-api``). This module never imports
+OpenTelemetry first: it uses it only once the process has (an application that installs
+an SDK, or runs under ``opentelemetry-instrument``, has; so does redis-py 8 whenever the
+package is installed), so without it a job costs one dict lookup and loads nothing; with
+the API and no SDK a span is the API's no-op one and the job carries nothing. The
+producer's context travels in the job's argument envelope as a W3C carrier (``"t"``, last,
+which workers before it ignore).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..producer.context import JobContext
+
+SYSTEM = "emqtasks"
+_TRACER = "emqtasks"
+
+
+def active() -> bool:
+    """Whether this process traces: it imported OpenTelemetry's API."""
+    return "opentelemetry.trace" in sys.modules
+
+
+class _Off:
+    """The span of a process that does not trace: does nothing, carries nothing."""
+
+    carrier: dict[str, str] | None = None
+
+    def __enter__(self) -> _Off:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def job(self, job_id: str, group: str) -> None:
+        return None
+
+    def set(self, attributes: dict[str, Any]) -> None:
+        return None
+
+
+_OFF = _Off()
+
+
+class _Send:
+    """A PRODUCER span ``send <task>`` around an enqueue, current while it is open; its
+    context injected into ``carrier`` for the job's envelope."""
+
+    def __init__(self, task: str, queue: str | None, count: int | None) -> None:
+        from opentelemetry import propagate, trace
+
+        attributes: dict[str, Any] = {
+            "messaging.system": SYSTEM, "messaging.operation.type": "send",
+            "emqtasks.task": task}
+        if queue is not None:
+            attributes["messaging.destination.name"] = queue
+        if count is not None:
+            attributes["messaging.batch.message_count"] = count
+        self._cm = trace.get_tracer(_TRACER).start_as_current_span(
+            f"send {task}", kind=trace.SpanKind.PRODUCER, attributes=attributes)
+        self._span = self._cm.__enter__()
+        self.carrier: dict[str, str] | None = {}
+        propagate.inject(self.carrier)
+        if not self.carrier:
+            self.carrier = None   # nothing to propagate (no SDK, no context)
+
+    def __enter__(self) -> _Send:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._cm.__exit__(kind, exc, tb)   # records an exception, status ERROR
+
+    def job(self, job_id: str, group: str) -> None:
+        """Name the one job this span sent (a batch's span names none)."""
+        self._span.set_attribute("messaging.message.id", job_id)
+        self._span.set_attribute("emqtasks.group", group)
+
+    def set(self, attributes: dict[str, Any]) -> None:
+        """Attributes known once the jobs are built (a workflow's queue, id and size)."""
+        self._span.set_attributes(attributes)
+
+
+def sending(task: str, queue: str | None, count: int | None = None) -> _Send | _Off:
+    """The span of an enqueue (``count``: of a batch, ``map()``): a context manager whose
+    ``carrier`` goes into each job's envelope (None when there is nothing to carry).
+    ``queue`` None: named by ``set`` once known."""
+    return _Send(task, queue, count) if active() else _OFF
+
+
+class _Process:
+    """A CONSUMER span ``process <task>`` around one run, child of the sender's span."""
+
+    def __init__(self, ctx: JobContext, payload: str) -> None:
+        from opentelemetry import propagate, trace
+
+        self._ctx = ctx
+        self._cm = trace.get_tracer(_TRACER).start_as_current_span(
+            f"process {ctx.task}", context=propagate.extract(_carrier(payload)),
+            kind=trace.SpanKind.CONSUMER, record_exception=False,
+            set_status_on_exception=False, attributes={
+                "messaging.system": SYSTEM, "messaging.destination.name": ctx.queue,
+                "messaging.operation.type": "process", "messaging.message.id": ctx.id,
+                "emqtasks.task": ctx.task, "emqtasks.group": ctx.group,
+                "emqtasks.attempt": ctx.attempts})
+        self._span = self._cm.__enter__()
+
+    def __enter__(self) -> _Process:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        # The runner settles a task's failure itself (nothing propagates): the context
+        # says what made the run fail.
+        failure = exc if exc is not None else self._ctx.exception
+        if failure is not None:
+            from opentelemetry.trace import Status, StatusCode
+
+            self._span.record_exception(failure)
+            self._span.set_status(Status(StatusCode.ERROR, f"{type(failure).__name__}: "
+                                                           f"{failure}"[:300]))
+        self._cm.__exit__(kind, exc, tb)
+
+
+def processing(ctx: JobContext, payload: str) -> _Process | _Off:
+    """The span of one run of a job (``with``), its parent the context its sender put in
+    the job's envelope; an exception of the run (or ``ctx.exception``) marks it ERROR."""
+    return _Process(ctx, payload) if active() else _OFF
+
+
+def _carrier(payload: str) -> dict[str, str]:
+    try:
+        env = json.loads(payload)
+    except (TypeError, ValueError, RecursionError):
+        return {}
+    carrier = env.get("t") if isinstance(env, dict) else None
+    if not isinstance(carrier, dict):
+        return {}
+    return {k: v for k, v in carrier.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def flush(timeout_ms: int = 5000) -> None:
+    """Flush the application's tracer provider, if it has one that can: a worker's child
+    ends by ``os._exit`` and runs no atexit hook."""
+    if not active():
+        return
+    from opentelemetry import trace
+
+    force_flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+    if force_flush is not None:
+        try:
+            force_flush(timeout_ms)
+        except Exception:   # an exporter's failure must not keep the child from exiting
+            pass

@@ -1,0 +1,34 @@
+"""Tasks of tests/test_tracing.py. Like an application's tasks module, it installs the
+worker's tracer provider: a SimpleSpanProcessor exporting each span as a JSON line to the
+file EMQ_TEST_SPANS names."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from emqtasks import current_job, task
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
+from spanfile import JsonLinesExporter
+
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(os.environ["EMQ_TEST_SPANS"])))
+trace.set_tracer_provider(provider)
+
+
+@task(name="t.otel.add")
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task(name="t.otel.second_time", retry_delay=0.01, max_attempts=3)
+def second_time() -> int:
+    if current_job().attempts == 1:
+        raise ValueError("not the first time")
+    return current_job().attempts

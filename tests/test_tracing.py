@@ -1,0 +1,139 @@
+"""OpenTelemetry (observe/tracing.py): a PRODUCER span at enqueue whose context the job
+carries, and a CONSUMER span per run in the worker, child of it; a real worker process
+against a real Redis, its spans exported to a file the test reads."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import spanfile
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util._once import Once
+from workerproc import WorkerProc
+
+from emqtasks import App, chain
+from emqtasks.errors import SerializationError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def exported() -> Iterator[InMemorySpanExporter]:
+    """This process's spans. The global provider is set for the test only (the API sets it
+    once per process; the reset is the one OpenTelemetry's own tests make): the tests after
+    it run with the API and no SDK, where an enqueue carries nothing."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    trace.set_tracer_provider(provider)
+    yield memory
+    provider.shutdown()
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
+
+
+def _add(a: int, b: int) -> int:
+    return a + b
+
+
+def records(memory: InMemorySpanExporter) -> list[dict[str, Any]]:
+    return [spanfile.as_record(s) for s in memory.get_finished_spans()]
+
+
+def one(spans: list[dict[str, Any]], name: str, **attributes: Any) -> dict[str, Any]:
+    found = [s for s in spans if s["name"] == name
+             and all(s["attributes"].get(k) == v for k, v in attributes.items())]
+    assert len(found) == 1, (name, attributes, spans)
+    return found[0]
+
+
+def test_a_job_runs_in_the_trace_of_the_request_that_sent_it(
+        app: App, exported: InMemorySpanExporter, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "spans.jsonl"
+    monkeypatch.setenv("EMQ_TEST_SPANS", str(out))
+    queue = app.settings.queue
+    with WorkerProc(app.settings.redis_url, queue, concurrency=1,
+                    modules=("otel_tasks",)) as w:
+        w.wait_ready()
+        with trace.get_tracer("test").start_as_current_span("request") as request:
+            added = app.send_task("t.otel.add", (2, 3), group="acme")
+            flaky = app.send_task("t.otel.second_time", group="globex")
+            add = app.task(name="t.otel.add")(_add)   # the worker's, known here by name
+            flow = chain(add.s(1, 2), add.s(3), add.s(4)).apply_async(app=app)
+        assert added.get(timeout=10) == 5 and flaky.get(timeout=10) == 2
+        assert flow.get(timeout=10) == 10
+        assert w.stop() == 0   # the child flushed its provider on its way out
+    trace_id = f"{request.get_span_context().trace_id:032x}"
+    mine = records(exported)
+    sent_add = one(mine, "send t.otel.add", **{"messaging.message.id": added.id})
+    sent_flaky = one(mine, "send t.otel.second_time")
+    for sent, job, group in ((sent_add, added, "acme"), (sent_flaky, flaky, "globex")):
+        assert sent["kind"] == "PRODUCER" and sent["trace_id"] == trace_id
+        assert sent["parent_id"] == f"{request.get_span_context().span_id:016x}"
+        assert sent["attributes"] == {
+            "messaging.system": "emqtasks", "messaging.destination.name": queue,
+            "messaging.operation.type": "send", "messaging.message.id": job.id,
+            "emqtasks.task": sent["name"].removeprefix("send "), "emqtasks.group": group}
+    theirs = spanfile.read(out)
+    assert {s["trace_id"] for s in theirs} == {trace_id}   # one trace, end to end
+    ran = one(theirs, "process t.otel.add", **{"messaging.message.id": added.id})
+    assert ran["kind"] == "CONSUMER" and ran["parent_id"] == sent_add["span_id"]
+    assert ran["status"] == "UNSET" and ran["events"] == []
+    assert ran["attributes"] == {
+        "messaging.system": "emqtasks", "messaging.destination.name": queue,
+        "messaging.operation.type": "process", "messaging.message.id": added.id,
+        "emqtasks.task": "t.otel.add", "emqtasks.group": "acme", "emqtasks.attempt": 1}
+    first = one(theirs, "process t.otel.second_time", **{"emqtasks.attempt": 1})
+    second = one(theirs, "process t.otel.second_time", **{"emqtasks.attempt": 2})
+    assert first["status"] == "ERROR" and first["events"] == ["exception"]
+    assert second["status"] == "UNSET" and second["events"] == []
+    for run in (first, second):
+        assert run["parent_id"] == sent_flaky["span_id"]
+        assert run["attributes"]["messaging.message.id"] == flaky.id
+        assert run["attributes"]["emqtasks.group"] == "globex"
+    # a workflow: one send span for all its steps, each step's run a child of it
+    sent_flow = one(mine, "send t.otel.add", **{"messaging.message.id": flow.id})
+    assert sent_flow["attributes"]["messaging.batch.message_count"] == 3
+    steps = [s for s in theirs if s["parent_id"] == sent_flow["span_id"]]
+    assert sorted(s["attributes"]["messaging.message.id"] for s in steps) == sorted(
+        step["id"] for step in flow.steps())
+    assert all(s["name"] == "process t.otel.add" and s["status"] == "UNSET" for s in steps)
+    assert len(theirs) == 6
+
+
+def test_map_sends_one_span_per_batch_and_every_job_carries_it(
+        app: App, exported: InMemorySpanExporter) -> None:
+    add = app.task(name="t.otel.add")(_add)
+    handles = add.map([(1, 2), (3, 4), (5, 6)])
+    [sent] = records(exported)
+    assert sent["name"] == "send t.otel.add" and sent["parent_id"] is None
+    assert sent["attributes"]["messaging.batch.message_count"] == 3
+    assert "messaging.message.id" not in sent["attributes"]
+    q = app.queue()
+    for h in handles:
+        payload = q.client.hget(q.keys.job(h.id), "payload")
+        carrier = json.loads(payload)["t"]
+        assert carrier["traceparent"].startswith(f"00-{sent['trace_id']}-{sent['span_id']}-")
+
+
+def test_a_failed_enqueue_marks_its_span_error(app: App,
+                                              exported: InMemorySpanExporter) -> None:
+    with pytest.raises(SerializationError):
+        app.send_task("t.otel.add", ({1, 2},))   # a set is not JSON
+    [sent] = records(exported)
+    assert sent["status"] == "ERROR" and sent["events"] == ["exception"]
+
+
+def test_without_an_sdk_a_job_carries_nothing(app: App) -> None:
+    # The API imported (this module did), no provider installed: the envelope is as before
+    h = app.send_task("t.otel.add", (1, 2))
+    q = app.queue()
+    assert q.client.hget(q.keys.job(h.id), "payload") == '{"v":1,"a":[1,2],"k":{}}'

@@ -137,3 +137,15 @@ def test_without_an_sdk_a_job_carries_nothing(app: App) -> None:
     h = app.send_task("t.otel.add", (1, 2))
     q = app.queue()
     assert q.client.hget(q.keys.job(h.id), "payload") == '{"v":1,"a":[1,2],"k":{}}'
+
+
+def test_without_an_sdk_a_current_context_is_passed_on(app: App) -> None:
+    # A context current with the API alone (extracted from a request, say): the job carries
+    # it unchanged, the API's no-op span being the context's own
+    ctx = trace.SpanContext(0x1234, 0x5678, is_remote=True,
+                            trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED))
+    with trace.use_span(trace.NonRecordingSpan(ctx)):
+        h = app.send_task("t.otel.add", (1, 2))
+    q = app.queue()
+    carrier = json.loads(q.client.hget(q.keys.job(h.id), "payload"))["t"]
+    assert carrier == {"traceparent": f"00-{0x1234:032x}-{0x5678:016x}-01"}

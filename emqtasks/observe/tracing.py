@@ -4,9 +4,9 @@ Optional (``emqtasks[otel]`` brings ``opentelemetry-api``). This module never im
 OpenTelemetry first: it uses it only once the process has (an application that installs
 an SDK, or runs under ``opentelemetry-instrument``, has; so does redis-py 8 whenever the
 package is installed), so without it a job costs one dict lookup and loads nothing; with
-the API and no SDK a span is the API's no-op one and the job carries nothing. The
-producer's context travels in the job's argument envelope as a W3C carrier (``"t"``, last,
-which workers before it ignore).
+the API and no SDK no span is made (unless a context is current: then the API's no-op one,
+which passes it on) and the job carries nothing. The producer's context travels in the
+job's argument envelope as a W3C carrier (``"t"``, last, which workers before it ignore).
 """
 
 from __future__ import annotations
@@ -24,8 +24,19 @@ _TRACER = "emqtasks"
 
 
 def active() -> bool:
-    """Whether this process traces: it imported OpenTelemetry's API."""
+    """Whether this process has OpenTelemetry's API (it imported it)."""
     return "opentelemetry.trace" in sys.modules
+
+
+def _recording() -> bool:
+    """Whether a span made now would be more than the API's no-op: an SDK is installed, or
+    a context is current to pass on (the API alone makes a 17 us no-op span per call)."""
+    api = sys.modules.get("opentelemetry.trace")
+    if api is None:
+        return False
+    if not isinstance(api.get_tracer_provider(), api.ProxyTracerProvider):
+        return True
+    return bool(api.get_current_span().get_span_context().is_valid)
 
 
 class _Off:
@@ -92,7 +103,7 @@ def sending(task: str, queue: str | None, count: int | None = None) -> _Send | _
     """The span of an enqueue (``count``: of a batch, ``map()``): a context manager whose
     ``carrier`` goes into each job's envelope (None when there is nothing to carry).
     ``queue`` None: named by ``set`` once known."""
-    return _Send(task, queue, count) if active() else _OFF
+    return _Send(task, queue, count) if _recording() else _OFF
 
 
 class _Process:
@@ -132,7 +143,9 @@ class _Process:
 def processing(ctx: JobContext, payload: str) -> _Process | _Off:
     """The span of one run of a job (``with``), its parent the context its sender put in
     the job's envelope; an exception of the run (or ``ctx.exception``) marks it ERROR."""
-    return _Process(ctx, payload) if active() else _OFF
+    if not active() or not (_recording() or ',"t":{' in payload):
+        return _OFF   # nothing to record, and no context of the sender's to pass on
+    return _Process(ctx, payload)
 
 
 def _carrier(payload: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util._once import Once
 from workerproc import WorkerProc
 
-from emqtasks import App, chain
+from emqtasks import App, chain, chord, group
 from emqtasks.errors import SerializationError
 
 pytestmark = pytest.mark.timeout(60)
@@ -41,6 +41,10 @@ def exported() -> Iterator[InMemorySpanExporter]:
 
 def _add(a: int, b: int) -> int:
     return a + b
+
+
+def _total(values: list[int]) -> int:
+    return sum(values)
 
 
 def records(memory: InMemorySpanExporter) -> list[dict[str, Any]]:
@@ -68,20 +72,23 @@ def test_a_job_runs_in_the_trace_of_the_request_that_sent_it(
             flaky = app.send_task("t.otel.second_time", group="globex")
             add = app.task(name="t.otel.add")(_add)   # the worker's, known here by name
             flow = chain(add.s(1, 2), add.s(3), add.s(4)).apply_async(app=app)
+            total = app.task(name="t.otel.total")(_total)
+            both = chord(group(add.s(1, 1), add.s(2, 2), add.s(3, 3)), total.s()).apply_async(
+                app=app)
         assert added.get(timeout=10) == 5 and flaky.get(timeout=10) == 2
-        assert flow.get(timeout=10) == 10
+        assert flow.get(timeout=10) == 10 and both.get(timeout=10) == 12
         assert w.stop() == 0   # the child flushed its provider on its way out
     trace_id = f"{request.get_span_context().trace_id:032x}"
     mine = records(exported)
     sent_add = one(mine, "send t.otel.add", **{"messaging.message.id": added.id})
     sent_flaky = one(mine, "send t.otel.second_time")
-    for sent, job, group in ((sent_add, added, "acme"), (sent_flaky, flaky, "globex")):
+    for sent, job, lane in ((sent_add, added, "acme"), (sent_flaky, flaky, "globex")):
         assert sent["kind"] == "PRODUCER" and sent["trace_id"] == trace_id
         assert sent["parent_id"] == f"{request.get_span_context().span_id:016x}"
         assert sent["attributes"] == {
             "messaging.system": "emqtasks", "messaging.destination.name": queue,
             "messaging.operation.type": "send", "messaging.message.id": job.id,
-            "emqtasks.task": sent["name"].removeprefix("send "), "emqtasks.group": group}
+            "emqtasks.task": sent["name"].removeprefix("send "), "emqtasks.group": lane}
     theirs = spanfile.read(out)
     assert {s["trace_id"] for s in theirs} == {trace_id}   # one trace, end to end
     ran = one(theirs, "process t.otel.add", **{"messaging.message.id": added.id})
@@ -106,7 +113,12 @@ def test_a_job_runs_in_the_trace_of_the_request_that_sent_it(
     assert sorted(s["attributes"]["messaging.message.id"] for s in steps) == sorted(
         step["id"] for step in flow.steps())
     assert all(s["name"] == "process t.otel.add" and s["status"] == "UNSET" for s in steps)
-    assert len(theirs) == 6
+    # a chord: its members and its callback, children of its one send span
+    sent_chord = one(mine, "send t.otel.add", **{"messaging.message.id": both.id})
+    assert sent_chord["attributes"]["messaging.batch.message_count"] == 4
+    runs = sorted(s["name"] for s in theirs if s["parent_id"] == sent_chord["span_id"])
+    assert runs == ["process t.otel.add"] * 3 + ["process t.otel.total"]
+    assert len(theirs) == 10
 
 
 def test_map_sends_one_span_per_batch_and_every_job_carries_it(

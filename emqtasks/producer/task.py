@@ -21,6 +21,7 @@ from ..store.queue import NewJob, Queue
 from ..store.replies import Outcome
 from ..verdicts import EnqueueVerdict
 from ..workflows.canvas import Signature
+from .handle import Handle
 from .jobs import build_job
 from .oncommit import run_on_commit
 from .registry import TaskSpec
@@ -28,7 +29,6 @@ from .registry import TaskSpec
 if TYPE_CHECKING:
     # The types only: a Task reaches its App through the object it was made with (app.py
     # imports this module, never the reverse); the async queue is imported on first use.
-    from ..store.aqueue import AsyncQueue
     from .app import App
 
 __all__ = ["JobHandle", "Task", "asend", "build_job", "send"]
@@ -38,7 +38,7 @@ R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
 
 
-class JobHandle(Generic[R_co]):
+class JobHandle(Handle, Generic[R_co]):
     """A job's id, what its enqueue answered, and a way to follow it.
 
     ``verdict`` is "enqueued", "duplicate" (the id existed: nothing was written) or "full"
@@ -50,34 +50,7 @@ class JobHandle(Generic[R_co]):
     client of the running event loop; a handle made by hand awaits only with its ``app``.
     """
 
-    __slots__ = ("id", "verdict", "_queue", "_app")
-
-    def __init__(self, queue: Queue | AsyncQueue, job_id: str, verdict: str = "enqueued",
-                 app: App | None = None) -> None:
-        self._queue = queue
-        self._app = app
-        self.id = job_id
-        self.verdict = verdict
-
-    def _sync(self) -> Queue:
-        """The blocking queue (a handle from an async call takes it from its App)."""
-        if isinstance(self._queue, Queue):
-            return self._queue
-        assert self._app is not None, "an async queue's handle is made with its App"
-        return self._app.queue(self._queue.name)
-
-    def _aio(self) -> AsyncQueue:
-        """The queue on the running event loop's client of the App."""
-        if self._app is not None:
-            return self._app.aqueue(self._queue.name)
-        if not isinstance(self._queue, Queue):
-            return self._queue
-        raise InvalidArgument(f"job {self.id}: this handle was made without its App, so it "
-                              "has no async client: JobHandle(queue, id, app=app)")
-
-    @property
-    def duplicate(self) -> bool:
-        return self.verdict == "duplicate"
+    __slots__ = ()
 
     def status(self) -> str | None:
         """pending, delayed, active, done, dead, cancelled, skipped (a schedule's slot skipped

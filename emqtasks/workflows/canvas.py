@@ -33,6 +33,7 @@ from ..errors import (
     WorkflowTooLarge,
 )
 from ..observe import tracing
+from ..producer.handle import Handle
 from ..producer.jobs import build_job
 from ..producer.registry import default_app
 from ..store.keys import check_job_id, new_job_id
@@ -117,7 +118,26 @@ class Signature:
         return f"{self.name}.{'si' if self.immutable else 's'}{self.args!r}"
 
 
-class Group:
+class _SentAsAChain:
+    """A group or a chord is sent as a workflow of one stage, and piped into a chain."""
+
+    def __or__(self, other: Any) -> Chain:
+        return Chain(self, other)
+
+    def delay(self) -> WorkflowHandle:
+        return self.apply_async()
+
+    def apply_async(self, **options: Any) -> WorkflowHandle:
+        return Chain(self).apply_async(**options)
+
+    async def adelay(self) -> WorkflowHandle:
+        return await Chain(self).aapply_async()
+
+    async def aapply_async(self, **options: Any) -> WorkflowHandle:
+        return await Chain(self).aapply_async(**options)
+
+
+class Group(_SentAsAChain):
     """Signatures run side by side; ``get()`` gives their results in order."""
 
     def __init__(self, *sigs: Any) -> None:
@@ -129,26 +149,11 @@ class Group:
                                      f"(nesting deeper than supported)")
         self.sigs: list[Signature] = items
 
-    def __or__(self, other: Any) -> Chain:
-        return Chain(self, other)
-
-    def delay(self) -> WorkflowHandle:
-        return self.apply_async()
-
-    def apply_async(self, **options: Any) -> WorkflowHandle:
-        return Chain(self).apply_async(**options)
-
-    async def adelay(self) -> WorkflowHandle:
-        return await Chain(self).aapply_async()
-
-    async def aapply_async(self, **options: Any) -> WorkflowHandle:
-        return await Chain(self).aapply_async(**options)
-
     def __repr__(self) -> str:
         return f"group({self.sigs!r})"
 
 
-class Chord:
+class Chord(_SentAsAChain):
     """A group and a callback run once with the members' results in order."""
 
     def __init__(self, header: Group | Iterable[Signature], body: Signature | Chain) -> None:
@@ -157,21 +162,6 @@ class Chord:
             raise NestingTooDeep(f"a chord's callback is a signature or a chain, not "
                                  f"{type(body).__name__}")
         self.body = body
-
-    def __or__(self, other: Any) -> Chain:
-        return Chain(self, other)
-
-    def delay(self) -> WorkflowHandle:
-        return self.apply_async()
-
-    def apply_async(self, **options: Any) -> WorkflowHandle:
-        return Chain(self).apply_async(**options)
-
-    async def adelay(self) -> WorkflowHandle:
-        return await Chain(self).aapply_async()
-
-    async def aapply_async(self, **options: Any) -> WorkflowHandle:
-        return await Chain(self).aapply_async(**options)
 
 
 class Chain:
@@ -433,37 +423,14 @@ class _Built:
 
 # -- following a workflow ---------------------------------------------------------------------
 
-class WorkflowHandle:
+class WorkflowHandle(Handle):
     """A workflow's id and a way to follow it: ``get``, ``status``, ``steps``, ``cancel``
     (``aget`` and ``astatus`` awaited, on the App's async client of the running loop).
 
     ``verdict`` is "enqueued", or "duplicate" when the workflow id existed (nothing written).
     """
 
-    def __init__(self, queue: Queue | AsyncQueue, workflow_id: str,
-                 verdict: str = "enqueued", app: App | None = None) -> None:
-        self._queue = queue
-        self._app = app
-        self.id = workflow_id
-        self.verdict = verdict
-
-    @property
-    def duplicate(self) -> bool:
-        return self.verdict == "duplicate"
-
-    def _sync(self) -> Queue:
-        if isinstance(self._queue, Queue):
-            return self._queue
-        assert self._app is not None, "an async queue's handle is made with its App"
-        return self._app.queue(self._queue.name)
-
-    def _aio(self) -> AsyncQueue:
-        if self._app is not None:
-            return self._app.aqueue(self._queue.name)
-        if not isinstance(self._queue, Queue):
-            return self._queue
-        raise InvalidArgument(f"workflow {self.id}: this handle was made without its App, "
-                              "so it has no async client: WorkflowHandle(queue, id, app=app)")
+    kind = "workflow"
 
     def _meta(self) -> Steps[dict[str, str]]:
         meta: dict[str, str] = yield cmd("hgetall", self._queue.keys.workflow(self.id))

@@ -157,14 +157,30 @@ class RateLimited(EmqError):
 class Retry(EmqError):
     """Raise inside a task to ask for a retry after ``delay`` seconds (None: the task's own delay).
 
-    It counts as an attempt: out of attempts, the job lands in ``dead``.
+    It counts as an attempt: out of attempts, the job lands in ``dead``. ``exc`` is the
+    failure that asked for it (``Task.retry(exc=...)``, Celery's spelling), kept in the
+    job's error text.
     """
 
-    def __init__(self, delay: float | None = None, reason: str = "") -> None:
+    def __init__(self, delay: float | None = None, reason: str = "",
+                 exc: BaseException | None = None) -> None:
         self.delay = None if delay is None else _seconds.seconds(delay, "a Retry delay",
                                                                  InvalidArgument)
         self.reason = reason
-        super().__init__(reason or f"retry requested (delay={delay})")
+        self.exc = exc
+        when = "" if delay is None else f" in {self.delay:g}s"
+        super().__init__(reason or (f"retry{when}: {exc!r}" if exc is not None
+                                    else f"retry requested (delay={delay})"))
+
+
+class MaxRetriesExceededError(EmqError):
+    """``Task.retry()`` past the task's ``max_retries`` (without an ``exc`` to re-raise): the
+    job goes to ``dead`` at once."""
+
+
+class SoftTimeLimitExceeded(EmqError):
+    """Raised inside a task at its ``soft_time_limit`` (before the hard ``time_limit``): the
+    task may catch it, clean up and return; uncaught, it fails the attempt."""
 
 
 class ScheduleError(EmqError):

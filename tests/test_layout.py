@@ -20,6 +20,7 @@ import emqtasks
 from emqtasks import App, Signature
 from emqtasks.errors import UnknownTask
 from emqtasks.producer import registry
+from emqtasks.producer.celery_options import TRANSLATED
 from emqtasks.producer.registry import POLICY_OPTIONS, SCHEDULE_OPTION, TaskOptions, TaskSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,7 +163,8 @@ def _noop() -> None:
 def test_each_task_option_is_declared_once_and_reaches_one_receiver() -> None:
     spec_fields = {f.name for f in fields(TaskSpec)}
     for option in TaskOptions.__optional_keys__:
-        receivers = [option in spec_fields, option in POLICY_OPTIONS, option == SCHEDULE_OPTION]
+        receivers = [option in spec_fields, option in POLICY_OPTIONS, option == SCHEDULE_OPTION,
+                     option in TRANSLATED]
         assert receivers.count(True) == 1, option
     # both decorators take the one declaration
     for fn in (App.task, emqtasks.task):

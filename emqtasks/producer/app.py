@@ -24,6 +24,7 @@ from ..store.queue import Queue
 from ..store.settings import SETTINGS
 from ..verdicts import CancelVerdict
 from ..workflows.canvas import Signature, WorkflowHandle
+from . import bound
 from .hooks import EVENTS, F, HookEvent, Hooks
 from .registry import (
     GroupSpec,
@@ -223,13 +224,17 @@ class App:
             if spec_options.get("queue") is not None:
                 check_queue_name(spec_options["queue"])   # at registration, not at delay()
             # TaskSpec checks the options (validate.py): a bad one fails here, at import.
+            made: list[Task[Any, Any]] = []
+            # bind=True: the function the queue runs passes the Task first (bound.py)
+            fn_run = bound.bind(f, lambda: made[0]) if spec_options.get("bind") else f
             spec = TaskSpec(name=f"{_module_name(f)}.{f.__qualname__}" if name is None
-                            else name, fn=f, policy=policy,
+                            else name, fn=fn_run, policy=policy,
                             is_async=inspect.iscoroutinefunction(f), **spec_options)
             declared = None
             if timing is not None:   # checked before the task is registered
                 declared = _sched.make_schedule(spec.name, spec.name, timing=timing, fn=f)
             t: Task[Any, Any] = Task(self, spec)
+            made.append(t)
             self.registry.add(t)
             if declared is not None:
                 self.declared_schedules[declared.name] = declared

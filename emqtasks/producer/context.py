@@ -25,8 +25,8 @@ _CURRENT: ContextVar[JobContext | None] = ContextVar("emqtasks_job", default=Non
 class JobContext:
     """One claim of one job, as the task running it sees it."""
 
-    __slots__ = ("id", "task", "queue", "group", "attempts", "fence", "exception",
-                 "_lease", "_queue", "_row", "_started")
+    __slots__ = ("id", "task", "queue", "group", "attempts", "fence", "exception", "args",
+                 "kwargs", "give_up", "_lease", "_queue", "_row", "_started")
 
     def __init__(self, lease: Lease, queue: Queue) -> None:
         self.id: str = lease.id
@@ -37,6 +37,12 @@ class JobContext:
         self.fence: int = lease.fence
         #: What made the job fail, in the task_retried / task_dead hooks (else None).
         self.exception: BaseException | None = None
+        #: The call's arguments, once decoded (``Task.request.args`` / ``.kwargs``).
+        self.args: tuple[Any, ...] = ()
+        self.kwargs: dict[str, Any] = {}
+        #: Set by ``Task.retry()`` past max_retries: this attempt's failure is final (dead
+        #: at once, whatever the retry policy says of the exception re-raised).
+        self.give_up = False
         self._lease = lease
         self._queue = queue
         self._row: tuple[int, datetime | None] | None = None

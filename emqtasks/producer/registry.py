@@ -10,9 +10,10 @@ from datetime import timedelta
 from typing import Any, TypedDict
 
 from .. import validate
-from ..errors import DuplicateTaskName, InvalidGroup, UnknownTask
+from ..errors import DuplicateTaskName, InvalidArgument, InvalidGroup, UnknownTask
 from ..schedules.cron import Timing
 from ..store.keys import check_group
+from . import celery_options
 from .retry_policy import DEFAULT_POLICY, ExceptionTypes, RetryPolicy
 
 GroupSpec = str | Callable[..., str] | None
@@ -47,6 +48,15 @@ class TaskOptions(TypedDict, total=False):
     dont_retry_for: ExceptionTypes
     schedule: ScheduleSpec            # default: none
     max_result_bytes: int | None
+    bind: bool                        # the function receives the Task first (Celery's)
+    soft_time_limit: float | None
+    rate_limit: str | float | None    # "10/m", "5/s", "100/h" or jobs per second
+    # Celery's spellings, read onto the options above (celery_options.py)
+    autoretry_for: ExceptionTypes     # retry_for
+    default_retry_delay: float        # retry_delay
+    max_retries: int | None           # max_attempts - 1; None: validate.MAX_ATTEMPTS
+    ignore_result: bool               # True: result_ttl=0
+    acks_late: bool                   # True only: a job is always acked after its run
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,9 @@ class TaskSpec:
     policy: RetryPolicy = DEFAULT_POLICY
     is_async: bool = False          # a coroutine function: a worker runs it on its loop
     max_result_bytes: int | None = None   # None: the App's
+    bind: bool = False
+    soft_time_limit: float | None = None  # SoftTimeLimitExceeded raised in the task
+    rate_limit: str | float | None = None # a rate of the task's group (celery_options.py)
 
     def __post_init__(self) -> None:
         # Every option is checked here, when the task is defined, so a bad one never
@@ -80,13 +93,36 @@ class TaskSpec:
         }
         if self.max_result_bytes is not None:
             checked["max_result_bytes"] = validate.result_bytes(self.max_result_bytes)
+        if self.soft_time_limit is not None:
+            soft = validate.seconds(self.soft_time_limit, "soft_time_limit", above_low=True)
+            checked["soft_time_limit"] = soft
+            if self.time_limit and soft >= float(self.time_limit):
+                raise InvalidArgument(f"soft_time_limit ({self.soft_time_limit}) must be "
+                                      f"below time_limit ({self.time_limit})")
+        if not isinstance(self.bind, bool):
+            raise InvalidArgument(f"bind is True or False, not {self.bind!r}")
         for field, value in checked.items():
             object.__setattr__(self, field, value)
+        if self.rate is not None:
+            # A rate is a group's: a task without a group gets a group of its own (its
+            # name), so its rate holds back no other task.
+            if self.group is None:
+                object.__setattr__(self, "group", self.name)
+            elif not isinstance(self.group, str):
+                raise InvalidArgument(
+                    f"rate_limit of {self.name}: its group is picked by a function, so each "
+                    f"call's group has its own rate: set it with app.set_group_rate(group, "
+                    f"n, per) or app.set_group_defaults(rate=(n, per)), not rate_limit=")
         if isinstance(self.group, str):
             check_group(self.group)
         elif self.group is not None and not callable(self.group):
             raise InvalidGroup(f"a task's group is a string or a function of the call's "
                                f"arguments, not {self.group!r}")
+
+    @property
+    def rate(self) -> tuple[int, float] | None:
+        """(max_jobs, per seconds) of rate_limit, or None."""
+        return celery_options.parse_rate(self.rate_limit)
 
 
 #: The options that go to RetryPolicy.of, and the one that declares a schedule; the rest
@@ -98,10 +134,13 @@ SCHEDULE_OPTION = "schedule"
 def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """(the TaskSpec fields, the RetryPolicy.of arguments, the schedule or None) of the
     options given to a decorator. An option TaskOptions does not declare is the TypeError
-    Python raises for an unexpected keyword argument."""
+    Python raises for an unexpected keyword argument; one of Celery's that has no meaning
+    here is InvalidArgument saying what to use; Celery's spellings are read onto ours."""
+    celery_options.refuse_meaningless(options)
     for key in options:
         if key not in TaskOptions.__optional_keys__:
             raise TypeError(f"App.task() got an unexpected keyword argument {key!r}")
+    options = celery_options.translate(options)
     spec = {k: v for k, v in options.items() if k not in POLICY_OPTIONS
             and k != SCHEDULE_OPTION}
     policy = {k: v for k, v in options.items() if k in POLICY_OPTIONS}

@@ -11,7 +11,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
 
 from .. import serialization, validate
 from ..errors import InvalidArgument, LaneFull, ResultTimeout, TaskFailed
@@ -20,7 +20,9 @@ from ..store.connection import MAX_BLOCK
 from ..store.queue import NewJob, Queue
 from ..store.replies import Outcome
 from ..verdicts import EnqueueVerdict
-from ..workflows.canvas import Signature
+from ..workflows.canvas import Signature, WorkflowHandle
+from . import bound
+from .bound import Request, current_request
 from .handle import Handle
 from .jobs import build_job
 from .oncommit import run_on_commit
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     # imports this module, never the reverse); the async queue is imported on first use.
     from .app import App
 
-__all__ = ["JobHandle", "Task", "asend", "build_job", "send"]
+__all__ = ["JobHandle", "LinkedJobHandle", "Task", "asend", "build_job", "send"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -102,6 +104,17 @@ class JobHandle(Handle, Generic[R_co]):
         return f"<JobHandle {self.id}{'' if self.verdict == 'enqueued' else ' ' + self.verdict}>"
 
 
+class LinkedJobHandle(JobHandle[Any]):
+    """The handle of ``apply_async(link=...)``: the task's own job, and ``workflow`` (the
+    WorkflowHandle of the call and its links)."""
+
+    __slots__ = ("workflow",)
+
+    def __init__(self, *args: Any, workflow: WorkflowHandle, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.workflow = workflow
+
+
 class Task(Generic[P, R]):
     """A registered function. Calling it runs it here; ``delay`` runs it on a worker."""
 
@@ -110,6 +123,19 @@ class Task(Generic[P, R]):
         self.spec = spec
         self.name = spec.name
         functools.update_wrapper(self, spec.fn)
+
+    @property
+    def request(self) -> Request:
+        """The job this task runs now (Celery's ``self.request`` of a bound task): id,
+        retries, args, kwargs, delivery_info."""
+        return current_request()
+
+    def retry(self, exc: BaseException | None = None, countdown: float | None = None,
+              eta: datetime | float | None = None,
+              max_retries: int | None = None) -> NoReturn:
+        """Celery's ``self.retry``: raises Retry (see producer/bound.py), or, past
+        max_retries, ``exc`` or MaxRetriesExceededError, and the job goes dead."""
+        bound.retry(self, exc, countdown, eta, max_retries)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         result: R = self.spec.fn(*args, **kwargs)
@@ -127,16 +153,29 @@ class Task(Generic[P, R]):
                     job_id: str | None = None, group: str | None = None,
                     countdown: float | None = None,
                     eta: datetime | float | None = None, priority: int = 0,
-                    on_commit: bool = False) -> JobHandle[R]:
+                    on_commit: bool = False, *, task_id: str | None = None,
+                    queue: str | None = None, link: Any = None,
+                    link_error: Signature | None = None) -> JobHandle[R]:
         """Enqueue one call. ``eta`` is a datetime or a UNIX timestamp; both go via delayed.
         ``priority`` (-100..100, lower first) orders jobs within the group's lane only.
         Raises LaneFull (nothing written) when the lane holds its cap of waiting jobs.
 
         ``on_commit=True`` (Django): the call is checked now and sent when the current
         transaction of the default database commits, never if it rolls back, at once
-        outside a transaction; the handle has the job's id from the start."""
-        return send(self.app, self.spec, args, kwargs, job_id=job_id, group=group,
-                    countdown=countdown, eta=eta, priority=priority,
+        outside a transaction; the handle has the job's id from the start.
+
+        Celery's spellings: ``task_id=`` is job_id, ``queue=`` another queue than the
+        task's; ``link=`` (a signature, or a list: each gets the result) and ``link_error=``
+        send the call as a workflow (bound.linked); the handle is the task's own job."""
+        job_id = bound.one_id(job_id, task_id)
+        if link is not None or link_error is not None:
+            own, flow = bound.linked(self, args, kwargs, link, link_error, job_id=job_id,
+                                     group=group, countdown=countdown, eta=eta,
+                                     priority=priority, queue=queue, on_commit=on_commit)
+            return LinkedJobHandle(self.app.queue(self.spec.queue), own, flow.verdict,
+                                   self.app, workflow=flow)
+        return send(self.app, self.spec, args, kwargs, queue=queue, job_id=job_id,
+                    group=group, countdown=countdown, eta=eta, priority=priority,
                     later=run_on_commit if on_commit else None)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:

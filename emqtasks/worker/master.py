@@ -118,6 +118,7 @@ class Master:
             self.full.call(self._call, park.reap, q, self._beat(),
                            park.beat_ttl(self.settings.tick))
             first_due[i] = self._call(park.promote, q)[0]
+        self._set_task_rates()
         for index in range(self.settings.concurrency):
             self._spawn(index)
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signal")
@@ -143,6 +144,20 @@ class Master:
         log.info("stopped: %(started)d children started, %(died)d died, "
                  "%(time_limited)d stopped at their time limit", self.stats)
         return 0
+
+    def _set_task_rates(self) -> None:
+        """Write each served task's ``rate_limit`` as its group's rate, on the queues it may
+        land on here (its own queue, else every queue served), at every worker's start: the
+        code's rate wins over one set by hand in between."""
+        for t in self.registry.tasks().values():
+            rate = t.spec.rate
+            if rate is None:
+                continue
+            for q in self.queues:
+                if t.spec.queue in (None, q.name):
+                    self._call(q.set_group_rate, t.spec.group, *rate)
+                    log.info("task %s: rate %d per %gs on group %s of queue %s", t.name,
+                             rate[0], rate[1], t.spec.group, q.name)
 
     def _beat(self) -> Beat:
         """This master's heartbeat as of now (read by the park threads on their tick)."""

@@ -21,6 +21,7 @@ from .. import serialization
 from ..config import Settings
 from ..errors import (
     AckRefused,
+    MaxRetriesExceededError,
     RateLimited,
     ResultTooLarge,
     Retry,
@@ -35,7 +36,7 @@ from ..producer.hooks import Hooks
 from ..producer.registry import Registry, TaskSpec
 from ..producer.retry_policy import DEFAULT_POLICY
 from ..store.queue import Lease, Queue
-from . import logs
+from . import logs, soft_limit
 from .resilience import TRANSIENT, Refused
 from .slots import ASYNC, SYNC
 
@@ -153,13 +154,14 @@ class Runner:
             fn, args, kwargs = self.prepare(lease)
         except (UnknownTask, SerializationError, TypeError) as exc:
             return Executed(None, self.cannot_run(ctx, qi, exc), ctx)
+        ctx.args, ctx.kwargs = tuple(args), dict(kwargs)
         token = set_current(ctx)
         if not on_loop:
             self.current = lease
         try:
             self.fire("task_started", ctx)
             if on_loop:
-                value = await limited(fn(*args, **kwargs), plan.time_limit)
+                value = await limited(fn(*args, **kwargs), plan.time_limit, _soft(plan))
             else:
                 value = self._call_here(fn, args, kwargs, plan)
         except BaseException as exc:
@@ -176,8 +178,9 @@ class Runner:
         try:
             if plan.kind == ASYNC:
                 return self.loop().run_until_complete(
-                    limited(fn(*args, **kwargs), plan.time_limit))
-            return fn(*args, **kwargs)
+                    limited(fn(*args, **kwargs), plan.time_limit, _soft(plan)))
+            with soft_limit.alarm(_soft(plan)):
+                return fn(*args, **kwargs)
         finally:
             self.in_task = False
 
@@ -238,6 +241,9 @@ class Runner:
         policy = plan.spec.policy if plan.spec is not None else DEFAULT_POLICY
         if isinstance(exc, RateLimited):
             return self._back_off(ctx, qi, exc)
+        if ctx.give_up or isinstance(exc, MaxRetriesExceededError):
+            # Task.retry() past max_retries: dead now, whatever the policy says of exc
+            return self._settle(ctx, qi, _describe(exc, "max_retries reached"), None, True)
         if isinstance(exc, Retry):
             delay = exc.delay if exc.delay is not None else plan.retry_delay
             return self._settle(ctx, qi, _describe(exc), delay, False)
@@ -316,10 +322,13 @@ class Runner:
         return Outcome(leases[0].id, "done" if acked else "stale")
 
 
-async def limited(coro: Awaitable[Any], limit: float) -> Any:
+async def limited(coro: Awaitable[Any], limit: float, soft: float | None = None) -> Any:
     """Await coro; past ``limit`` seconds (0: none) cancel it and raise TimeLimitExceeded.
     A coroutine that ignores the cancellation keeps this waiting: the master then kills the
-    child (the job is retried through the fence)."""
+    child (the job is retried through the fence). Past ``soft`` seconds SoftTimeLimitExceeded
+    is thrown into it (soft_limit.py)."""
+    if soft:
+        coro = soft_limit.soft_limited(coro, soft)
     if limit <= 0:
         return await coro
     task = asyncio.ensure_future(coro)
@@ -373,6 +382,10 @@ def _result_limit(task: Any) -> int:
         return int(own)
     app = getattr(task, "app", None)
     return int(app.settings.max_result_bytes) if app is not None else Settings.max_result_bytes
+
+
+def _soft(plan: Plan) -> float | None:
+    return plan.spec.soft_time_limit if plan.spec is not None else None
 
 
 def _brief(text: str, limit: int = LOG_TEXT_MAX) -> str:

@@ -60,6 +60,9 @@ def test_a_bound_task_sees_its_request(app: App) -> None:
         got = h.get(timeout=20)
         hs = t.async_whoami.delay(7)
         assert hs.get(timeout=20) == [hs.id, [7], "api.async_whoami"], w.output()[-2000:]
+        # a bound task as a workflow step gets the parent's result after self
+        step = (t.add.s(1, 2) | t.async_whoami.s()).apply_async().get(timeout=20)
+        assert step[1:] == [[3], "api.async_whoami"]
     assert got == {"id": "who-1", "retries": 1, "args": [4], "kwargs": {"y": 5},
                    "delivery_info": {"queue": app.settings.queue,
                                      "routing_key": app.settings.queue, "group": "g1"},
@@ -131,6 +134,7 @@ def test_a_soft_time_limit_is_raised_in_the_task_which_may_catch_it(
         sync, coro = t.soft.delay("s"), t.soft_async.delay("a")
         assert sync.get(timeout=20) == "caught", w.output()[-3000:]
         assert coro.get(timeout=20) == "caught", w.output()[-3000:]
+        assert t.soft_async_alone.delay().get(timeout=20) == "caught alone"
         assert time.monotonic() - began < 5        # not the 8 s sleep, nor the hard limit
         with pytest.raises(TaskFailed, match="SoftTimeLimitExceeded"):
             t.soft_uncaught.delay().get(timeout=20)
@@ -237,6 +241,8 @@ def test_celery_options_map_onto_ours() -> None:
     assert late.spec.max_attempts == 1 and late.spec.result_ttl == 86_400
     plain = app.task(name="api.plain")(lambda: None)       # our own defaults unchanged
     assert plain.spec.max_attempts == 3 and plain.spec.policy.retry_for == (Exception,)
+    ticking = app.task(name="api.ticking", bind=True, schedule=60)(lambda self: self.name)
+    assert "api.ticking" in app.declared_schedules and ticking() == "api.ticking"
     with pytest.raises(InvalidArgument, match="first positional parameter"):
         app.task(name="api.nobind", bind=True)(lambda: None)
 

@@ -209,6 +209,12 @@ class App:
         ``max_result_bytes`` caps the JSON of its result (None: the App's, 1 MB by default);
         a larger result fails the attempt with ResultTooLarge.
 
+        Celery's options are taken too (producer/celery_options.py): ``bind=True`` (the
+        Task first: ``self.request``, ``self.retry``), ``autoretry_for``, ``max_retries``,
+        ``default_retry_delay``, ``soft_time_limit``, ``rate_limit`` (a rate of the task's
+        group), ``ignore_result``, ``acks_late=True``; one with no meaning here is
+        InvalidArgument naming what to use.
+
         ``schedule`` (a task that takes no arguments) runs it periodically under a schedule
         named after the task, stored when a worker starts: ``emqtasks.cron(...)``,
         ``emqtasks.every(...)``, a cron string, or seconds.
@@ -232,7 +238,7 @@ class App:
                             is_async=inspect.iscoroutinefunction(f), **spec_options)
             declared = None
             if timing is not None:   # checked before the task is registered
-                declared = _sched.make_schedule(spec.name, spec.name, timing=timing, fn=f)
+                declared = _sched.make_schedule(spec.name, spec.name, timing=timing, fn=spec.fn)
             t: Task[Any, Any] = Task(self, spec)
             made.append(t)
             self.registry.add(t)

@@ -137,3 +137,14 @@ def fail(x: int) -> int:
 def record(value: Any) -> Any:
     _r().rpush(_k("record"), json.dumps(value))
     return value
+
+
+@task(name="api.soft_async_alone", soft_time_limit=0.4, max_retries=0)
+async def soft_async_alone() -> str:
+    """A soft limit without a hard one: the cancellation lands on the task running it."""
+    try:
+        await asyncio.sleep(8)
+        return "slept"
+    except SoftTimeLimitExceeded:
+        await asyncio.sleep(0.01)
+        return "caught alone"

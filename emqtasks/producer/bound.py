@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from .. import validate
 from ..errors import InvalidArgument, MaxRetriesExceededError, Retry
@@ -62,11 +62,18 @@ def bind(fn: Callable[..., Any], task: Callable[[], Task[Any, Any]]) -> Callable
         raise InvalidArgument(f"bind=True: {fn.__qualname__} must take the task as its "
                               f"first positional parameter (self)")
 
-    @functools.wraps(fn)
-    def bound(*args: Any, **kwargs: Any) -> Any:
-        return fn(task(), *args, **kwargs)
+    bound: Callable[..., Any]
+    if inspect.iscoroutinefunction(fn):   # still a coroutine function to those who look
+        async def bound_async(*args: Any, **kwargs: Any) -> Any:
+            return await fn(task(), *args, **kwargs)
 
-    bound.__signature__ = sig.replace(parameters=params[1:])  # type: ignore[attr-defined]
+        bound = functools.wraps(fn)(bound_async)
+    else:
+        def bound_sync(*args: Any, **kwargs: Any) -> Any:
+            return fn(task(), *args, **kwargs)
+
+        bound = functools.wraps(fn)(bound_sync)
+    cast(Any, bound).__signature__ = sig.replace(parameters=params[1:])
     return bound
 
 

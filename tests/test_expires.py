@@ -5,6 +5,7 @@ real worker."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -16,7 +17,7 @@ from workerproc import WorkerProc
 
 from emqtasks import App
 from emqtasks.errors import InvalidArgument, NativeUnavailable, TaskFailed
-from emqtasks.ops.check import check
+from emqtasks.ops.check import check, repair
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -74,6 +75,8 @@ def test_an_expired_job_never_runs_and_get_raises(path_app: App) -> None:
     assert all(_runs(app, f"x:kept{i}") == 1 for i in range(3))
     # not dead, nothing to requeue; and `emqtasks check` finds nothing wrong
     assert app.dead_jobs(10) == [] and check(app.queue()).violations == []
+    repair(app.queue())                              # --repair leaves an expired row be
+    assert app.job(gone[0].id)["state"] == "expired"  # type: ignore[index]
     row = app.job(gone[0].id)
     assert row is not None and row["attempts"] == 0 and row["started"] is None
     assert app.cancel(gone[0].id) == "finished"
@@ -140,3 +143,18 @@ def test_a_job_without_expires_sends_the_previous_arguments(app: App) -> None:
     assert isinstance(step, Hot) and len(step.args) == 1 + 10
     step = enqueue_plan(app.queue().keys, [nj], [0]).send(None)
     assert isinstance(step, Hot) and len(step.args) == 1 + 10 + 1
+
+
+def test_the_awaited_twins_take_expires(path_app: App) -> None:
+    t = path_app.task(name="t.record", group=lambda tag: tag.split(":")[0])(wt.record.spec.fn)
+
+    async def send() -> list[str]:
+        one = await t.aapply_async(("a:x",), expires=0)
+        many = await t.amap([("a:y",)], expires=0)
+        kept = await t.aapply_async(("a:z",), expires=600)
+        return [one.id, many[0].id, kept.id]
+
+    one, many, kept = asyncio.run(send())
+    leases = path_app.queue().claim(3)
+    assert [lease.id for lease in leases] == [kept]
+    assert path_app.job(one)["state"] == path_app.job(many)["state"] == "expired"  # type: ignore[index]

@@ -2,6 +2,7 @@
 
 from ._version import __version__
 from .errors import (
+    AbortUnavailable,
     AckRefused,
     ClusterUrlError,
     ConfigError,
@@ -42,8 +43,10 @@ from .errors import (
     WorkflowTooLarge,
 )
 from .ops import embedded as _embedded  # noqa: F401  (registers ``embedded`` URLs with connect)
+from .producer import states
 from .producer.app import App, default_app, on, task
 from .producer.context import JobContext, JobLogFilter, current_job
+from .producer.result import AsyncResult
 from .producer.task import JobHandle, Task
 from .schedules.cron import Cron, Every, cron, every
 from .schedules.schedule import Schedule, ScheduleInfo
@@ -62,6 +65,8 @@ from .workflows.canvas import Chain, Chord, Group, Signature, WorkflowHandle, ch
 __all__ = [
     # defining and enqueueing tasks
     "task", "App", "Task", "JobHandle", "Retry", "RateLimited", "default_app",
+    # following a job by its id, as Celery does
+    "AsyncResult", "states",
     # workflows
     "chain", "group", "chord", "Signature", "Chain", "Group", "Chord", "WorkflowHandle",
     # periodic schedules
@@ -81,6 +86,6 @@ __all__ = [
     "TimeLimitExceeded", "SoftTimeLimitExceeded", "MaxRetriesExceededError",
     "WorkerLost", "NoCurrentJob", "ScheduleError", "InvalidCron",
     "UnknownTimezone", "InvalidInterval", "InvalidScheduleName", "InvalidSchedule",
-    "UnknownSchedule",
+    "UnknownSchedule", "AbortUnavailable",
     "__version__",
 ]

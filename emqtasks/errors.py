@@ -212,3 +212,8 @@ class UnknownSchedule(ScheduleError):
     """No schedule of that name is stored on the queue."""
 class NoCurrentJob(EmqError, RuntimeError):
     """``current_job()`` was called outside a task run by a worker."""
+
+
+class AbortUnavailable(EmqError, NotImplementedError):
+    """``AsyncResult.revoke(terminate=True)``: stopping a job that is already running is the
+    ``abort`` of issue 32, not yet available; ``revoke()`` cancels a job not yet started."""

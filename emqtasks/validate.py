@@ -21,7 +21,8 @@ from ._seconds import shown as _shown
 from .errors import InvalidArgument
 
 __all__ = ["MAX_ATTEMPTS", "MAX_COUNT", "MAX_COUNTDOWN", "MAX_DURATION", "MAX_RESULT_BYTES",
-           "MAX_TTL", "MIN_LEASE", "YEAR", "countdown_ms", "integer", "lease",
+           "MAX_TTL", "MIN_LEASE", "UNIX_FROM", "YEAR", "countdown_ms", "expires_ms", "integer",
+           "lease",
            "optional_seconds", "result_bytes", "seconds", "task_name", "time_limit"]
 
 #: How far ahead a countdown or an eta may schedule a job.
@@ -94,6 +95,33 @@ def countdown_ms(countdown: Any, eta: Any) -> int:
             raise InvalidArgument(f"eta must be at most {MAX_COUNTDOWN:g} seconds ahead, "
                                   f"not {_shown(eta)}")
     return 0 if due_in <= 0 else max(1, int(due_in * 1000))
+
+
+#: ``expires`` as a number: up to 10 years is seconds from now (as Celery reads it); from
+#: this value on (2001-09-09) a UNIX timestamp; in between it is refused as ambiguous.
+UNIX_FROM = 1e9
+
+
+def expires_ms(expires: Any) -> int | None:
+    """Milliseconds from now until a job not yet started is never run (None: no expiry)
+    from ``expires``: seconds from now (at most 10 years), a UNIX timestamp, or a datetime.
+    The past (or 0) means already expired: the first claim that meets the job ends it."""
+    if expires is None:
+        return None
+    if isinstance(expires, datetime) or (
+            isinstance(expires, numbers.Real) and not isinstance(expires, bool)
+            and not isinstance(expires, datetime) and float(expires) >= UNIX_FROM):
+        left = _eta_stamp(expires) - datetime.now(timezone.utc).timestamp()
+    elif isinstance(expires, bool) or not isinstance(expires, numbers.Real):
+        raise InvalidArgument("expires must be seconds from now, a UNIX timestamp or a "
+                              f"datetime, not {_shown(expires)}")
+    else:
+        left = seconds(expires, "expires (seconds from now; a UNIX timestamp from 1e9)",
+                       low=-math.inf, high=MAX_COUNTDOWN)
+    if left > MAX_COUNTDOWN:
+        raise InvalidArgument(f"expires must be at most {MAX_COUNTDOWN:g} seconds ahead, "
+                              f"not {_shown(expires)}")
+    return max(0, int(left * 1000))
 
 
 def _eta_stamp(eta: Any) -> float:

@@ -76,7 +76,7 @@ class CancelVerdict(str, Enum):
     CANCELLED = "cancelled"
     MISSING = "missing"         # no such row (never was, or it expired)
     ACTIVE = "active"           # running: a leased job is not interrupted
-    FINISHED = "finished"       # done or cancelled already
+    FINISHED = "finished"       # done, cancelled or expired already
 
     @classmethod
     def from_reply(cls, code: int) -> CancelVerdict:

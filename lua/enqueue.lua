@@ -13,6 +13,9 @@
 --   ttl        seconds a finished row (and its result) lives; 0 keeps nothing
 --   countdown  ms until due; 0 means now (into the lane), > 0 goes to `delayed`
 --   priority   -100..100, lower runs first within the lane (0 the default)
+-- then, optionally (sent only when a job of the call has one), n expiries, one per job:
+--   ms from now after which the job, not yet started, is never run ('' for none); the
+--   row keeps `expires` = now + that, and a claim that meets it later ends it `expired`.
 -- Reply: an array of n integers, one per job: 1 enqueued, 0 duplicate (the row exists, so
 --   nothing was written), -1 refused because the id is malformed, 2 refused because the
 --   lane holds its cap of waiting jobs (max_size: nothing was written), 3 refused because
@@ -26,6 +29,19 @@
 
 local n = tonumber(ARGV[1])
 local now = now_ms()
+-- The optional expiries (ARGV[tail + i]), checked before anything is written: at most ten
+-- years either way, so now + one stays integer text of 15 digits (int_ok).
+local MAX_EXPIRES_MS = 315576000000
+local tail = 2 + n * 10
+if #ARGV >= tail then
+  if #ARGV ~= tail - 1 + n then return redis.error_reply('ERR emq: n expiries or none') end
+  for i = 0, n - 1 do
+    local ex = ARGV[tail + i]
+    if ex ~= '' and not (int_ok(ex) and math.abs(tonumber(ex)) <= MAX_EXPIRES_MS) then
+      return redis.error_reply('ERR emq: an expiry must be integer ms within 10 years')
+    end
+  end
+end
 -- Before the first write: every key the call writes (enqueue_books).
 local refused, books, caps = enqueue_books(n, now)
 if books then return redis.error_reply(books) end
@@ -43,7 +59,9 @@ for i = 0, n - 1 do
     -- A producer's job: held to its lane's cap when due now (caps[i], nil for a countdown:
     -- it joins its lane when due), and counted in the minute's history as enqueued.
     local prio = tonumber(ARGV[at + J_PRIORITY]) or 0
-    out[#out + 1] = new_job(at, prio, now, caps[i], true, true, nil)
+    local ex, extra = ARGV[tail + i], nil
+    if ex and ex ~= '' then extra = {'expires', int_text(now + tonumber(ex))} end
+    out[#out + 1] = new_job(at, prio, now, caps[i], true, true, extra)
   end
 end
 return out

@@ -55,7 +55,8 @@ SEED = int(os.environ.get("EMQ_NATIVE_SEED", "12"))
 VERBS = tuple(COMMANDS)
 #: The long versions outlast the suite's default per-test timeout.
 pytestmark = pytest.mark.timeout(3600 if LONG else 300)
-TIME_FIELDS = {"created", "started", "finished", "seen"}
+#: (``expires``: enqueue's now plus the job's expiry, so a time of each side's own too)
+TIME_FIELDS = {"created", "started", "finished", "seen", "expires"}
 
 
 # -- servers -----------------------------------------------------------------------------
@@ -584,7 +585,13 @@ class Run:
 
     def op_enqueue(self) -> None:
         jobs = [self.job_fields(self.pick_id()) for _ in range(self.rnd.choice([1, 1, 1, 2, 5]))]
-        self.p.verb("enqueue", [len(jobs), *[f for j in jobs for f in j]])
+        args = [len(jobs), *[f for j in jobs for f in j]]
+        if self.rnd.random() < 0.3:
+            # expiries (apply_async(expires=...)): none, already past (the claim that meets
+            # the job ends it expired, on both sides alike) or far ahead; never one that
+            # could pass between the two sides' claims
+            args += [self.rnd.choice(["", "", "0", "-5", str(10**9)]) for _ in jobs]
+        self.p.verb("enqueue", args)
 
     def op_claim(self) -> None:
         for lease in self.p.verb("claim", [self.rnd.choice([0, 1, 1, 1, 2, 4, 8]), self.nonce()]):
@@ -897,7 +904,8 @@ def fuzz(srv: Server, calls: int, seed: int) -> None:
         j = k.job(rnd.choice(ids))
         if x < 0.3:
             r.hset(j, rnd.choice(["attempts", "lease", "max", "ttl", "created", "delay",
-                                  "waiters", "state", "group", "nonce", "ran", "unrun"]),
+                                  "waiters", "state", "group", "nonce", "ran", "unrun",
+                                  "expires"]),
                    rnd.choice(WEIRD))
             if rnd.random() < 0.2:      # the queue's clock mark and tally, unreadable
                 for key in (k.clock, k.tally):
@@ -963,8 +971,9 @@ def fuzz(srv: Server, calls: int, seed: int) -> None:
             verb = rnd.choice(VERBS)
             if rnd.random() < 0.5:
                 # well-formed shapes with odd values, so the calls get past the arity checks
-                shape = {"enqueue": lambda: [1, *[arg() for _ in range(10)]] if rnd.random() < 0.5
-                         else [2, *[arg() for _ in range(20)]],
+                shape = {"enqueue": lambda: rnd.choice([
+                             [1, *[arg() for _ in range(10)]], [2, *[arg() for _ in range(20)]],
+                             [2, *[arg() for _ in range(22)]]]),   # with expiries
                          "claim": lambda: [arg(), arg()],
                          "ack": lambda: [arg() for _ in range(5)],
                          "retry": lambda: [arg() for _ in range(6)],
@@ -1007,7 +1016,7 @@ def fuzz(srv: Server, calls: int, seed: int) -> None:
 
 #: Row fields, group books and keys spoilt the same way on both queues before a claim.
 ROW_FIELDS = ["attempts", "lease", "max", "fence", "group", "created", "ttl", "delay",
-              "state", "task", "payload", "waiters"]
+              "state", "task", "payload", "waiters", "expires"]
 FIELD_VALUES = ["abc", "", "1.5", "-0", "007", "0", "-3", " 3", "3 ", "1e3", "nan",
                 "1234567890123456", "-123456789012345", "9" * 15, "x" * 300, "\x00", "é"]
 QUEUE_KEYS = ["active", "gturn", "dead", "wake", "gwait", "gactive", "glimit", "gweight",
@@ -1336,6 +1345,56 @@ def test_fairness_paths(server: Server) -> None:
         assert again and again[0][8] == 2, again                # a3 again: fence 2
         p.compare()
         p.checked()
+    finally:
+        p.close()
+
+
+def test_expiring_jobs(server: Server) -> None:
+    """Jobs enqueued with expiries (apply_async(expires=...)) on both paths: a claim, and the
+    claim of ack-and-claim-next, end every job past its deadline `expired` (never leased: no
+    attempt, not dead, its waiters woken, its row kept for its ttl or gone with ttl 0), skip
+    on to the next job of the ring, and lease the ones whose deadline is ahead or absent."""
+    p = Pair(server, "xl", "xn")
+    run = Run(p, SEED + 11)
+    try:
+        plan = [("e0", "0", 3600), ("f0", str(10**9), 3600), ("e1", "-5", 0), ("n0", "", 60),
+                ("e2", "0", 3600), ("e3", "0", 86400), ("f1", str(10**9), 60)]
+        for job_id, expires, ttl in plan:
+            fields = run.job_fields(job_id, "g1")
+            fields[7], fields[8] = ttl, 0
+            p.verb("enqueue", [1, *fields, expires])
+        # two jobs in one call, one expiring, one not; and a batch with none (no tail)
+        a, b = run.job_fields("e4", "g2"), run.job_fields("f2", "g2")
+        a[8] = b[8] = 0
+        p.verb("enqueue", [2, *a, *b, "0", ""])
+        p.admin("wait", ["e0", "1"])                     # a client blocked in get() on e0
+        p.compare()
+        leased = []
+        first = p.verb("claim", [1, run.nonce()])
+        leased += [j[0].decode() for j in first]
+        tok = [first[0][0].decode(), first[0][3], first[0][4].decode()]
+        nxt = p.verb("ack", [*tok, '"r"', run.nonce()])[1]       # ack-and-claim-next
+        if nxt:
+            leased.append(nxt[0].decode())
+        leased += [j[0].decode() for j in p.verb("claim", [8, run.nonce()])]
+        p.compare()
+        p.checked()
+        assert sorted(leased) == ["f0", "f1", "f2", "n0"], leased
+        for k in (p.ka, p.kb):
+            for job_id in ("e0", "e2", "e3", "e4"):
+                row = p.r.hgetall(k.job(job_id))
+                assert row["state"] == "expired" and row["attempts"] == "0", row
+                assert "payload" not in row and "finished" in row, row
+                assert p.r.zscore(k.dead, job_id) is None
+            assert p.r.exists(k.job("e1")) == 0                     # ttl 0: nothing kept
+            assert p.r.lrange(k.base + "done:e0", 0, -1) == ["1"]  # the waiter woken
+            assert 3000 < p.r.ttl(k.job("e0")) <= 3600
+        # an expiry on the wire is checked before anything is written, the same on both
+        bad = run.job_fields("x9", "g1")
+        ra = p.raw.call("EVALSHA", p.sha["enqueue"], len(FIXED), *p.ka.fixed, 1, *bad, "soon")
+        rb = p.raw.call(COMMANDS["enqueue"], *p.kb.fixed, 1, *bad, "soon")
+        assert ra[0] == rb[0] and isinstance(ra[1], RespError) and "expiry" in ra[1], (ra, rb)
+        p.compare()
     finally:
         p.close()
 

@@ -163,7 +163,7 @@ def requeue(redis_url: str | None, queue: str | None, job_id: str | None,
 _REFUSALS = {
     "missing": "no such job (never was, or its row expired)",
     "active": "it is running; a leased job is not interrupted",
-    "finished": "it already finished (done or cancelled)",
+    "finished": "it already finished (done, cancelled or expired)",
 }
 
 

@@ -252,18 +252,20 @@ class App:
                   kwargs: dict[str, Any] | None = None, *, job_id: str | None = None,
                   group: str | None = None, countdown: float | None = None,
                   eta: datetime | float | None = None, queue: str | None = None,
-                  priority: int = 0) -> JobHandle[Any]:
+                  priority: int = 0,
+                  expires: datetime | float | None = None) -> JobHandle[Any]:
         """Enqueue a call by task name (or Task) on this app's server.
 
         A name registered on this App (else on another App of this process) keeps its
         options (group function, attempts, lease...); an unknown name is sent with the
         defaults of ``@task``, for a worker elsewhere that knows it. Raises LaneFull
         (nothing written) when the job's lane holds its cap of waiting jobs, CorruptKey
-        (nothing written) when a key it would write holds the wrong type.
+        (nothing written) when a key it would write holds the wrong type. ``expires``: as
+        ``Task.apply_async``'s.
         """
         spec = task.spec if isinstance(task, Task) else self._spec_for(validate.task_name(task))
         return send(self, spec, args, kwargs, queue=queue, job_id=job_id, group=group,
-                    countdown=countdown, eta=eta, priority=priority)
+                    countdown=countdown, eta=eta, priority=priority, expires=expires)
 
     def _spec_for(self, name: str) -> TaskSpec:
         return self._local_spec(name) or TaskSpec(name=name, fn=_not_here)

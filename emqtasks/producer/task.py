@@ -56,7 +56,8 @@ class JobHandle(Handle, Generic[R_co]):
 
     def status(self) -> str | None:
         """pending, delayed, active, done, dead, cancelled, skipped (a schedule's slot skipped
-        by overlap control); None once the row expired."""
+        by overlap control), expired (not started by its ``expires``); None once the row
+        expired."""
         return self._sync().status(self.id)
 
     async def astatus(self) -> str | None:
@@ -71,8 +72,9 @@ class JobHandle(Handle, Generic[R_co]):
         return await self._aio().job(self.id)
 
     def get(self, timeout: float | None = None, poll: float | None = None) -> R_co:
-        """The task's return value; TaskFailed if it died, was cancelled, or was a schedule's
-        slot skipped by overlap control; ResultTimeout
+        """The task's return value; TaskFailed if it died, was cancelled, expired (never
+        started by its ``expires``), or was a schedule's slot skipped by overlap control;
+        ResultTimeout
         (a TimeoutError) when it has not finished within ``timeout`` seconds.
 
         Blocks on the job's own notification key (one BLPOP per ``poll`` seconds, default
@@ -153,11 +155,14 @@ class Task(Generic[P, R]):
                     job_id: str | None = None, group: str | None = None,
                     countdown: float | None = None,
                     eta: datetime | float | None = None, priority: int = 0,
-                    on_commit: bool = False, *, task_id: str | None = None,
+                    on_commit: bool = False,
+                    expires: datetime | float | None = None, *, task_id: str | None = None,
                     queue: str | None = None, link: Any = None,
                     link_error: Signature | None = None) -> JobHandle[R]:
         """Enqueue one call. ``eta`` is a datetime or a UNIX timestamp; both go via delayed.
         ``priority`` (-100..100, lower first) orders jobs within the group's lane only.
+        ``expires`` (seconds from now, a UNIX timestamp or a datetime): a job not started
+        by then ends ``expired``, never run, and ``get()`` raises TaskFailed.
         Raises LaneFull (nothing written) when the lane holds its cap of waiting jobs.
 
         ``on_commit=True`` (Django): the call is checked now and sent when the current
@@ -169,6 +174,9 @@ class Task(Generic[P, R]):
         send the call as a workflow (bound.linked); the handle is the task's own job."""
         job_id = bound.one_id(job_id, task_id)
         if link is not None or link_error is not None:
+            if expires is not None:
+                raise InvalidArgument("expires= with link=: a linked call is a workflow, "
+                                      "whose steps do not expire")
             own, flow = bound.linked(self, args, kwargs, link, link_error, job_id=job_id,
                                      group=group, countdown=countdown, eta=eta,
                                      priority=priority, queue=queue, on_commit=on_commit)
@@ -176,7 +184,7 @@ class Task(Generic[P, R]):
                                    self.app, workflow=flow)
         return send(self.app, self.spec, args, kwargs, queue=queue, job_id=job_id,
                     group=group, countdown=countdown, eta=eta, priority=priority,
-                    later=run_on_commit if on_commit else None)
+                    later=run_on_commit if on_commit else None, expires=expires)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature of this call for a workflow: chain, group, chord (emqtasks.canvas).
@@ -187,16 +195,19 @@ class Task(Generic[P, R]):
         """An immutable signature: in a chain it ignores the result of the step before."""
         return Signature(self, args, kwargs, immutable=True)
 
-    def map(self, calls: Iterable[Any], priority: int = 0) -> list[JobHandle[R]]:
+    def map(self, calls: Iterable[Any], priority: int = 0,
+            expires: datetime | float | None = None) -> list[JobHandle[R]]:
         """Enqueue many calls in one round trip; each item a tuple of args or a dict of kwargs.
-        A call into a full lane is not written and its handle says ``verdict == "full"``."""
+        A call into a full lane is not written and its handle says ``verdict == "full"``.
+        ``expires``: as apply_async's, the same deadline for every call."""
         calls = list(calls)
         if not calls:
             return []
         queue = self.app.queue(self.spec.queue)
+        ex = validate.expires_ms(expires)
         with tracing.sending(self.name, queue.name, len(calls)) as span:
             jobs = self._jobs(calls, priority, span.carrier)
-            verdicts = queue.enqueue_many(jobs)
+            verdicts = queue.enqueue_many(jobs, None if ex is None else [ex] * len(jobs))
         return [JobHandle(queue, j.id, v.word, self.app) for j, v in zip(jobs, verdicts)]
 
     def _jobs(self, calls: Iterable[Any], priority: int,
@@ -214,20 +225,23 @@ class Task(Generic[P, R]):
                            kwargs: dict[str, Any] | None = None, job_id: str | None = None,
                            group: str | None = None, countdown: float | None = None,
                            eta: datetime | float | None = None,
-                           priority: int = 0) -> JobHandle[R]:
+                           priority: int = 0,
+                           expires: datetime | float | None = None) -> JobHandle[R]:
         """apply_async(), awaited."""
         return await asend(self.app, self.spec, args, kwargs, job_id=job_id, group=group,
-                           countdown=countdown, eta=eta, priority=priority)
+                           countdown=countdown, eta=eta, priority=priority, expires=expires)
 
-    async def amap(self, calls: Iterable[Any], priority: int = 0) -> list[JobHandle[R]]:
+    async def amap(self, calls: Iterable[Any], priority: int = 0,
+                   expires: datetime | float | None = None) -> list[JobHandle[R]]:
         """map(), awaited."""
         calls = list(calls)
         if not calls:
             return []
         queue = self.app.aqueue(self.spec.queue)
+        ex = validate.expires_ms(expires)
         with tracing.sending(self.name, queue.name, len(calls)) as span:
             jobs = self._jobs(calls, priority, span.carrier)
-            verdicts = await queue.enqueue_many(jobs)
+            verdicts = await queue.enqueue_many(jobs, None if ex is None else [ex] * len(jobs))
         return [JobHandle(queue, j.id, v.word, self.app) for j, v in zip(jobs, verdicts)]
 
     def __repr__(self) -> str:
@@ -238,13 +252,15 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
          kwargs: dict[str, Any] | None = None, *, queue: str | None = None,
          job_id: str | None = None, group: str | None = None, countdown: float | None = None,
          eta: datetime | float | None = None, priority: int = 0,
-         later: Callable[[Callable[[], None]], None] | None = None) -> JobHandle[Any]:
+         later: Callable[[Callable[[], None]], None] | None = None,
+         expires: datetime | float | None = None) -> JobHandle[Any]:
     """Enqueue one call of ``spec`` on ``app``'s server (``Task.apply_async`` and
     ``App.send_task``): LaneFull or CorruptKey, nothing written, as the verdict says.
 
     ``later`` (oncommit.run_on_commit): the call is checked now, and ``later`` is given the
     enqueue to run when it will; the handle says "on_commit" until then."""
     q = app.queue(queue if queue is not None else spec.queue)
+    ex = validate.expires_ms(expires)
     with tracing.sending(spec.name, q.name) as span:
         job = build_job(spec, tuple(args), kwargs or {},
                         limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
@@ -254,15 +270,15 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
             handle: JobHandle[Any] = JobHandle(q, job.id, "on_commit", app)
 
             def enqueue() -> None:
-                handle.verdict = _enqueue(app, q, job).verdict
+                handle.verdict = _enqueue(app, q, job, ex).verdict
 
             later(enqueue)
             return handle
-        return _enqueue(app, q, job)
+        return _enqueue(app, q, job, ex)
 
 
-def _enqueue(app: App, q: Queue, job: NewJob) -> JobHandle[Any]:
-    verdict = q.enqueue_many([job])[0]
+def _enqueue(app: App, q: Queue, job: NewJob, expires_ms: int | None) -> JobHandle[Any]:
+    verdict = q.enqueue_many([job], None if expires_ms is None else [expires_ms])[0]
     if verdict == EnqueueVerdict.UNREADABLE:
         raise q.corrupt([job.group], f"job {job.id} was not enqueued")
     return JobHandle(q, job.id, _accepted(job, verdict), app)
@@ -272,15 +288,17 @@ async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
                 kwargs: dict[str, Any] | None = None, *, queue: str | None = None,
                 job_id: str | None = None, group: str | None = None,
                 countdown: float | None = None, eta: datetime | float | None = None,
-                priority: int = 0) -> JobHandle[Any]:
+                priority: int = 0,
+                expires: datetime | float | None = None) -> JobHandle[Any]:
     """send(), awaited on the App's async client of the running event loop."""
     q = app.aqueue(queue if queue is not None else spec.queue)
+    ex = validate.expires_ms(expires)
     with tracing.sending(spec.name, q.name) as span:
         job = build_job(spec, tuple(args), kwargs or {},
                         limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
                         countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
         span.job(job.id, job.group)
-        verdict = (await q.enqueue_many([job]))[0]
+        verdict = (await q.enqueue_many([job], None if ex is None else [ex]))[0]
         if verdict == EnqueueVerdict.UNREADABLE:
             raise await q.corrupt([job.group], f"job {job.id} was not enqueued")
         return JobHandle(q, job.id, _accepted(job, verdict), app)

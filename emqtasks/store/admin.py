@@ -89,6 +89,11 @@ class Admin(QueueCore):
         """CANCELLED, MISSING, ACTIVE (running jobs are not interrupted) or FINISHED."""
         return self.run(cancel_plan(self.keys, job_id))
 
+    def forget(self, job_id: str) -> int:
+        """Delete a finished job's row and result (lua/forget.lua): 1 forgotten, 0 no such
+        job, -1 not finished (pending, delayed, waiting or active: nothing deleted)."""
+        return int(self.scripts.forget(self._k, [check_job_id(job_id)]))
+
     def cancel_many(self, ids: Sequence[str], per_trip: int = 500) -> int:
         """cancel() each id, ``per_trip`` calls a round trip; how many were cancelled (the
         dashboard's bulk action)."""

@@ -117,8 +117,10 @@ class AsyncQueue:
         self._cluster = is_cluster(client)
 
     # -- the verbs (each the sync Queue's plan) ---------------------------------------------
-    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueVerdict]:
-        return await self.run(enqueue_plan(self.keys, jobs))
+    async def enqueue_many(self, jobs: Sequence[NewJob],
+                           expires_ms: Sequence[int | None] | None = None
+                           ) -> list[EnqueueVerdict]:
+        return await self.run(enqueue_plan(self.keys, jobs, expires_ms))
 
     async def corrupt(self, groups: Iterable[str], outcome: str) -> CorruptKey:
         return await self.run(corrupt_plan(self.keys, groups, outcome))

@@ -46,9 +46,10 @@ class HotPath(QueueCore):
     """The verbs of a job's life and a master's tick (sent through ``self.hot``)."""
 
     # -- producer ---------------------------------------------------------------------
-    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[EnqueueVerdict]:
+    def enqueue_many(self, jobs: Sequence[NewJob],
+                     expires_ms: Sequence[int | None] | None = None) -> list[EnqueueVerdict]:
         """Admit jobs, one round trip per ENQUEUE_CHUNK of them (enqueue_plan)."""
-        return self.run(enqueue_plan(self.keys, jobs))
+        return self.run(enqueue_plan(self.keys, jobs, expires_ms))
 
     # -- consumer ---------------------------------------------------------------------
     def claim(self, n: int = 1) -> list[Lease]:
@@ -168,11 +169,18 @@ class HotPath(QueueCore):
         self.scripts.wake(self._k, [token])
 
 
-def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob]) -> Steps[list[EnqueueVerdict]]:
+def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
+                 expires_ms: Sequence[int | None] | None = None) -> Steps[list[EnqueueVerdict]]:
     """Admit jobs, one round trip per ENQUEUE_CHUNK of them; per job ENQUEUED or
     DUPLICATE (bad ids raise before anything is sent). A batch bigger than a chunk is
     not admitted atomically, but every job is idempotent by its id: a batch cut short
-    by an error can be sent again (what was admitted answers DUPLICATE)."""
+    by an error can be sent again (what was admitted answers DUPLICATE).
+
+    ``expires_ms``: per job, ms from now after which it is never started (None: never;
+    validate.expires_ms makes them). A call whose jobs have none sends none: the
+    arguments are the previous release's, so an older server's scripts or module take it."""
+    if expires_ms is not None and len(expires_ms) != len(jobs):
+        raise InvalidArgument("one expiry per job (None for none)")
     for job in jobs:
         check_job_id(job.id)
         check_group(job.group)
@@ -182,6 +190,9 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob]) -> Steps[list[EnqueueV
         args: list[Any] = [len(chunk)]
         for job in chunk:
             args.extend(job)
+        tail = expires_ms[start:start + ENQUEUE_CHUNK] if expires_ms is not None else ()
+        if any(e is not None for e in tail):
+            args.extend("" if e is None else int(e) for e in tail)
         try:
             replies = yield Hot("enqueue", keys.fixed, args)
         except ResponseError as exc:

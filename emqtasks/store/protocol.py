@@ -11,13 +11,15 @@ row by ROW_INTS.
 from __future__ import annotations
 
 #: Every field a job row (``emq:{q}:job:<id>``, a hash) may hold: the ten ``NEW_ROW`` fields
-#: and ``prio`` written when the job is created; the lease's (``nonce``, ``started``,
+#: and ``prio`` and ``expires`` (the deadline of ``apply_async(expires=...)``, server ms: a
+#: claim that meets the job after it ends it ``expired``) written when the job is created;
+#: the lease's (``nonce``, ``started``,
 #: ``fence``, ``ran``, ``unrun``, ``vcharge``: lua/lib/claim.lua, lua/lib/timefair.lua); the
 #: end's (``finished``, ``result``, ``error``) and the clients blocked on it (``waiters``);
 #: a workflow step's (``wf`` ... ``nslots``: lua/lib/workflow.lua).
 ROW_FIELDS = (
     "task", "payload", "group", "state", "attempts", "max", "lease", "delay", "ttl",
-    "created", "prio",
+    "created", "prio", "expires",
     "nonce", "started", "fence", "ran", "unrun", "vcharge",
     "finished", "result", "error", "waiters",
     "wf", "next", "slot", "par", "imm", "splice", "comma", "cd", "npend", "nslots",
@@ -43,12 +45,12 @@ FENCED_ROW = ("state", "attempts", "nonce", "group", "max", "ttl", "waiters", "s
 #: What a claim reads of the row of the job it popped, in this order (lua/lib/rows.lua
 #: ``LEASE_ROW`` and its ``R_*`` indexes; native/src/rows.c ``R_*``).
 LEASE_ROW = ("task", "payload", "lease", "state", "attempts", "fence", "group", "max", "ttl",
-             "delay", "created")
+             "delay", "created", "expires")
 
 #: A row's integer fields as every verb reads them: (name, required); lua/lib/rows.lua
 #: ``row_fault``'s ``int_fault`` calls, native/src/rows.c ``ROW_INTS``.
 ROW_INTS = (("attempts", True), ("lease", True), ("fence", False), ("max", True),
-            ("ttl", False), ("delay", False), ("created", True))
+            ("ttl", False), ("delay", False), ("created", True), ("expires", False))
 
 #: One leased job as claim (and ack's next job) answers it, position by position: the fields
 #: of ``Lease`` (lua/lib/claim.lua ``claim_one``'s reply, native/src/claim.c ``reply_job``).

@@ -37,6 +37,17 @@ class Reads(QueueCore):
     def status(self, job_id: str) -> str | None:
         return self.run(status_plan(self.keys, job_id))
 
+    def links(self, job_id: str) -> tuple[str | None, list[str], list[str]]:
+        """A workflow step's place as its row knows it: (its workflow's id, the ids of the
+        steps it releases, the ids of the steps it waits for); (None, [], []) for a plain job
+        or a row that is gone."""
+        try:
+            wf, nxt, par = self.client.hmget(self.keys.job(check_job_id(job_id)),
+                                             "wf", "next", "par")
+        except ResponseError as exc:
+            raise self.run(unreadable_row_plan(self.keys, job_id, exc)) from None
+        return wf, (nxt or "").split(), (par or "").split()
+
     def dead_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The most recent dead jobs, newest first, each a job() view (one round trip for
         the rows). A job key of the wrong type is listed too, its ``corrupt`` naming it."""
@@ -138,7 +149,8 @@ def job_plan(keys: QueueKeys, job_id: str) -> Steps[dict[str, Any] | None]:
 
 
 def status_plan(keys: QueueKeys, job_id: str) -> Steps[str | None]:
-    """Reads.status: pending, delayed, active, done, dead, cancelled, skipped, or None."""
+    """Reads.status: pending, delayed, active, done, dead, cancelled, skipped, expired, or
+    None."""
     try:
         state: str | None = yield cmd("hget", keys.job(job_id), "state")
     except ResponseError as exc:

@@ -30,7 +30,7 @@ class NewJob(NamedTuple):
 class Outcome(NamedTuple):
     """What Queue.wait_outcome saw of a job: its state (None once its row is gone; "unseen"
     when no connection was free to ask), its result JSON and error, and whether it ended
-    (done, dead, cancelled, skipped or gone) or the deadline came first."""
+    (done, dead, cancelled, skipped, expired or gone) or the deadline came first."""
 
     state: str | None
     result: str | None
@@ -38,8 +38,9 @@ class Outcome(NamedTuple):
     ended: bool
 
 
-#: The states a job ends in (a row that is gone counts too).
-ENDED = ("done", "dead", "cancelled", "skipped")
+#: The states a job ends in (a row that is gone counts too). ``expired``: its ``expires``
+#: passed before a claim started it (lua/lib/claim.lua), so it never ran.
+ENDED = ("done", "dead", "cancelled", "skipped", "expired")
 
 
 class Lease(NamedTuple):

@@ -13,9 +13,9 @@ do
     bury, group_seat, hist, hist_started, job_key, lane_key, misfit, rate_ready
   local ring_leave, ring_size, ring_turn, row_fault, starts_key, time_charge, time_fair =
     ring_leave, ring_size, ring_turn, row_fault, starts_key, time_charge, time_fair
-  local type_of, wait_push, wake, wrong_type = type_of, wait_push, wake, wrong_type
-  local LEASE_ROW, R_ATTEMPTS, R_FENCE, R_LEASE, R_PAYLOAD, R_STATE, R_TASK =
-    LEASE_ROW, R_ATTEMPTS, R_FENCE, R_LEASE, R_PAYLOAD, R_STATE, R_TASK
+  local notify, type_of, wait_push, wake, wrong_type = notify, type_of, wait_push, wake, wrong_type
+  local LEASE_ROW, R_ATTEMPTS, R_EXPIRES, R_FENCE, R_LEASE, R_PAYLOAD, R_STATE, R_TASK, R_TTL =
+    LEASE_ROW, R_ATTEMPTS, R_EXPIRES, R_FENCE, R_LEASE, R_PAYLOAD, R_STATE, R_TASK, R_TTL
   local unpack = unpack
   local tonumber, type = tonumber, type
   -- A claim meets what it cannot read without failing the queue: a job row it cannot read goes
@@ -46,14 +46,28 @@ do
     if t == 'none' or t == 'list' then wake() end
   end
 
+  -- A popped job whose deadline (its row's `expires`, server ms, set by enqueue from the
+  -- producer's `expires=`) has passed is never run: it ends `expired`, as a cancelled job
+  -- ends (no attempt spent, no retry, not `dead`: Celery counts it revoked), the clients
+  -- blocked in get() are woken, and the row lives its ttl. A row without the field (every
+  -- job before expiries existed) never expires.
+  local function expire(id, jk, row, now)
+    redis.call('HSET', jk, 'state', 'expired', 'finished', now, 'error',
+      'expired: not started before its expiry')
+    redis.call('HDEL', jk, 'payload')
+    notify(id, redis.call('HGET', jk, 'waiters'))
+    local ttl = tonumber(row[R_TTL] or '0')
+    if ttl > 0 then redis.call('EXPIRE', jk, ttl) else redis.call('DEL', jk) end
+  end
+
   -- Claim one job: turn the ring one step (in time mode: take the group of least virtual time
   -- and charge it, time_charge), pop the head of that lane, lease it.
   -- Returns {id, task, payload, attempts, nonce, group, lease_ms, more, fence}, or nil when
   -- nothing is serviceable, or nil and an error text when a queue-wide key a claim writes is
   -- of the wrong type (claim_books: nothing was written). Ghosts (ids whose row is gone),
   -- stale ring entries, groups whose books cannot be read (group_seat) and rows that cannot be
-  -- read (bury) are skipped, at most 64 of them per call; past that a wake is pushed so a
-  -- worker comes back for the rest.
+  -- read (bury) and expired jobs (expire) are skipped, at most 64 of them per call; past that
+  -- a wake is pushed so a worker comes back for the rest.
   function claim_one(nonce, now)
     local tf = time_fair()
     for _ = 1, 64 do
@@ -83,8 +97,10 @@ do
           fault = row_fault(row, g)
           if fault then refused = bury(id, g, fault, now) end
         end
+        local ok = not (row.err or fault or not row[R_STATE])
+        local expired = ok and row[R_EXPIRES] and tonumber(row[R_EXPIRES]) <= now
         -- `active` first, by the write itself: a lease it refuses is no lease
-        if not (row.err or fault or not row[R_STATE])
+        if ok and not expired
           and type(redis.pcall('ZADD', K_active, now + tonumber(row[R_LEASE]), id)) == 'table' then
           refused = wrong_type(K_active, 'zset')
         end
@@ -93,8 +109,9 @@ do
           redis.call('ZADD', lane, popped[2], id)
           return nil, refused
         end
-        if row.err or not row[R_STATE] or fault then
-          -- a ghost (its row is gone) or a buried row: look again
+        if not ok or expired then
+          -- a ghost (its row is gone), a buried row or an expired job: look again
+          if expired then expire(id, jk, row, now) end
           if redis.call('ZCARD', lane) == 0 then ring_leave(g, false) end
         else
           local rotated = true

@@ -5,16 +5,16 @@
 -- What a claim reads of the row of the job it popped: these fields in this order
 -- (emqtasks/store/protocol.py LEASE_ROW; the module's R_* in rows.c), read as row[R_*].
 local LEASE_ROW = {'task', 'payload', 'lease', 'state', 'attempts', 'fence', 'group', 'max',
-  'ttl', 'delay', 'created'}
+  'ttl', 'delay', 'created', 'expires'}
 local R_TASK, R_PAYLOAD, R_LEASE, R_STATE, R_ATTEMPTS, R_FENCE, R_GROUP, R_MAX, R_TTL, R_DELAY,
-  R_CREATED = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+  R_CREATED, R_EXPIRES = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
 
 local int_fault, row_fault, bury
 do   -- the names it uses copied next to it, as lib/claim.lua explains
   local K_dead, hist_failed, int_ok, job_key, notify, wf_fail, wrong_type =
     K_dead, hist_failed, int_ok, job_key, notify, wf_fail, wrong_type
-  local R_ATTEMPTS, R_CREATED, R_DELAY, R_FENCE, R_GROUP, R_LEASE, R_MAX, R_TTL =
-    R_ATTEMPTS, R_CREATED, R_DELAY, R_FENCE, R_GROUP, R_LEASE, R_MAX, R_TTL
+  local R_ATTEMPTS, R_CREATED, R_DELAY, R_EXPIRES, R_FENCE, R_GROUP, R_LEASE, R_MAX, R_TTL =
+    R_ATTEMPTS, R_CREATED, R_DELAY, R_EXPIRES, R_FENCE, R_GROUP, R_LEASE, R_MAX, R_TTL
   local type = type
 
   -- Why a row's field v (a count or a time every verb of the job's life reads as an integer)
@@ -36,7 +36,7 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
     return int_fault(row[R_ATTEMPTS], 'attempts', true) or int_fault(row[R_LEASE], 'lease', true)
       or int_fault(row[R_FENCE], 'fence') or int_fault(row[R_MAX], 'max', true)
       or int_fault(row[R_TTL], 'ttl') or int_fault(row[R_DELAY], 'delay')
-      or int_fault(row[R_CREATED], 'created', true)
+      or int_fault(row[R_CREATED], 'created', true) or int_fault(row[R_EXPIRES], 'expires')
   end
 
   -- A job popped from g's lane whose row cannot be read goes to `dead` with the reason; a

@@ -63,6 +63,31 @@ static int claim_books(Q *q) {
     return q->books;
 }
 
+/* expire (lua/lib/claim.lua): a popped job past its deadline (its row's `expires`) is never
+ * run: it ends `expired` (no attempt, no retry, not dead), the clients blocked in get() are
+ * woken, and the row lives its ttl (ttl: the row's, int_ok or NULL). h: the row's handle,
+ * open for writing. 0, or -1 (q->err). */
+static int expire(Q *q, RMS *id, RMK *h, RMS *jkey, RMS *ttl) {
+    RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now), *waiters = NULL;
+    RedisModule_HashSet(h, REDISMODULE_HASH_NONE, F_STATE, S_EXPIRED, F_FINISHED, now_s,
+                        F_ERROR, S_EXPIRED_WHY, NULL);
+    RedisModule_Replicate(q->ctx, "HSET", "sssssss", jkey, F_STATE, S_EXPIRED, F_FINISHED,
+                          now_s, F_ERROR, S_EXPIRED_WHY);
+    sfree(q, now_s);
+    hdel(q, h, jkey, F_PAYLOAD);
+    RedisModule_HashGet(h, REDISMODULE_HASH_NONE, F_WAITERS, &waiters, NULL);
+    int rc = notify(q, id, waiters);
+    sfree(q, waiters);
+    long long secs = ttl ? (long long)int_val(ttl) : 0;
+    if (rc == 0 && secs > 0) {
+        rc = expire_at(q, h, jkey, q->now + secs * 1000);
+    } else if (rc == 0) {
+        RedisModule_DeleteKey(h);
+        RedisModule_Replicate(q->ctx, "DEL", "s", jkey);
+    }
+    return rc;
+}
+
 /* One turn at the ring's head group g: 1 claimed into *out, 0 look again (the group's
  * books unreadable, its lane empty or not a zset, its head a ghost or a buried row), -1
  * error. */
@@ -94,20 +119,26 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
                             &row[R_PAYLOAD], F_LEASE, &row[R_LEASE], F_STATE, &row[R_STATE],
                             F_ATTEMPTS, &row[R_ATTEMPTS], F_FENCE, &row[R_FENCE], F_GROUP,
                             &row[R_GROUP], F_MAX, &row[R_MAX], F_TTL, &row[R_TTL], F_DELAY,
-                            &row[R_DELAY], F_CREATED, &row[R_CREATED], NULL);
+                            &row[R_DELAY], F_CREATED, &row[R_CREATED], F_EXPIRES,
+                            &row[R_EXPIRES], NULL);
     char why[64];
     int buried = jt != REDISMODULE_KEYTYPE_EMPTY && jt != REDISMODULE_KEYTYPE_HASH;
     if (!buried && row[R_STATE]) buried = row_fault(row, g, why, sizeof why);
+    /* past its deadline (a row without one never expires): never run, look again */
+    int expired = !buried && row[R_STATE] && row[R_EXPIRES]
+                  && int_val(row[R_EXPIRES]) <= (double)q->now;
     /* `dead` for a burial, `active` for a lease: of the wrong type, the call changes nothing
      * (the scripts' write is refused and the job put back) */
-    if (buried || row[R_STATE]) {
+    if (buried || (row[R_STATE] && !expired)) {
         int fixed = buried ? K_DEAD : K_ACTIVE;
         const int type = REDISMODULE_KEYTYPE_ZSET;
         if ((rc = types_fit(q, &q->k[fixed], &type, 1)) < 0) goto out;
     }
-    if (buried || !row[R_STATE]) {               /* a buried row or a ghost: look again */
+    if (buried || !row[R_STATE] || expired) {    /* buried, a ghost or expired: look again */
         zrem(q, lane, lkey, id);
-        if (buried) {
+        if (expired) {
+            rc = expire(q, id, job, jkey, row[R_TTL]);
+        } else if (buried) {
             char t[64];
             if (jt != REDISMODULE_KEYTYPE_HASH) type_name(q, jkey, t, sizeof t);
             rc = bury(q, id, g, why, jt != REDISMODULE_KEYTYPE_HASH ? t : NULL, job, jkey, NULL);
@@ -223,7 +254,8 @@ static int wake_soft(Q *q) {
 /* Claim one job: turn the ring one step, pop the head of that lane, lease it.
  * 1 claimed into *out, 0 nothing serviceable, -1 error, -2 a queue-wide key a claim writes
  * is of the wrong type (claim_books: nothing written, q->errbuf says which). Ghosts,
- * stale ring entries, unreadable groups and buried rows are skipped, at most 64 per call;
+ * stale ring entries, unreadable groups, buried rows and expired jobs are skipped, at most 64
+ * per call;
  * past that a wake is pushed so a worker comes back. */
 static int claim_one(Q *q, RMS *nonce, Job *out) {
     memset(out, 0, sizeof *out);

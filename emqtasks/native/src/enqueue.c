@@ -106,7 +106,11 @@ static int enqueue_books(Q *q, RMS **a, long long n, char *refused) {
     return rc;
 }
 
-static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, long long *verdict) {
+/* The optional expiries of EMQ.ENQUEUE (lua/enqueue.lua): at most ten years either way, so
+ * now + one stays integer text of 15 digits (int_ok). */
+#define MAX_EXPIRES_MS 315576000000LL
+
+static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, long long *verdict) {
     RMS *id = f[J_ID], *g = f[J_GROUP];
     double countdown, prio = 0, cap = 0;
     num(q, f[J_COUNTDOWN], &countdown, "ERR emq: countdown must be a number");
@@ -131,8 +135,15 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, long long *verdic
     if (countdown <= 0) rc = max_size_of(q, g, &has_cap, &cap);   /* the cap on waiting jobs */
     /* A producer's job: held to its lane's cap when due now (a countdown joins its lane when
      * due), and counted in the minute's history as enqueued (lua/enqueue.lua says the same). */
+    RMS *expires = NULL;
+    size_t exlen = 0;
+    if (ex) RedisModule_StringPtrLen(ex, &exlen);
+    if (exlen > 0)                               /* the deadline: now + ms (checked) */
+        expires = RedisModule_CreateStringFromLongLong(q->ctx,
+                                                       q->now + (long long)int_val(ex));
     if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY)
-        rc = new_job(q, job, jk, f, now_s, prio, has_cap ? &cap : NULL, 1, verdict);
+        rc = new_job(q, job, jk, f, now_s, prio, has_cap ? &cap : NULL, 1, expires, verdict);
+    sfree(q, expires);
     RedisModule_CloseKey(job);
     sfree(q, jk);
     return rc;
@@ -143,7 +154,11 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
     long long n;
     if (RedisModule_StringToLongLong(argv[ARGV0], &n) != REDISMODULE_OK || n < 0)
         return RedisModule_ReplyWithError(ctx, "ERR emq: n must be an integer >= 0");
-    if (n > argc || (long long)(argc - ARGV0 - 1) != n * NJOB) return RedisModule_WrongArity(ctx);
+    /* n jobs, then optionally n expiries (sent when a job of the call has one) */
+    if (n > argc) return RedisModule_WrongArity(ctx);
+    long long given = argc - ARGV0 - 1;
+    if (given != n * NJOB && (n == 0 || given != n * NJOB + n)) return RedisModule_WrongArity(ctx);
+    RMS **ex = given == n * NJOB ? NULL : argv + ARGV0 + 1 + n * NJOB;
     Q q;
     if (q_init(&q, ctx, argv, 0, 0) < 0) return finish(&q);
     RMS **a = argv + ARGV0 + 1;
@@ -158,6 +173,12 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
             integer(&q, f[J_TTL], &ll, "ERR emq: ttl must be an integer") < 0 ||
             num(&q, f[J_COUNTDOWN], &d, "ERR emq: countdown must be a number") < 0)
             return finish(&q);
+        size_t len = 0;
+        if (ex) RedisModule_StringPtrLen(ex[i], &len);
+        if (len > 0 && !(int_ok(ex[i]) && fabs(int_val(ex[i])) <= (double)MAX_EXPIRES_MS)) {
+            fail(&q, "ERR emq: an expiry must be integer ms within 10 years");
+            return finish(&q);
+        }
     }
     long long *out = RedisModule_Alloc(sizeof(long long) * (size_t)(n ? n : 1));
     char *refused = RedisModule_Alloc((size_t)(n ? n : 1));
@@ -166,7 +187,8 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
     RMS *now_s = RedisModule_CreateStringFromLongLong(ctx, q.now);
     q.full = full(ctx);
     for (long long i = 0; books == 1 && i < n; i++) {
-        if (enqueue_one(&q, a + i * NJOB, now_s, refused[i], &out[i]) < 0) break;
+        if (enqueue_one(&q, a + i * NJOB, now_s, refused[i], ex ? ex[i] : NULL, &out[i]) < 0)
+            break;
         if (out[i] == 1) q.full = 0;   /* written: a script is not stopped half-way */
     }
     sfree(&q, now_s);

@@ -13,12 +13,13 @@ enum { J_ID, J_TASK, J_PAYLOAD, J_GROUP, J_MAX, J_LEASE, J_DELAY, J_TTL, J_COUNT
  *   cap      the lane cap it is held to (NULL: none): a job due now whose lane holds that
  *            many is refused before anything is written (*verdict 2)
  *   counted  1: the minute's history counts it as enqueued to its group
- * The scripts' `ready` and `extra` are not here: only EMQ.ENQUEUE creates a job in the
- * module (schedule's fire and workflow, which pass them, have no twin), and its jobs are
- * ready and carry no field of their own. *verdict 1 written, 2 refused; returns 0, or -1
+ *   expires  NULL, or the job's deadline (server ms, integer text): the row's `expires`, the
+ *            one field of its own an EMQ.ENQUEUE job may carry (the scripts' `extra`)
+ * The scripts' `ready` is not here: only EMQ.ENQUEUE creates a job in the module (schedule's
+ * fire and workflow, which pass it, have no twin), and its jobs are ready. *verdict 1 written, 2 refused; returns 0, or -1
  * (q->err: a full server refuses the first write, as it refuses a script's). */
 static int new_job(Q *q, RMK *job, RMS *jk, RMS **f, RMS *now_s, double prio,
-                   const double *cap, int counted, long long *verdict) {
+                   const double *cap, int counted, RMS *expires, long long *verdict) {
     RMS *id = f[J_ID], *g = f[J_GROUP], *lk = NULL;
     RMK *lane = NULL;
     double countdown;
@@ -47,6 +48,10 @@ static int new_job(Q *q, RMK *job, RMS *jk, RMS **f, RMS *now_s, double prio,
             RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_PRIO, p, NULL);
             RedisModule_Replicate(q->ctx, "HSET", "sss", jk, F_PRIO, p);
             sfree(q, p);
+        }
+        if (expires) {
+            RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_EXPIRES, expires, NULL);
+            RedisModule_Replicate(q->ctx, "HSET", "sss", jk, F_EXPIRES, expires);
         }
         rc = countdown > 0 ? delay_push(q, id, (double)q->now + countdown)
                            : lane_push_into(q, lane, lk, g, id,

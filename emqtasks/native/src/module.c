@@ -29,7 +29,9 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     F_SPLICE = mk(ctx, "splice"); F_COMMA = mk(ctx, "comma"); F_CD = mk(ctx, "cd");
     F_FAILED = mk(ctx, "failed"); F_WAITING = mk(ctx, "waiting"); F_LERR = mk(ctx, "lerr");
     F_RAN = mk(ctx, "ran"); F_UNRUN = mk(ctx, "unrun"); F_SEEN = mk(ctx, "seen");
-    F_STALE_ACKS = mk(ctx, "stale_acks");
+    F_STALE_ACKS = mk(ctx, "stale_acks"); F_EXPIRES = mk(ctx, "expires");
+    S_EXPIRED = mk(ctx, "expired");
+    S_EXPIRED_WHY = mk(ctx, "expired: not started before its expiry");
     S_UNRUN = mk(ctx, "lease expired before the job was seen running (attempt not counted)");
     static const struct { const char *name; RedisModuleCmdFunc fn; } cmds[] = {
         {"emq.enqueue", cmd_enqueue}, {"emq.claim", cmd_claim}, {"emq.ack", cmd_ack},

@@ -5,10 +5,11 @@
 /* The fields a claim reads of a row, and the integer ones each verb of the job's life reads
  * (the scripts' ROW and ROW_INTS). */
 enum { R_TASK, R_PAYLOAD, R_LEASE, R_STATE, R_ATTEMPTS, R_FENCE, R_GROUP, R_MAX, R_TTL,
-       R_DELAY, R_CREATED, NROW };
+       R_DELAY, R_CREATED, R_EXPIRES, NROW };
 static const struct { int at; const char *name; int required; } ROW_INTS[] = {
     {R_ATTEMPTS, "attempts", 1}, {R_LEASE, "lease", 1}, {R_FENCE, "fence", 0},
     {R_MAX, "max", 1}, {R_TTL, "ttl", 0}, {R_DELAY, "delay", 0}, {R_CREATED, "created", 1},
+    {R_EXPIRES, "expires", 0},
 };
 
 /* Why a row popped from g's lane cannot be leased, written into buf; 0 when it can. */

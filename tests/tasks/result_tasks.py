@@ -1,0 +1,28 @@
+"""Tasks the AsyncResult tests run in real workers (tests/test_async_result.py)."""
+
+from __future__ import annotations
+
+from emqtasks import default_app, task
+
+
+def _k(name: str) -> str:
+    return f"ar:{default_app.settings.queue}:{name}"
+
+
+@task(name="ar.hold", lease=5.0)
+def hold(tag: str) -> str:
+    """Says it started, then waits (bounded) for the test's go."""
+    r = default_app.client
+    r.rpush(_k("started"), tag)
+    r.blpop([_k("go")], timeout=20)
+    return tag
+
+
+@task(name="ar.fails", max_attempts=1)
+def fails(why: str) -> None:
+    raise ValueError(why)
+
+
+@task(name="ar.add")
+def add(x: int, y: int = 0) -> int:
+    return x + y

@@ -24,6 +24,7 @@ import pytest
 
 from emqtasks import App
 from emqtasks._dev.localserver import LocalRedis, find_binary, server_name
+from emqtasks.errors import NativeUnavailable
 
 # tests/support: helpers and launchers; tests/tasks: the modules workers import with -A.
 for _folder in ("support", "tasks"):
@@ -100,6 +101,26 @@ def queue_name() -> str:
 def app(redis_url: str, queue_name: str) -> Iterator[App]:
     application = App(redis_url=redis_url, queue=queue_name)
     yield application
+    application.purge()
+    application.close()
+
+
+@pytest.fixture(params=["lua", "native"])
+def path_app(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, redis_url: str,
+             queue_name: str) -> Iterator[App]:
+    """An app whose hot verbs run the scripts, or the module's commands (its workers
+    inherit the environment); skipped on the module's side where the server has none.
+    Removes the ``t:<queue>:*`` keys tests' tasks write."""
+    monkeypatch.setenv("EMQ_NATIVE", "off" if request.param == "lua" else "require")
+    application = App(redis_url=redis_url, queue=queue_name)
+    try:
+        application.queue().claim(1)
+    except NativeUnavailable:
+        application.close()
+        pytest.skip("the server has no emq module")
+    yield application
+    for key in application.client.scan_iter(match=f"t:{queue_name}:*"):
+        application.client.delete(key)
     application.purge()
     application.close()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -16,29 +15,10 @@ import worker_tasks as wt
 from workerproc import WorkerProc
 
 from emqtasks import App
-from emqtasks.errors import InvalidArgument, NativeUnavailable, TaskFailed
+from emqtasks.errors import InvalidArgument, TaskFailed
 from emqtasks.ops.check import check, repair
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(params=["lua", "native"])
-def path_app(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, redis_url: str,
-             queue_name: str) -> Iterator[App]:
-    """An app (and its workers: they inherit the environment) on the scripts or the module."""
-    monkeypatch.setenv("EMQ_NATIVE", "off" if request.param == "lua" else "require")
-    application = App(redis_url=redis_url, queue=queue_name)
-    try:
-        application.queue().claim(1)
-    except NativeUnavailable:
-        application.close()
-        pytest.skip("the server has no emq module")
-    yield application
-    r = application.client
-    for key in r.scan_iter(match=f"t:{queue_name}:*"):
-        r.delete(key)
-    application.purge()
-    application.close()
 
 
 def _runs(app: App, tag: str) -> int:

@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,26 +18,10 @@ from helpers import make_task
 from workerproc import WorkerProc
 
 from emqtasks import App, Queue
-from emqtasks.errors import CorruptKey, NativeUnavailable
+from emqtasks.errors import CorruptKey
 from emqtasks.ops.check import check, repair
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(params=["lua", "native"])
-def path_app(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, redis_url: str,
-             queue_name: str) -> Iterator[App]:
-    """An app whose hot verbs run the scripts, or the module's commands."""
-    monkeypatch.setenv("EMQ_NATIVE", "off" if request.param == "lua" else "require")
-    application = App(redis_url=redis_url, queue=queue_name)
-    try:
-        application.queue().claim(1)
-    except NativeUnavailable:
-        application.close()
-        pytest.skip("the server has no emq module")
-    yield application
-    application.purge()
-    application.close()
 
 
 def _lanes(app: App) -> tuple[Queue, str]:

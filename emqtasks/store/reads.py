@@ -69,6 +69,11 @@ class Reads(QueueCore):
         return bool(state == "active" and attempts == str(lease.attempts)
                     and nonce == lease.nonce)
 
+    def retry_link(self, job_id: str) -> str | None:
+        """The span of the job's last failed attempt (a traceparent retry() kept), if any."""
+        link: str | None = self.client.hget(self.keys.job(job_id), "tlink")
+        return link
+
     # -- a job's end (JobHandle.get) ------------------------------------------------------
     def outcome(self, job_id: str, register: bool = False) -> tuple[str | None, str | None,
                                                                       str | None]:

@@ -612,7 +612,8 @@ class Run:
         args = [*tok, f"Boom: traceback {r.randrange(99)}", delay,
                 "1" if r.random() < 0.1 else "0"]
         if r.random() < 0.5:   # the failed attempt's span (tlink), or '' (left as is)
-            args.append(r.choice(["", f"00-{r.randrange(16**32):032x}-{r.randrange(16**16):016x}-01"]))
+            span = f"00-{r.randrange(16**32):032x}-{r.randrange(16**16):016x}-01"
+            args.append(r.choice(["", span]))
         self.p.verb("retry", args)
         self.done_with(tok)
 

@@ -4,6 +4,7 @@ file EMQ_TEST_SPANS names."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -37,3 +38,17 @@ def second_time() -> int:
 @task(name="t.otel.total")
 def total(values: list[int]) -> int:
     return sum(values)
+
+
+@task(name="t.otel.dies_once", retry_delay=0.01, max_attempts=3)
+def dies_once() -> int:
+    """Its child dies on the first attempt: the master settles it (WorkerLost)."""
+    if current_job().attempts == 1:
+        os._exit(1)
+    return current_job().attempts
+
+
+@task(name="t.otel.says")
+def says(word: str) -> str:
+    logging.getLogger("app.tasks").warning("saying %s", word)
+    return word

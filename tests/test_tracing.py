@@ -171,6 +171,36 @@ def test_a_run_the_master_settles_is_an_error_span_the_retry_links_to_and_logs_s
     assert len(quiet) == 2 and {line["trace_id"] for line in quiet} == {root["trace_id"]}
 
 
+def test_each_firing_of_a_schedule_is_a_trace_of_its_own(
+        app: App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "spans.jsonl"
+    monkeypatch.setenv("EMQ_TEST_SPANS", str(out))
+    add = app.task(name="t.otel.add")(_add)
+    with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                    modules=("otel_tasks",)) as w:
+        w.wait_ready()
+        app.schedule("otel-tick", add, every=1, args=(5, 6))
+        try:
+            w.wait_for(lambda: sum(s["name"] == "process t.otel.add"
+                                   for s in spanfile.read(out)) >= 2, 10, "two runs")
+        finally:
+            app.unschedule("otel-tick")
+        assert w.stop() == 0
+    spans = spanfile.read(out)
+    sends = {s["span_id"]: s for s in spans if s["name"] == "send t.otel.add"}
+    runs = [s for s in spans if s["name"] == "process t.otel.add"]
+    assert len(runs) >= 2 and len({r["trace_id"] for r in runs}) == len(runs)
+    for run in runs:
+        sent = sends[run["parent_id"]]    # the master's span of the firing, in the file
+        assert sent["kind"] == "PRODUCER" and sent["parent_id"] is None
+        assert sent["trace_id"] == run["trace_id"]
+        job_id = run["attributes"]["messaging.message.id"]
+        assert job_id.startswith("sched:otel-tick:")
+        assert sent["attributes"]["messaging.message.id"] == job_id
+        assert sent["attributes"]["emqtasks.schedule"] == "otel-tick"
+        assert job_id == f"sched:otel-tick:{sent['attributes']['emqtasks.schedule.slot']}"
+
+
 def test_map_sends_one_span_per_batch_and_every_job_carries_it(
         app: App, exported: InMemorySpanExporter) -> None:
     add = app.task(name="t.otel.add")(_add)

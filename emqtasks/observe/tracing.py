@@ -147,6 +147,36 @@ def _mark_failed(span: Any, failure: BaseException) -> None:
     span.set_status(Status(StatusCode.ERROR, f"{type(failure).__name__}: {failure}"[:300]))
 
 
+class Firing:
+    """The PRODUCER span ``send <task>`` of one slot of a schedule: a new root trace per
+    firing (the master's park thread has no request to follow), ended only when the slot's
+    job was enqueued (a slot another master fired, or overlap skipped, runs nothing)."""
+
+    def __init__(self, task: str, queue: str, schedule: str, slot: int) -> None:
+        from opentelemetry import context, propagate, trace
+
+        self._span = trace.get_tracer(_TRACER).start_span(
+            f"send {task}", context=context.Context(), kind=trace.SpanKind.PRODUCER,
+            attributes={"messaging.system": SYSTEM, "messaging.operation.type": "send",
+                        "messaging.destination.name": queue, "emqtasks.task": task,
+                        "emqtasks.schedule": schedule, "emqtasks.schedule.slot": slot})
+        #: The W3C context the slot's job carries in its envelope.
+        self.carrier: dict[str, str] = {}
+        propagate.inject(self.carrier, context=trace.set_span_in_context(self._span))
+
+    def end(self, job_id: str, group: str, enqueued: bool) -> None:
+        if not enqueued:
+            return   # never ended: never exported
+        self._span.set_attributes({"messaging.message.id": job_id, "emqtasks.group": group})
+        self._span.end()
+
+
+def firing(task: str, queue: str, schedule: str, slot: int) -> Firing | None:
+    """The span of a schedule's slot (a master's), or None when this process does not
+    trace."""
+    return Firing(task, queue, schedule, slot) if _recording() else None
+
+
 class _Process:
     """A CONSUMER span ``process <task>`` around one run, child of the sender's span (and
     linked to the attempt before, for a retry)."""

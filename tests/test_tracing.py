@@ -132,11 +132,13 @@ def test_a_run_the_master_settles_is_an_error_span_the_retry_links_to_and_logs_s
         w.wait_ready()
         with trace.get_tracer("test").start_as_current_span("request") as request:
             lost = app.send_task("t.otel.dies_once", group="initech")
+            limited = app.send_task("t.otel.ignores_its_limit")
             said = app.send_task("t.otel.says", ("hi",))
         alone_job = app.send_task("t.otel.says", ("quiet",))
         assert lost.get(timeout=10) == 2 and said.get(timeout=10) == "hi"
+        assert limited.get(timeout=15) == 2
         assert alone_job.get(timeout=10) == "quiet"
-        w.wait_for(lambda: w.output().count('"outcome": "done"') == 3, 10, "done lines")
+        w.wait_for(lambda: w.output().count('"outcome": "done"') == 4, 10, "done lines")
         assert w.stop() == 0
         output = w.output()
     trace_id = f"{request.get_span_context().trace_id:032x}"
@@ -147,12 +149,22 @@ def test_a_run_the_master_settles_is_an_error_span_the_retry_links_to_and_logs_s
     assert dead["trace_id"] == trace_id and dead["parent_id"] == sent["span_id"]
     assert dead["kind"] == "CONSUMER" and dead["status"] == "ERROR"
     assert dead["events"] == ["exception"] and dead["links"] == []
+    assert dead["error"].startswith("WorkerLost: child pid ")
     assert dead["attributes"]["emqtasks.settled_by"] == "master"
     assert dead["attributes"]["messaging.message.id"] == lost.id
     assert dead["attributes"]["emqtasks.group"] == "initech"
     again = one(theirs, "process t.otel.dies_once", **{"emqtasks.attempt": 2})
     assert again["parent_id"] == sent["span_id"] and again["status"] == "UNSET"
     assert again["links"] == [dead["span_id"]]
+    # killed at its time limit: the same, its exception TimeLimitExceeded
+    sent_limited = one(records(exported), "send t.otel.ignores_its_limit")
+    killed = one(theirs, "process t.otel.ignores_its_limit", **{"emqtasks.attempt": 1})
+    assert killed["trace_id"] == trace_id and killed["parent_id"] == sent_limited["span_id"]
+    assert killed["status"] == "ERROR" and killed["events"] == ["exception"]
+    assert killed["error"] == "TimeLimitExceeded: ran past its time limit of 0.2s"
+    assert killed["attributes"]["emqtasks.settled_by"] == "master"
+    rerun = one(theirs, "process t.otel.ignores_its_limit", **{"emqtasks.attempt": 2})
+    assert rerun["links"] == [killed["span_id"]] and rerun["status"] == "UNSET"
     # JSON logs: the trace id on the job's lines, the master's and the task's own
     lines = [json.loads(line) for line in output.splitlines()]
     mine = [line for line in lines if line.get("job_id") in (lost.id, said.id)]

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 from opentelemetry import trace
@@ -52,3 +54,13 @@ def dies_once() -> int:
 def says(word: str) -> str:
     logging.getLogger("app.tasks").warning("saying %s", word)
     return word
+
+
+@task(name="t.otel.ignores_its_limit", retry_delay=0.01, max_attempts=3, time_limit=0.2)
+def ignores_its_limit() -> int:
+    """Its first attempt runs past its time limit with SIGTERM blocked: only the master's
+    SIGKILL ends it (TimeLimitExceeded, settled by the master)."""
+    if current_job().attempts == 1:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        time.sleep(30)
+    return current_job().attempts

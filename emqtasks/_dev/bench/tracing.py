@@ -18,6 +18,7 @@ Worker CPU per job is the master's and children's user+system time over the drai
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from contextlib import AbstractContextManager, nullcontext
@@ -55,8 +56,11 @@ def run(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | N
         finally:
             b.client.close()
     finally:
+        shutil.rmtree(hidden, ignore_errors=True)
         if server is not None:
             server.close()
+    if not b.notes and not b.worker_problems:
+        shutil.rmtree(b.log_dir, ignore_errors=True)   # kept to read only when it went wrong
     report(b, results, version, concurrency, as_json)
 
 

@@ -76,6 +76,12 @@ def _refuse_keys_not_text(args: tuple[Any, ...] | list[Any], kwargs: dict[str, A
                                  f"{where}; JSON keys are strings (convert it, e.g. str(key))")
 
 
+def with_trace(payload: str, trace: dict[str, str]) -> str:
+    """An encoded envelope (without one) given a trace context, last, as dumps_args puts it:
+    a schedule's job is encoded once, and each firing carries its own context."""
+    return f'{payload[:-1]},"t":{_encode(trace)}}}'
+
+
 def dumps_args(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any], limit: int,
                trace: dict[str, str] | None = None) -> str:
     """Encode a call; raises SerializationError or PayloadTooLarge, having written nothing.

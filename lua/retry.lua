@@ -9,10 +9,12 @@
 -- ARGV[4]  error text (type, message, traceback)
 -- ARGV[5]  delay ms before the retry; '' means the row's own fixed delay
 -- ARGV[6]  '1' to dead-letter now whatever the attempts left (a job that can never run)
+-- ARGV[7]  optional: the W3C traceparent of the failed attempt's span, kept on the row
+--          (`tlink`) for the next attempt's span to link to; absent or '' leaves it as is
 -- Reply: 1 retry scheduled, 2 dead, 0 stale (nothing was written).
 -- Side effects: counts it in the minute's history (lib/history.lua); removes the id from
 --   `active`; gactive-1 (a group held back by its limit returns to the ring with a wake);
---   state delayed or dead, the error on the row; a job claimed in time mode settles its
+--   state delayed or dead, the error (and the attempt's span, ARGV[7]) on the row; a job claimed in time mode settles its
 --   group's time (time_settle in lib/timefair.lua). A dead workflow step fails its workflow
 --   (wf_fail in lib/workflow.lua). A group whose books cannot be read (group_books in lib/books.lua)
 --   keeps them as they are: the failure is written all the same.
@@ -38,6 +40,7 @@ if not dead then into[2], into[3] = {K_delayed, 'zset'}, {K_wake, 'list'} end
 local unfit = misfit(into)
 if unfit then return redis.error_reply(unfit) end
 if not books then time_settle(g, id, row[F_STARTED], row[F_VCHARGE], now, true) end
+if ARGV[7] and ARGV[7] ~= '' then redis.call('HSET', jk, 'tlink', ARGV[7]) end
 redis.call('ZREM', K_active, id)
 if not books then active_drop(g, now) end
 if dead then

@@ -34,6 +34,8 @@ _TOGETHER: dict[str, list[str]] = {
         "--dashboard", "--quick", "--runs", "1", "--json"],
     "test_the_cluster_benchmark_reports_one_to_three_queues": [
         "--cluster", "--quick", "--jobs", "300", "--json"],
+    "test_the_tracing_bench_measures_a_drain_off_with_the_api_and_with_the_sdk": [
+        "--tracing", "--quick", "--jobs", "300", "--json"],
 }
 
 
@@ -191,6 +193,18 @@ def test_quick_workflow_bench_a_chain_step_rides_on_the_ack(
     assert figures["wf_chord_callbacks"] == 1
     for key in ("wf_chain_steps", "wf_chord_members", "wf_chain_enqueue"):
         assert figures[key] > 0, key
+
+
+@pytest.mark.timeout(120)
+def test_the_tracing_bench_measures_a_drain_off_with_the_api_and_with_the_sdk(
+        benches: dict[str, _Bench], request: pytest.FixtureRequest) -> None:
+    proc = _run(benches, request, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["jobs"] == 300 and report["worker_problems"] == []
+    for mode in ("off", "api", "sdk"):
+        assert report["figures"][mode]["drain"] > 0, mode
+        assert report["figures"][mode]["worker_cpu_us"] > 0, mode
 
 
 @pytest.mark.timeout(300)

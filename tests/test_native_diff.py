@@ -616,8 +616,12 @@ class Run:
         delay = r.choice(["", "", str(r.randrange(10**8, 10**10)),
                           str(-r.randrange(10**8, 10**9))])
         self._ran_for(tok)
-        self.p.verb("retry", [*tok, f"Boom: traceback {r.randrange(99)}", delay,
-                              "1" if r.random() < 0.1 else "0"])
+        args = [*tok, f"Boom: traceback {r.randrange(99)}", delay,
+                "1" if r.random() < 0.1 else "0"]
+        if r.random() < 0.5:   # the failed attempt's span (tlink), or '' (left as is)
+            span = f"00-{r.randrange(16**32):032x}-{r.randrange(16**16):016x}-01"
+            args.append(r.choice(["", span]))
+        self.p.verb("retry", args)
         self.done_with(tok)
 
     def op_extend(self) -> None:
@@ -1167,7 +1171,8 @@ def _steps(p: Pair, run: Run, rnd: random.Random, held: list[tuple[str, int, str
                 taken = [reply[1]] if reply and reply[1] else []
             elif verb == "retry":
                 _differ(p, "retry", [*tok[:3], "boom", rnd.choice(["", "0"]),
-                                     "1" if rnd.random() < 0.2 else "0"])
+                                     "1" if rnd.random() < 0.2 else "0",
+                                     *rnd.choice([[], [""], ["00-ab-cd-01"]])])
             else:
                 _differ(p, "release", [*tok[:3], "released", ""])
         elif x < 0.6:
@@ -1395,6 +1400,36 @@ def test_expiring_jobs(server: Server) -> None:
         rb = p.raw.call(COMMANDS["enqueue"], *p.kb.fixed, 1, *bad, "soon")
         assert ra[0] == rb[0] and isinstance(ra[1], RespError) and "expiry" in ra[1], (ra, rb)
         p.compare()
+    finally:
+        p.close()
+
+
+def test_retry_keeps_the_failed_attempts_span(server: Server) -> None:
+    """retry's optional ARGV[7] on both paths: the failed attempt's traceparent kept on the
+    row (``tlink``, what the next attempt's span links to), retried or dead; '' or no
+    seventh argument leaves the one there as it is (a master that knows no span)."""
+    p = Pair(server, "tla", "tln")
+    run = Run(p, SEED + 12)
+    link = f"00-{'ab' * 16}-{'cd' * 8}-01"
+    try:
+        p.verb("enqueue", [3, *run.job_fields("j1", "g1"), *run.job_fields("j2", "g2"),
+                           *run.job_fields("j3", "g3")])
+        for k in (p.ka, p.kb):
+            for j in ("j1", "j2", "j3"):
+                p.r.hset(k.job(j), mapping={"max": 3, "tlink": "00-old-span-01"})
+        leases = p.verb("claim", [3, "n1"])
+        assert len(leases) == 3, leases
+        extra = {"j1": [link], "j2": [""], "j3": []}
+        for lease in leases:
+            tok = [lease[0].decode(), lease[3], lease[4].decode()]
+            final = "1" if tok[0] == "j1" else "0"
+            assert p.verb("retry", [*tok, "Boom", "0", final, *extra[tok[0]]]) in (1, 2)
+        p.compare()
+        for k in (p.ka, p.kb):
+            assert p.r.hget(k.job("j1"), "tlink") == link
+            assert p.r.hget(k.job("j2"), "tlink") == "00-old-span-01"
+            assert p.r.hget(k.job("j3"), "tlink") == "00-old-span-01"
+        p.checked()
     finally:
         p.close()
 

@@ -10,8 +10,9 @@ Paths (``PATHS``): both on the Lua scripts (a server without the module); both o
 module (the server loads this release's module: the previous release's Python wire sends
 its ``EMQ.*`` commands to it, as it would during a deploy that upgraded the servers first);
 and the previous release's Lua scripts beside this release's module on one queue. The
-previous release's own module is not built (a C build per run): this release's code against
-the previous module (a deploy that upgrades workers before servers) is not covered here.
+previous release's own module is not built for those (a C build per run): this release's
+code against the previous module (a deploy that upgrades workers before servers) is covered
+for the one argument added since, retry's span link (the last test builds that module).
 """
 
 from __future__ import annotations
@@ -29,13 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import assert_invariants
+import redis
+from helpers import assert_invariants, new_job
 from rolling import MISSED, Side
 from rolling_tasks import go_key, held_key
 
 from emqtasks._dev.localserver import LocalRedis
-from emqtasks.native import module_path
+from emqtasks.native import build, module_path
 from emqtasks.ops.check import check
+from emqtasks.store.queue import Queue
 from emqtasks.testing import WorkerProcess
 from emqtasks.verdicts import AckVerdict, ExtendVerdict, ReleaseVerdict, RetryVerdict
 
@@ -345,3 +348,46 @@ def test_workers_of_both_releases_drain_one_queue(
     stats = new.app.stats()
     assert (stats["pending"], stats["active"], stats["delayed"], stats["dead"]) == (0, 0, 0, 2)
     assert check(new.q).ok, check(new.q).violations
+
+
+def test_a_traced_retry_against_the_previous_releases_module(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers upgraded before the servers: the previous release's module takes retry's six
+    arguments, and refuses the seventh (the failed attempt's span, tlink) before it writes
+    anything; this release writes the failure without it."""
+    cc = build.compiler()
+    if cc is None:
+        pytest.skip("no C compiler: the previous release's module cannot be built")
+    if _git("rev-parse", "--is-inside-work-tree").returncode != 0 or \
+            _git("cat-file", "-e", f"{PREVIOUS_RELEASE}^{{commit}}").returncode != 0:
+        pytest.skip("the previous release is not in this checkout")
+    archive = _git("archive", "--format=tar", PREVIOUS_RELEASE, "emqtasks/native")
+    assert archive.returncode == 0, archive.stderr.decode()
+    safe: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(tmp_path, **safe)
+    old = tmp_path / "emq-previous.so"
+    made = subprocess.run([*cc, *build.CFLAGS, "-shared", "-o", str(old),
+                           str(tmp_path / "emqtasks" / "native" / "emq.c"), "-lm"],
+                          capture_output=True, text=True, timeout=240)
+    assert made.returncode == 0, made.stderr
+    monkeypatch.setenv("EMQ_NATIVE", "require")   # the module's verbs, not the scripts
+    with LocalRedis(module=False, extra=("--loadmodule", str(old))) as srv:
+        client = srv.client()
+        q = Queue(client, "oldmod")
+        assert q.enqueue_many([new_job("j1")])
+        lease = q.claim()[0]
+        span = f"00-{'ab' * 16}-{'cd' * 8}-01"
+        with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
+            client.execute_command("EMQ.RETRY", *q.keys.fixed, lease.id, lease.attempts,
+                                   lease.nonce, "boom", "0", "0", span)
+        assert q.retry(lease, "boom", delay=0, link=span) == RetryVerdict.RETRIED
+        assert client.hget(q.keys.job("j1"), "error") == "boom"
+        assert q.retry_link("j1") is None
+        assert calls_of(client, "emq.retry") == 3   # mine, refused, then without the link
+        client.close()
+
+
+def calls_of(client: Any, command: str) -> int:
+    stats = client.info("commandstats").get(f"cmdstat_{command}", {})
+    return int(stats.get("calls", 0))

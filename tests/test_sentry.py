@@ -81,6 +81,37 @@ def test_a_dead_job_is_one_error_event_with_the_jobs_tags(app: App, sentry: Reco
     assert exc["mechanism"] == {"type": "emqtasks", "handled": False}
     assert exc["stacktrace"]["frames"][-1]["function"] == "dies"   # the task's own frame
     assert event["contexts"]["emqtasks"]["job_id"] == h.id
+    assert "otel.trace_id" not in event["tags"]   # no tracing: no trace id
+
+
+def test_with_opentelemetry_on_an_event_carries_the_jobs_trace_id(app: App,
+                                                                  sentry: Recorder) -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.util._once import Once
+
+    @app.task(name="sentry_t.traced", max_attempts=1)
+    def traced() -> None:
+        sentry_sdk.capture_message("inside")
+        raise ValueError("dead")
+
+    provider = TracerProvider()
+    trace.set_tracer_provider(provider)
+    try:
+        with trace.get_tracer("test").start_as_current_span("request") as request:
+            h = traced.delay()
+        assert [o.verdict for o in run_pending(app.queue())] == ["dead"]
+    finally:   # the API sets a provider once per process: the reset its own tests make
+        provider.shutdown()
+        trace._TRACER_PROVIDER_SET_ONCE = Once()
+        trace._TRACER_PROVIDER = None
+    trace_id = f"{request.get_span_context().trace_id:032x}"
+    inside, dead = sentry.events()
+    for event in (inside, dead):
+        assert event["tags"]["otel.trace_id"] == trace_id
+        assert event["contexts"]["emqtasks"]["trace_id"] == trace_id
+        assert event["tags"]["emqtasks.job_id"] == h.id
+    assert dead["tags"]["emqtasks.outcome"] == "dead"
 
 
 def test_retried_attempts_are_reported_only_when_asked(app: App) -> None:

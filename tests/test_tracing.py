@@ -102,6 +102,7 @@ def test_a_job_runs_in_the_trace_of_the_request_that_sent_it(
     second = one(theirs, "process t.otel.second_time", **{"emqtasks.attempt": 2})
     assert first["status"] == "ERROR" and first["events"] == ["exception"]
     assert second["status"] == "UNSET" and second["events"] == []
+    assert first["links"] == [] and second["links"] == [first["span_id"]]   # the retry's link
     for run in (first, second):
         assert run["parent_id"] == sent_flaky["span_id"]
         assert run["attributes"]["messaging.message.id"] == flaky.id
@@ -119,6 +120,97 @@ def test_a_job_runs_in_the_trace_of_the_request_that_sent_it(
     runs = sorted(s["name"] for s in theirs if s["parent_id"] == sent_chord["span_id"])
     assert runs == ["process t.otel.add"] * 3 + ["process t.otel.total"]
     assert len(theirs) == 10
+
+
+def test_a_run_the_master_settles_is_an_error_span_the_retry_links_to_and_logs_say_the_trace(
+        app: App, exported: InMemorySpanExporter, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "spans.jsonl"
+    monkeypatch.setenv("EMQ_TEST_SPANS", str(out))
+    with WorkerProc(app.settings.redis_url, app.settings.queue, "--log-format", "json",
+                    concurrency=1, modules=("otel_tasks",)) as w:
+        w.wait_ready()
+        with trace.get_tracer("test").start_as_current_span("request") as request:
+            lost = app.send_task("t.otel.dies_once", group="initech")
+            limited = app.send_task("t.otel.ignores_its_limit")
+            said = app.send_task("t.otel.says", ("hi",))
+        alone_job = app.send_task("t.otel.says", ("quiet",))
+        assert lost.get(timeout=10) == 2 and said.get(timeout=10) == "hi"
+        assert limited.get(timeout=15) == 2
+        assert alone_job.get(timeout=10) == "quiet"
+        w.wait_for(lambda: w.output().count('"outcome": "done"') == 4, 10, "done lines")
+        assert w.stop() == 0
+        output = w.output()
+    trace_id = f"{request.get_span_context().trace_id:032x}"
+    sent = one(records(exported), "send t.otel.dies_once")
+    theirs = spanfile.read(out)
+    # the child's span died with it: the master's stands for the run, ERROR, in the trace
+    dead = one(theirs, "process t.otel.dies_once", **{"emqtasks.attempt": 1})
+    assert dead["trace_id"] == trace_id and dead["parent_id"] == sent["span_id"]
+    assert dead["kind"] == "CONSUMER" and dead["status"] == "ERROR"
+    assert dead["events"] == ["exception"] and dead["links"] == []
+    assert dead["error"].startswith("WorkerLost: child pid ")
+    assert dead["attributes"]["emqtasks.settled_by"] == "master"
+    assert dead["attributes"]["messaging.message.id"] == lost.id
+    assert dead["attributes"]["emqtasks.group"] == "initech"
+    again = one(theirs, "process t.otel.dies_once", **{"emqtasks.attempt": 2})
+    assert again["parent_id"] == sent["span_id"] and again["status"] == "UNSET"
+    assert again["links"] == [dead["span_id"]]
+    # killed at its time limit: the same, its exception TimeLimitExceeded
+    sent_limited = one(records(exported), "send t.otel.ignores_its_limit")
+    killed = one(theirs, "process t.otel.ignores_its_limit", **{"emqtasks.attempt": 1})
+    assert killed["trace_id"] == trace_id and killed["parent_id"] == sent_limited["span_id"]
+    assert killed["status"] == "ERROR" and killed["events"] == ["exception"]
+    assert killed["error"] == "TimeLimitExceeded: ran past its time limit of 0.2s"
+    assert killed["attributes"]["emqtasks.settled_by"] == "master"
+    rerun = one(theirs, "process t.otel.ignores_its_limit", **{"emqtasks.attempt": 2})
+    assert rerun["links"] == [killed["span_id"]] and rerun["status"] == "UNSET"
+    # JSON logs: the trace id on the job's lines, the master's and the task's own
+    lines = [json.loads(line) for line in output.splitlines()]
+    mine = [line for line in lines if line.get("job_id") in (lost.id, said.id)]
+    assert {line["trace_id"] for line in mine} == {trace_id}
+    failed = [line for line in mine if line.get("outcome") == "retry"]
+    assert len(failed) == 1 and failed[0]["pid"] == w.pid   # the master's line
+    [own] = [line for line in mine if line["logger"] == "app.tasks"]
+    assert own["msg"] == "saying hi" and own["job_id"] == said.id
+    # a job sent outside the request: a trace of its own (its send span the root), which
+    # its lines name
+    alone = one(records(exported), "send t.otel.says", **{"messaging.message.id": alone_job.id})
+    root = one(theirs, "process t.otel.says", **{"messaging.message.id": alone_job.id})
+    assert alone["parent_id"] is None and root["parent_id"] == alone["span_id"]
+    assert root["trace_id"] == alone["trace_id"] != trace_id
+    quiet = [line for line in lines if line.get("job_id") == alone_job.id]
+    assert len(quiet) == 2 and {line["trace_id"] for line in quiet} == {root["trace_id"]}
+
+
+def test_each_firing_of_a_schedule_is_a_trace_of_its_own(
+        app: App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "spans.jsonl"
+    monkeypatch.setenv("EMQ_TEST_SPANS", str(out))
+    add = app.task(name="t.otel.add")(_add)
+    with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                    modules=("otel_tasks",)) as w:
+        w.wait_ready()
+        app.schedule("otel-tick", add, every=1, args=(5, 6))
+        try:
+            w.wait_for(lambda: sum(s["name"] == "process t.otel.add"
+                                   for s in spanfile.read(out)) >= 2, 10, "two runs")
+        finally:
+            app.unschedule("otel-tick")
+        assert w.stop() == 0
+    spans = spanfile.read(out)
+    sends = {s["span_id"]: s for s in spans if s["name"] == "send t.otel.add"}
+    runs = [s for s in spans if s["name"] == "process t.otel.add"]
+    assert len(runs) >= 2 and len({r["trace_id"] for r in runs}) == len(runs)
+    for run in runs:
+        sent = sends[run["parent_id"]]    # the master's span of the firing, in the file
+        assert sent["kind"] == "PRODUCER" and sent["parent_id"] is None
+        assert sent["trace_id"] == run["trace_id"]
+        job_id = run["attributes"]["messaging.message.id"]
+        assert job_id.startswith("sched:otel-tick:")
+        assert sent["attributes"]["messaging.message.id"] == job_id
+        assert sent["attributes"]["emqtasks.schedule"] == "otel-tick"
+        assert job_id == f"sched:otel-tick:{sent['attributes']['emqtasks.schedule.slot']}"
 
 
 def test_map_sends_one_span_per_batch_and_every_job_carries_it(

@@ -10,9 +10,10 @@ or, where ``sentry_sdk.init`` is called already, ``integrations=[EmqtasksIntegra
 - Every event made while a job runs (a ``capture_message`` in a task, an error a logging
   integration turns into an event, a report below) gets the job's tags ``emqtasks.task``,
   ``emqtasks.job_id``, ``emqtasks.queue``, ``emqtasks.group``, ``emqtasks.attempt`` and an
-  ``emqtasks`` context (the same, and the fence). A global event processor reads them from
-  the job context (``current_job``), a ContextVar: each async job on a child's loop sees its
-  own, and nothing is left on a scope between jobs.
+  ``emqtasks`` context (the same, and the fence); with OpenTelemetry on, the tag
+  ``otel.trace_id`` (and ``trace_id`` in the context): the trace of the job's run. A
+  global event processor reads them from the job context (``current_job``), a ContextVar:
+  each async job on a child's loop sees its own, and nothing is left on a scope between jobs.
 - A job that goes dead is reported once, from the ``task_dead`` hook, as an unhandled error
   event with its exception (in the master for a child that died or was killed at its time
   limit: ``WorkerLost`` / ``TimeLimitExceeded``). An attempt that will be retried is not
@@ -34,6 +35,7 @@ from sentry_sdk.integrations import Integration
 from sentry_sdk.scope import add_global_event_processor
 from sentry_sdk.utils import event_from_exception
 
+from ..observe import tracing
 from ..producer.app import default_app
 from ..producer.context import JobContext, current_or_none
 
@@ -67,15 +69,29 @@ def init(*, report_retries: bool = False, **options: Any) -> None:
 
 
 def job_tags(job: JobContext) -> dict[str, str]:
-    """The tags of an event made in ``job`` (tenant: jobs have none yet)."""
-    return {"emqtasks.task": job.task[:_TAG_MAX], "emqtasks.job_id": job.id[:_TAG_MAX],
+    """The tags of an event made in ``job`` (tenant: jobs have none yet); ``otel.trace_id``
+    when its run is in an OpenTelemetry trace."""
+    tags = {"emqtasks.task": job.task[:_TAG_MAX], "emqtasks.job_id": job.id[:_TAG_MAX],
             "emqtasks.queue": job.queue, "emqtasks.group": job.group[:_TAG_MAX],
             "emqtasks.attempt": str(job.attempts)}
+    trace_id = _trace_id(job)
+    if trace_id is not None:
+        tags["otel.trace_id"] = trace_id
+    return tags
+
+
+def _trace_id(job: JobContext) -> str | None:
+    """The OpenTelemetry trace of the job's run (its span's), else the current span's."""
+    return job._trace_id or tracing.trace_id()
 
 
 def _job_context(job: JobContext) -> dict[str, Any]:
-    return {"task": job.task, "job_id": job.id, "queue": job.queue, "group": job.group,
-            "attempt": job.attempts, "fence": job.fence}
+    context = {"task": job.task, "job_id": job.id, "queue": job.queue, "group": job.group,
+               "attempt": job.attempts, "fence": job.fence}
+    trace_id = _trace_id(job)
+    if trace_id is not None:
+        context["trace_id"] = trace_id
+    return context
 
 
 def _active() -> EmqtasksIntegration | None:

@@ -7,6 +7,12 @@ package is installed), so without it a job costs one dict lookup and loads nothi
 the API and no SDK no span is made (unless a context is current: then the API's no-op one,
 which passes it on) and the job carries nothing. The producer's context travels in the
 job's argument envelope as a W3C carrier (``"t"``, last, which workers before it ignore).
+
+A retry's run is a new ``process`` span in the same trace, linked to the attempt before:
+the retry verb keeps the failed attempt's traceparent on the job's row (``tlink``), which
+the next run reads (one HGET, only a traced run past its first attempt). A run whose child
+died or was killed at its time limit gets its span from the master (``settling``), ERROR,
+its traceparent kept on the row the same way.
 """
 
 from __future__ import annotations
@@ -106,22 +112,94 @@ def sending(task: str, queue: str | None, count: int | None = None) -> _Send | _
     return _Send(task, queue, count) if _recording() else _OFF
 
 
+def _process_attributes(ctx: JobContext) -> dict[str, Any]:
+    return {"messaging.system": SYSTEM, "messaging.destination.name": ctx.queue,
+            "messaging.operation.type": "process", "messaging.message.id": ctx.id,
+            "emqtasks.task": ctx.task, "emqtasks.group": ctx.group,
+            "emqtasks.attempt": ctx.attempts}
+
+
+def _links(traceparent: str | None) -> list[Any]:
+    """The link to the attempt before, from the traceparent the retry verb kept."""
+    if not traceparent:
+        return []
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    before = trace.get_current_span(
+        TraceContextTextMapPropagator().extract({"traceparent": traceparent})
+    ).get_span_context()
+    return [trace.Link(before)] if before.is_valid else []
+
+
+def _traceparent(span: Any) -> str | None:
+    """A recording span's W3C traceparent (what the row keeps for the next attempt)."""
+    if not span.is_recording():
+        return None
+    c = span.get_span_context()
+    return f"00-{c.trace_id:032x}-{c.span_id:016x}-{int(c.trace_flags):02x}"
+
+
+def _mark_failed(span: Any, failure: BaseException) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    span.record_exception(failure)
+    span.set_status(Status(StatusCode.ERROR, f"{type(failure).__name__}: {failure}"[:300]))
+
+
+class Firing:
+    """The PRODUCER span ``send <task>`` of one slot of a schedule: a new root trace per
+    firing (the master's park thread has no request to follow), ended only when the slot's
+    job was enqueued (a slot another master fired, or overlap skipped, runs nothing)."""
+
+    def __init__(self, task: str, queue: str, schedule: str, slot: int) -> None:
+        from opentelemetry import context, propagate, trace
+
+        self._span = trace.get_tracer(_TRACER).start_span(
+            f"send {task}", context=context.Context(), kind=trace.SpanKind.PRODUCER,
+            attributes={"messaging.system": SYSTEM, "messaging.operation.type": "send",
+                        "messaging.destination.name": queue, "emqtasks.task": task,
+                        "emqtasks.schedule": schedule, "emqtasks.schedule.slot": slot})
+        #: The W3C context the slot's job carries in its envelope.
+        self.carrier: dict[str, str] = {}
+        propagate.inject(self.carrier, context=trace.set_span_in_context(self._span))
+
+    def end(self, job_id: str, group: str, enqueued: bool) -> None:
+        if not enqueued:
+            return   # never ended: never exported
+        self._span.set_attributes({"messaging.message.id": job_id, "emqtasks.group": group})
+        self._span.end()
+
+
+def firing(task: str, queue: str, schedule: str, slot: int) -> Firing | None:
+    """The span of a schedule's slot (a master's), or None when this process does not
+    trace."""
+    return Firing(task, queue, schedule, slot) if _recording() else None
+
+
 class _Process:
-    """A CONSUMER span ``process <task>`` around one run, child of the sender's span."""
+    """A CONSUMER span ``process <task>`` around one run, child of the sender's span (and
+    linked to the attempt before, for a retry)."""
 
     def __init__(self, ctx: JobContext, payload: str) -> None:
         from opentelemetry import propagate, trace
 
         self._ctx = ctx
+        link = None
+        if ctx.attempts > 1:
+            try:
+                link = ctx._queue.retry_link(ctx.id)
+            except Exception:   # a span without its link, rather than a failed run
+                link = None
         self._cm = trace.get_tracer(_TRACER).start_as_current_span(
             f"process {ctx.task}", context=propagate.extract(_carrier(payload)),
             kind=trace.SpanKind.CONSUMER, record_exception=False,
-            set_status_on_exception=False, attributes={
-                "messaging.system": SYSTEM, "messaging.destination.name": ctx.queue,
-                "messaging.operation.type": "process", "messaging.message.id": ctx.id,
-                "emqtasks.task": ctx.task, "emqtasks.group": ctx.group,
-                "emqtasks.attempt": ctx.attempts})
+            set_status_on_exception=False, attributes=_process_attributes(ctx),
+            links=_links(link))
         self._span = self._cm.__enter__()
+        span_context = self._span.get_span_context()
+        if span_context.is_valid:   # for the job's log lines and error reports
+            ctx._trace_id = f"{span_context.trace_id:032x}"
 
     def __enter__(self) -> _Process:
         return self
@@ -132,11 +210,7 @@ class _Process:
         # says what made the run fail.
         failure = exc if exc is not None else self._ctx.exception
         if failure is not None:
-            from opentelemetry.trace import Status, StatusCode
-
-            self._span.record_exception(failure)
-            self._span.set_status(Status(StatusCode.ERROR, f"{type(failure).__name__}: "
-                                                           f"{failure}"[:300]))
+            _mark_failed(self._span, failure)
         self._cm.__exit__(kind, exc, tb)
 
 
@@ -146,6 +220,67 @@ def processing(ctx: JobContext, payload: str) -> _Process | _Off:
     if not active() or not (_recording() or ',"t":{' in payload):
         return _OFF   # nothing to record, and no context of the sender's to pass on
     return _Process(ctx, payload)
+
+
+class Settling:
+    """The ``process`` span of a run the master settles (its child died, or was killed at
+    its time limit): begun at the run's start, in the job's trace, ended ERROR only once the
+    master's write of the failure landed (a stale one: the child wrote it, and its span)."""
+
+    def __init__(self, ctx: JobContext, payload: str, link: str | None,
+                 started_ns: int) -> None:
+        from opentelemetry import propagate, trace
+
+        self._ctx = ctx
+        self._span = trace.get_tracer(_TRACER).start_span(
+            f"process {ctx.task}", context=propagate.extract(_carrier(payload)),
+            kind=trace.SpanKind.CONSUMER, attributes={
+                **_process_attributes(ctx), "emqtasks.settled_by": "master"},
+            links=_links(link), start_time=started_ns)
+        #: What the retry verb keeps on the row, for the next attempt's link.
+        self.traceparent = _traceparent(self._span)
+        span_context = self._span.get_span_context()
+        if span_context.is_valid:
+            ctx._trace_id = f"{span_context.trace_id:032x}"
+
+    def end(self, landed: bool) -> None:
+        if not landed:
+            return   # never ended: never exported
+        if self._ctx.exception is not None:
+            _mark_failed(self._span, self._ctx.exception)
+        self._span.end()
+
+
+def settling(ctx: JobContext, payload: str, link: str | None,
+             started_ns: int) -> Settling | None:
+    """The span of a run the master settles, or None when this process does not trace."""
+    return Settling(ctx, payload, link, started_ns) if _recording() else None
+
+
+def recording() -> bool:
+    """Whether this process makes spans (an SDK is installed): the master reads a settled
+    job's envelope only then."""
+    return _recording()
+
+
+def traceparent() -> str | None:
+    """The current span's traceparent if it records (a run failing now: the retry verb keeps
+    it for the next attempt's link), else None."""
+    if not active():
+        return None
+    from opentelemetry import trace
+
+    return _traceparent(trace.get_current_span())
+
+
+def trace_id() -> str | None:
+    """The current span's trace id (32 hex digits) if one is current, else None."""
+    if not active():
+        return None
+    from opentelemetry import trace
+
+    c = trace.get_current_span().get_span_context()
+    return f"{c.trace_id:032x}" if c.is_valid else None
 
 
 def _carrier(payload: str) -> dict[str, str]:

@@ -26,7 +26,7 @@ class JobContext:
     """One claim of one job, as the task running it sees it."""
 
     __slots__ = ("id", "task", "queue", "group", "attempts", "fence", "exception", "args",
-                 "kwargs", "give_up", "_lease", "_queue", "_row", "_started")
+                 "kwargs", "give_up", "_lease", "_queue", "_row", "_started", "_trace_id")
 
     def __init__(self, lease: Lease, queue: Queue) -> None:
         self.id: str = lease.id
@@ -48,6 +48,8 @@ class JobContext:
         self._row: tuple[int, datetime | None] | None = None
         #: When this run began (time.monotonic): the duration its outcome log line gives.
         self._started = time.monotonic()
+        #: The trace this run is in (32 hex digits; observe/tracing.py sets it), else None.
+        self._trace_id: str | None = None
 
     def _read_row(self) -> tuple[int, datetime | None]:
         if self._row is None:

@@ -70,13 +70,25 @@ class HotPath(QueueCore):
         return Acked(AckVerdict(verdict), Lease.from_reply(nxt) if nxt else None)
 
     def retry(self, lease: Lease, error: str, delay: float | None = None,
-              final: bool = False) -> RetryVerdict:
-        """Fail a job (fenced): RETRIED into delayed, DEAD, or STALE (nothing written)."""
+              final: bool = False, link: str | None = None) -> RetryVerdict:
+        """Fail a job (fenced): RETRIED into delayed, DEAD, or STALE (nothing written).
+        ``link``: the failed attempt's span (a traceparent), kept on the row for the next
+        attempt's span to link to (sent only when given; a server's module of a release
+        before takes six: the failure is written without it)."""
         delay = optional_seconds(delay, "a retry delay")
         delay_arg = "" if delay is None else int(delay * 1000)
-        return RetryVerdict(self.hot.call(
-            "retry", self._k, [lease.id, lease.attempts, lease.nonce, _sendable(error),
-                               delay_arg, "1" if final else "0"]))
+        args = [lease.id, lease.attempts, lease.nonce, _sendable(error), delay_arg,
+                "1" if final else "0"]
+        if not link:
+            return RetryVerdict(self.hot.call("retry", self._k, args))
+        try:
+            return RetryVerdict(self.hot.call("retry", self._k, [*args, _sendable(link)]))
+        except ResponseError as exc:
+            if "wrong number of arguments" not in str(exc):
+                raise
+        # A server whose module predates the link (workers upgraded before the servers)
+        # refuses a seventh argument before it writes anything: the failure, without it
+        return RetryVerdict(self.hot.call("retry", self._k, args))
 
     def release(self, lease: Lease, reason: str = "released by a stopping worker",
                 backoff: float = 0.0) -> ReleaseVerdict:

@@ -80,6 +80,17 @@ class Reads(QueueCore):
         return bool(state == "active" and attempts == str(lease.attempts)
                     and nonce == lease.nonce)
 
+    def retry_link(self, job_id: str) -> str | None:
+        """The span of the job's last failed attempt (a traceparent retry() kept), if any."""
+        link: str | None = self.client.hget(self.keys.job(job_id), "tlink")
+        return link
+
+    def trace_of(self, job_id: str) -> tuple[str, str | None]:
+        """(payload, the last failed attempt's span) of a job: what the span of a run its
+        master settles needs (its sender's context is in the payload's envelope)."""
+        payload, link = self.client.hmget(self.keys.job(job_id), "payload", "tlink")
+        return payload or "", link
+
     # -- a job's end (JobHandle.get) ------------------------------------------------------
     def outcome(self, job_id: str, register: bool = False) -> tuple[str | None, str | None,
                                                                       str | None]:

@@ -4,7 +4,8 @@ A JSON line has ``ts``, ``level``, ``logger``, ``pid``, ``msg`` (and ``exc``, a 
 as one string); a job's line adds the job's fields. The worker's own lines about a job pass
 them as ``extra=job_extra(...)``; a record made inside a task (user code calling
 ``logging.getLogger(...).info``) gets them from JobFieldsFilter, which reads the current job
-context. Only the stdlib: json and logging.
+context. Only the stdlib: json and logging (``trace_id``: observe/tracing.py, which
+imports OpenTelemetry never itself).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..observe import tracing
 from ..producer.context import current_or_none
 
 if TYPE_CHECKING:
@@ -52,17 +54,22 @@ def job_extra(job_id: str, task: str, queue: str, group: str, attempt: int, *,
 
 
 def context_extra(ctx: JobContext, outcome: str | None = None) -> dict[str, Any]:
-    """job_extra for a job the child runs: the duration from its context's start."""
+    """job_extra for a job the child runs: the duration from its context's start; the
+    trace its run's span is in (the span may have ended: the done line), else the current
+    span's (a context passed on without an SDK, a span the task opened)."""
     return job_extra(ctx.id, ctx.task, ctx.queue, ctx.group, ctx.attempts,
-                     outcome=outcome, started=None if outcome is None else ctx._started)
+                     outcome=outcome, started=None if outcome is None else ctx._started,
+                     trace_id=ctx._trace_id or tracing.trace_id())
 
 
-def lease_extra(lease: Lease, queue: str, outcome: str, started: float) -> dict[str, Any]:
+def lease_extra(lease: Lease, queue: str, outcome: str, started: float,
+                trace_id: str | None = None) -> dict[str, Any]:
     """job_extra for a job the master settles (its child died or was killed). The master
     knows a running job from its child's slot (id, attempts, nonce), not its task and
-    group: those fields are left out rather than given empty."""
+    group: those fields are left out rather than given empty. ``trace_id``: of the span
+    the master gave the run, when it traces."""
     extra = job_extra(lease.id, lease.task, queue, lease.group, lease.attempts,
-                      outcome=outcome, started=started)
+                      outcome=outcome, started=started, trace_id=trace_id)
     for name in ("task", "group"):
         if not extra[_ATTR][name]:
             del extra[_ATTR][name]

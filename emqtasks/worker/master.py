@@ -32,6 +32,7 @@ from ..producer.retry_policy import bounded
 from ..store.cluster import is_cluster
 from ..store.keys import WAKE_DUE
 from ..store.queue import Lease, Queue
+from ..verdicts import RetryVerdict
 from . import logs, park, settled
 from .child import Child, ChildConfig
 from .pipe import GO, GOT_WORK, HELD, IDLE, STOP
@@ -449,14 +450,21 @@ class Master:
             exc = WorkerLost(f"child pid {h.process.pid} died ({how}) while running the job")
             error = f"{type(exc).__name__}: {exc}"
             delay = running.retry_delay
+        # the run's span, when the master traces: the child's died unfinished
+        traced = settled.traced(queue, lease, exc, running.started, self._call)
         verdict = self._call(queue.retry, lease, error, bounded(delay) if delay >= 0 else None,
-                             final)
+                             final, traced[1].traceparent if traced else None)
+        landed = verdict in (RetryVerdict.RETRIED, RetryVerdict.DEAD)
+        if traced:
+            traced[1].end(landed)
         log.warning("job %s failed, %s: %s", lease.id, verdict.outcome,
                     error.partition("\n")[0], extra=logs.lease_extra(
-                        lease, queue.name, verdict.outcome, running.started))
+                        lease, queue.name, verdict.outcome, running.started,
+                        traced[0]._trace_id if traced else None))
         # Its child is gone: the master fires the hook, once (a stale verdict: the child
         # wrote the failure, and fired it, before it died).
-        settled.fire(self.hooks, verdict, queue, lease, exc, self._call)
+        settled.fire(self.hooks, verdict, queue, lease, exc, self._call,
+                     traced[0] if traced else None)
 
     # -- leases and limits --------------------------------------------------------------
     def _supervise_running(self) -> None:

@@ -255,7 +255,9 @@ class Runner:
                 final: bool) -> Outcome:
         lease = ctx._lease
         self.noting(lease, error, delay, final)
-        verdict = self.call(self.queues[qi].retry, lease, error, delay, final)
+        # the failing run's span (None untraced): the row keeps it for the next run's link
+        verdict = self.call(self.queues[qi].retry, lease, error, delay, final,
+                            tracing.traceparent())
         name = verdict.outcome
         log.warning("job %s (%s, queue %s) failed, %s: %s", lease.id,
                     _brief(lease.task, 120), ctx.queue, name,

@@ -16,6 +16,9 @@ Catch-up: slots missed while no master ran are the ones between the schedule's m
 latest slot handled) and the moment this master loaded it; ``latest`` enqueues the most
 recent, ``all`` each of them (at most CATCHUP_MAX, else only the latest, with a warning),
 ``none`` none. After that, every slot that falls due while this master runs is fired.
+
+When the master traces (the tasks module installed an SDK), each firing is a new trace: a
+``send`` span whose context the slot's job carries, so its run is traced like a sent job's.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import random
 import time
 from dataclasses import dataclass
 
+from .. import serialization
 from ..errors import EmqError, ServerFull
+from ..observe import tracing
 from ..producer.registry import Registry
 from ..schedules.schedule import (
     CATCHUP_MAX,
@@ -210,8 +215,13 @@ class Scheduler:
         s = entry.schedule
         countdown = int(random.uniform(0, s.jitter) * 1000) if s.jitter else 0
         job = entry.job._replace(id=slot_id(s.name, slot), countdown_ms=countdown)
+        span = tracing.firing(s.task, store.queue.name, s.name, slot)   # None untraced
+        if span is not None and span.carrier:
+            job = job._replace(payload=serialization.with_trace(job.payload, span.carrier))
         before = time.monotonic()
         fired = store.fire(s, slot, job)
+        if span is not None:
+            span.end(job.id, job.group, fired.verdict == FireVerdict.ENQUEUED)
         self.offset = fired.now_ms / 1000 - (before + time.monotonic()) / 2
         log.debug("schedule %r slot %d: %s", s.name, slot, fired.verdict.name.lower())
         return fired

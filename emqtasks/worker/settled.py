@@ -11,14 +11,19 @@ group and fence read from the job's row (one HMGET, only when a hook is register
 master's queue; ``job.exception`` is the WorkerLost or TimeLimitExceeded whose text the
 master wrote. Neither the arguments nor the original exception are passed: a JobContext
 carries no arguments, and the exception object died with the child.
+
+When the master traces (the tasks module installed an SDK), the run gets its ``process``
+span here, ERROR, in the job's trace (``traced``): the child's own span died unfinished.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
+from ..observe import tracing
 from ..producer.context import JobContext, reset_current, set_current
 from ..producer.hooks import Hooks
 from ..store.queue import Lease, Queue
@@ -39,19 +44,40 @@ def context(queue: Queue, lease: Lease, exc: BaseException) -> JobContext:
     return ctx
 
 
+def traced(queue: Queue, lease: Lease, exc: BaseException, started: float,
+           call: Callable[..., Any]) -> tuple[JobContext, tracing.Settling] | None:
+    """The context and span of a run the master settles, before it writes the failure (the
+    span's traceparent goes on the row); None when the master does not trace. ``started``:
+    the run's start, time.monotonic() (the slot's)."""
+    if not tracing.recording():
+        return None
+    try:
+        ctx: JobContext = call(context, queue, lease, exc)
+        payload, link = call(queue.trace_of, lease.id)
+    except Exception:   # the failure is written all the same, untraced
+        log.exception("could not read the row of job %s: its run is not traced", lease.id)
+        return None
+    started_ns = time.time_ns() - int((time.monotonic() - started) * 1e9)
+    span = tracing.settling(ctx, payload, link, started_ns)
+    return (ctx, span) if span is not None else None
+
+
 def fire(hooks: Hooks, verdict: RetryVerdict, queue: Queue, lease: Lease,
-         exc: BaseException, call: Callable[..., Any]) -> None:
+         exc: BaseException, call: Callable[..., Any], ctx: JobContext | None = None) -> None:
     """Fire the hook of a failure the master wrote (``verdict``), if one is registered;
-    ``call`` makes the row's read (the master's outage-aware call)."""
+    ``call`` makes the row's read (the master's outage-aware call) unless ``ctx`` was read
+    already (``traced``)."""
     event = _EVENTS.get(verdict)
     if event is None or not hooks.has(event):
         return
     try:
-        ctx: JobContext = call(context, queue, lease, exc)
+        if ctx is None:
+            ctx = call(context, queue, lease, exc)
     except Exception:   # the job is settled already: only its hook is lost
         log.exception("could not read the row of job %s: its %s hook does not fire",
                       lease.id, event)
         return
+    assert ctx is not None
     token = set_current(ctx)   # current_job() in the hook, as in a child's
     try:
         hooks.fire(event, ctx)

@@ -22,6 +22,7 @@ def as_record(span: ReadableSpan) -> dict[str, Any]:
         "parent_id": f"{span.parent.span_id:016x}" if span.parent is not None else None,
         "attributes": dict(span.attributes or {}),
         "status": span.status.status_code.name,
+        "error": span.status.description,
         "events": [e.name for e in span.events],
         "links": [f"{link.context.span_id:016x}" for link in span.links],
     }

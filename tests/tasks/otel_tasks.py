@@ -4,8 +4,11 @@ file EMQ_TEST_SPANS names."""
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 from opentelemetry import trace
@@ -37,3 +40,27 @@ def second_time() -> int:
 @task(name="t.otel.total")
 def total(values: list[int]) -> int:
     return sum(values)
+
+
+@task(name="t.otel.dies_once", retry_delay=0.01, max_attempts=3)
+def dies_once() -> int:
+    """Its child dies on the first attempt: the master settles it (WorkerLost)."""
+    if current_job().attempts == 1:
+        os._exit(1)
+    return current_job().attempts
+
+
+@task(name="t.otel.says")
+def says(word: str) -> str:
+    logging.getLogger("app.tasks").warning("saying %s", word)
+    return word
+
+
+@task(name="t.otel.ignores_its_limit", retry_delay=0.01, max_attempts=3, time_limit=0.2)
+def ignores_its_limit() -> int:
+    """Its first attempt runs past its time limit with SIGTERM blocked: only the master's
+    SIGKILL ends it (TimeLimitExceeded, settled by the master)."""
+    if current_job().attempts == 1:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        time.sleep(30)
+    return current_job().attempts

@@ -61,6 +61,11 @@ from .scenarios import Row, render, run_all
                    "default 5) of 200 concurrent requests that await task.adelay() and "
                    "handle.aget(), then the same with .delay().get(), then none: requests/s, "
                    "p50/p99, and the server loop's lag (needs uvicorn and httpx)")
+@click.option("--tracing", "tracing_", is_flag=True,
+              help="only what OpenTelemetry costs a worker: drain jobs/s and worker CPU per "
+                   "job with it not importable, with the API and no SDK, and with the SDK "
+                   "and a batch span processor to an in-memory exporter (needs "
+                   "emqtasks[otel] and opentelemetry-sdk)")
 @click.option("--chaos", "chaos_seconds", type=Seconds(5, 3600), default=None,
               metavar="SECONDS",
               help="instead of the figures, the chaos soak for SECONDS: jobs keep coming "
@@ -71,8 +76,14 @@ from .scenarios import Row, render, run_all
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
           as_json: bool, quick: bool, cluster: bool, controls: bool, fairness: bool,
           peers: bool, async_: bool, chaos_seconds: float | None, seed: int | None,
-          workflows: bool = False, dashboard_: bool = False, loop_lag: bool = False) -> None:
+          workflows: bool = False, dashboard_: bool = False, loop_lag: bool = False,
+          tracing_: bool = False) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
+    if tracing_:   # its own scenarios and report: see tracing.py
+        from . import tracing as bench_tracing
+
+        bench_tracing.run(redis_url, concurrency, jobs, runs, as_json, quick)
+        return
     if loop_lag:   # its own scenarios and report: see looplag.py
         from . import looplag
 

@@ -227,15 +227,17 @@ class WorkerProcess(LoggedProcess, testing.WorkerProcess):
     """An ``emqtasks worker`` on one queue, with bounded start and stop."""
 
     def __init__(self, redis_url: str, queue: str, concurrency: int, client: Any,
-                 log_dir: Path, tick: float = 1.0, extra: tuple[str, ...] = ()) -> None:
+                 log_dir: Path, tick: float = 1.0, extra: tuple[str, ...] = (),
+                 modules: tuple[str, ...] = (), path: str | None = None) -> None:
         self.name = f"emqbench-{queue}"
         self.queue = queue
         self.concurrency = concurrency
         self.client = client
         env = {k: v for k, v in os.environ.items() if k not in ("EMQ_REDIS_URL", "EMQ_QUEUE")}
         testing.WorkerProcess.__init__(
-            self, ["emqtasks._dev.bench.tasks"], redis_url=with_client_name(redis_url, self.name),
-            queue=queue, concurrency=concurrency, tick=tick, env=env, extra=extra,
+            self, ["emqtasks._dev.bench.tasks", *modules],
+            redis_url=with_client_name(redis_url, self.name), queue=queue,
+            concurrency=concurrency, tick=tick, env=env, extra=extra, path=path,
             log_path=log_dir / f"worker-{queue}.log")
         self.start_seconds: float | None = None
 
@@ -308,10 +310,13 @@ class Bench:
                 app.close()
 
     @contextmanager
-    def worker(self, app: App, *extra: str,
-               concurrency: int | None = None) -> Iterator[WorkerProcess]:
+    def worker(self, app: App, *extra: str, concurrency: int | None = None,
+               modules: tuple[str, ...] = (), path: str | None = None
+               ) -> Iterator[WorkerProcess]:
+        """A worker of the bench tasks (and ``modules``; ``path`` first on its PYTHONPATH)."""
         w = WorkerProcess(self.url, app.settings.queue, concurrency or self.sizes.concurrency,
-                          self.client, self.log_dir, tick=self.sizes.tick, extra=extra)
+                          self.client, self.log_dir, tick=self.sizes.tick, extra=extra,
+                          modules=modules, path=path)
         try:
             w.wait_up()
             assert w.start_seconds is not None

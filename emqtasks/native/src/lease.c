@@ -138,8 +138,9 @@ static int row_delay(Q *q, RMK *h, double *delay) {
     return rc;
 }
 
-/* 1 retry scheduled, 2 dead, 0 stale, -1 error. */
-static int retry(Q *q, RMS **a) {
+/* 1 retry scheduled, 2 dead, 0 stale, -1 error. `link` (a[6], optional): the failed
+ * attempt's traceparent, kept on the row for the next attempt's span (retry.lua). */
+static int retry(Q *q, RMS **a, RMS *link) {
     double delay = 0, att, max;
     int has_delay = slen(a[4]) > 0;
     if (has_delay && num(q, a[4], &delay, "ERR emq: delay must be a number or ''") < 0)
@@ -175,6 +176,10 @@ static int retry(Q *q, RMS **a) {
         row_free(q, &r);
         return -1;
     }
+    if (link && slen(link) > 0) {
+        RedisModule_HashSet(r.h, REDISMODULE_HASH_NONE, F_TLINK, link, NULL);
+        RedisModule_Replicate(q->ctx, "HSET", "sss", r.key, F_TLINK, link);
+    }
     zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], a[0]);
     int rc = books ? 0 : active_drop(q, r.group);
     if (rc == 0 && dead) {
@@ -198,11 +203,11 @@ static int retry(Q *q, RMS **a) {
 }
 
 static int cmd_retry(RedisModuleCtx *ctx, RMS **argv, int argc) {
-    if (argc != ARGV0 + 6) return RedisModule_WrongArity(ctx);
+    if (argc != ARGV0 + 6 && argc != ARGV0 + 7) return RedisModule_WrongArity(ctx);
     Q q;
     /* `active` checked in retry(), after the row, as retry.lua */
     if (q_init(&q, ctx, argv, B(K_GACTIVE), B(K_GLIMIT)) < 0) return finish(&q);
-    int verdict = retry(&q, argv + ARGV0);
+    int verdict = retry(&q, argv + ARGV0, argc == ARGV0 + 7 ? argv[ARGV0 + 6] : NULL);
     if (!q.err) RedisModule_ReplyWithLongLong(ctx, verdict);
     return finish(&q);
 }

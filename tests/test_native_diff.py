@@ -1409,7 +1409,7 @@ def test_retry_keeps_the_failed_attempts_span(server: Server) -> None:
     row (``tlink``, what the next attempt's span links to), retried or dead; '' or no
     seventh argument leaves the one there as it is (a master that knows no span)."""
     p = Pair(server, "tla", "tln")
-    run = Run(p, SEED + 12)
+    run = Run(p, SEED + 11)
     link = f"00-{'ab' * 16}-{'cd' * 8}-01"
     try:
         p.verb("enqueue", [3, *run.job_fields("j1", "g1"), *run.job_fields("j2", "g2"),

@@ -14,13 +14,13 @@ from __future__ import annotations
 #: and ``prio`` written when the job is created; the lease's (``nonce``, ``started``,
 #: ``fence``, ``ran``, ``unrun``, ``vcharge``: lua/lib/claim.lua, lua/lib/timefair.lua); the
 #: end's (``finished``, ``result``, ``error``) and the clients blocked on it (``waiters``);
-#: a workflow step's (``wf`` ... ``nslots``: lua/lib/workflow.lua).
+#: a workflow step's (``wf`` ... ``shape``: lua/lib/workflow.lua).
 ROW_FIELDS = (
     "task", "payload", "group", "state", "attempts", "max", "lease", "delay", "ttl",
     "created", "prio",
     "nonce", "started", "fence", "ran", "unrun", "vcharge",
     "finished", "result", "error", "waiters",
-    "wf", "next", "slot", "par", "imm", "splice", "comma", "cd", "npend", "nslots",
+    "wf", "next", "slot", "par", "imm", "splice", "comma", "cd", "npend", "nslots", "shape",
 )
 
 #: The arguments of one job, in order: enqueue takes ten per job, a workflow ten per step

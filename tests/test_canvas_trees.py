@@ -27,7 +27,7 @@ from emqtasks import (
     group,
 )
 from emqtasks.ops.check import check
-from emqtasks.workflows.canvas import MAX_STEPS, WorkflowHandle
+from emqtasks.workflows.canvas import MAX_DEPTH, MAX_STEPS, WorkflowHandle
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -141,6 +141,12 @@ def test_the_bounds_hold_on_a_tree_and_a_refused_tree_writes_nothing(app: App) -
     pairs = MAX_STEPS // 2 + 1
     with pytest.raises(WorkflowTooLarge, match=f"{2 * pairs} steps"):
         group([add.s(i) | add.s(1) for i in range(pairs)]).apply_async(app=app)
+    # nested deeper than MAX_DEPTH: refused before anything recurses over it
+    deep: Any = add.s(0)
+    for _ in range(MAX_DEPTH + 1):
+        deep = chord([deep, add.s(1)], tsum.s())
+    with pytest.raises(WorkflowTooLarge, match="levels deep"):
+        deep.apply_async(app=app)
     # a collected tree whose declared results exceed the payload limit
     with pytest.raises(WorkflowTooLarge):
         chord([group([add.s(i).set(result_bytes=60_000) for i in range(20)]),

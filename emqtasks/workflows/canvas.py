@@ -59,6 +59,9 @@ WORKFLOW_TTL = 7 * 86_400
 #: under the arguments Redis takes in one command (about 20 a step) and runs well under a
 #: second.
 MAX_STEPS = 20_000
+#: The deepest nesting of canvases (a chord in a group in a chord ...) one workflow may have:
+#: building it recurses once a level, far under Python's recursion limit.
+MAX_DEPTH = 200
 _OPTIONS = ("group", "countdown", "priority", "job_id", "result_bytes")
 
 
@@ -106,8 +109,8 @@ class _Node:
         signature run with the failed step's id when any step goes dead.
 
         Raises EmptyGroup, UnknownTask, WorkflowTooLarge (PayloadTooLarge: a step's
-        arguments, or more than MAX_STEPS steps), LaneFull or WorkflowError (a step id that
-        exists), all before anything is written.
+        arguments, more than MAX_STEPS steps or MAX_DEPTH levels), LaneFull or
+        WorkflowError (a step id that exists), all before anything is written.
         """
         builder = _Builder(self._sent(args, kwargs), link_error or self._errback, app)
         with tracing.sending(builder.first, None) as span:
@@ -234,7 +237,9 @@ class Chain(_Node):
         self.steps: list[Canvas] = [_canvas(s, "a chain") for s in steps]
 
     def __or__(self, other: Any) -> Chain:
-        return Chain(*self.steps, other)
+        longer = Chain(*self.steps, other)
+        longer._errback = self._errback
+        return longer
 
     def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Chain:
         if not self.steps:
@@ -298,14 +303,21 @@ def _shape(value: _Value) -> str:
     return "[" + ",".join(_shape(v) for v in value) + "]"
 
 
-def _walk(node: Canvas) -> Iterator[Canvas]:
-    yield node
-    children: list[Canvas] = (node.steps if isinstance(node, Chain) else
-                              node.tasks if isinstance(node, Group) else
-                              [node.header, *([node.body] if node.body else [])]
-                              if isinstance(node, Chord) else [])
-    for c in children:
-        yield from _walk(c)
+def _walk(root: Canvas) -> Iterator[Canvas]:
+    """Every canvas in ``root``, depth first (iterative: the depth is checked here, before
+    anything recurses over it)."""
+    todo: list[tuple[Canvas, int]] = [(root, 0)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > MAX_DEPTH:
+            raise WorkflowTooLarge(f"a workflow nested {depth} levels deep: at most "
+                                   f"{MAX_DEPTH}")
+        yield node
+        children: list[Canvas] = (node.steps if isinstance(node, Chain) else
+                                  node.tasks if isinstance(node, Group) else
+                                  [node.header, *([node.body] if node.body else [])]
+                                  if isinstance(node, Chord) else [])
+        todo.extend((c, depth + 1) for c in reversed(children))
 
 
 class _Builder:

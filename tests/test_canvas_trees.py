@@ -74,12 +74,15 @@ SHAPES: list[tuple[str, Callable[[App], WorkflowHandle], Any]] = [
     ("nested chords", lambda app: chord(
         [chord([add.s(1, 1), add.s(2, 2)], tsum.s()), chord([add.s(3, 3)], tsum.s())],
         tsum.s() | add.s(100)).apply_async(app=app), 112),
-    ("a group of groups last: nested lists", lambda app: group(
+    ("a group in a group is unrolled, as Celery's", lambda app: group(
         add.s(1, 1), group(add.s(2, 2), add.s(3, 3) | add.s(1))).apply_async(app=app),
-     [2, [4, 7]]),
-    ("a group of groups collected", lambda app: (
-        group(group(add.s(1), add.s(2)), add.s(3)) | ident.s()).apply_async(app=app),
-     [[1, 2], 3]),
+     [2, 4, 7]),
+    ("a member chain ending in a group gives its list", lambda app: group(
+        add.s(1, 1), add.s(2, 2) | group(add.s(10), add.s(20))).apply_async(app=app),
+     [2, [14, 24]]),
+    ("nested lists collected", lambda app: (
+        group(add.s(3), add.s(1) | group(add.s(1), add.s(2)) | group(tsum.s(), ident.s()))
+        | ident.s()).apply_async(app=app), [3, [5, [2, 3]]]),
     ("a chord whose body is a group", lambda app: chord(
         [add.s(1), add.s(2)], group(tsum.s(), ident.s(), add.si(9))).apply_async(app=app),
      [3, [1, 2], 9]),
@@ -153,7 +156,7 @@ def test_the_bounds_hold_on_a_tree_and_a_refused_tree_writes_nothing(app: App) -
                add.s(1) | add.s(2)], tsum.s()).apply_async(app=app)
     # an empty group deep in a tree, an unknown task at the end of a chain in a header
     with pytest.raises(EmptyGroup):
-        chord([add.s(1), group(add.s(2), group())], tsum.s()).apply_async(app=app)
+        chord([add.s(1), add.s(2) | group()], tsum.s()).apply_async(app=app)
     with pytest.raises(UnknownTask):
         chord([add.s(1), add.s(2) | app.signature("no.such")], tsum.s()).apply_async(app=app)
     # an errback on a step inside the tree: one errback serves the whole workflow
@@ -181,7 +184,7 @@ def test_the_bounds_hold_on_a_tree_and_a_refused_tree_writes_nothing(app: App) -
 def test_rows_of_the_shapes_before_trees_keep_their_form(app: App) -> None:
     """Rows keep the form they had before trees (`next`: ids, one `slot`), so a worker of
     the previous release hands over what it knew during a rolling deploy; a step after a
-    group of groups holds its `shape`, the workflow's hash its own."""
+    value of nested lists holds its `shape`, the workflow's hash its own."""
     q = app.queue()
     chord([add.s(1).set(job_id="m0"), add.s(2).set(job_id="m1")],
           tsum.s().set(job_id="cb")).apply_async(app=app)
@@ -195,9 +198,11 @@ def test_rows_of_the_shapes_before_trees_keep_their_form(app: App) -> None:
     (group(add.s(1).set(job_id="u"), add.s(2)) | group(tsum.s().set(job_id="v"))) \
         .apply_async(app=app)
     assert app.client.hmget(q.keys.job("u"), "next", "slot") == ["v", "0"]
-    (group(group(add.s(1).set(job_id="g0"), add.s(2).set(job_id="g1")), add.s(3))
+    (group(add.s(1) | group(add.s(1).set(job_id="g0"), add.s(2).set(job_id="g1")), add.s(3))
      | ident.s().set(job_id="col")).apply_async(app=app)
     assert app.client.hmget(q.keys.job("col"), "nslots", "shape") == ["3", "[[#,#],#]"]
     assert app.client.hmget(q.keys.job("g1"), "next", "slot") == ["col", "1"]
-    h = group(add.s(1), group(add.s(2), add.s(3))).apply_async(app=app)
+    h = group(add.s(1), add.s(2) | group(add.s(3), add.s(4))).apply_async(app=app)
     assert app.client.hget(q.keys.workflow(h.id), "shape") == "[#,[#,#]]"
+    flat = group(add.s(1), group(add.s(2), add.s(3))).apply_async(app=app)   # unrolled
+    assert app.client.hmget(q.keys.workflow(flat.id), "kind", "shape") == ["group", None]

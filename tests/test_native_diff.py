@@ -794,7 +794,7 @@ class Run:
                     extra[p]["slot"] = str(i)
                 extra[c].update(par=" ".join(parents), npend=str(len(parents)),
                                 nslots=str(len(parents)))
-                if len(parents) > 1 and r.random() < 0.5:     # a group of groups' shape
+                if len(parents) > 1 and r.random() < 0.5:     # nested lists' shape
                     extra[c]["shape"] = "[#,[" + ",".join("#" * (len(parents) - 1)) + "]]"
         waiting = [i for lv in levels[1:] for i in lv]
         for c in waiting:
@@ -1419,7 +1419,7 @@ def _tree_args(canvas: Any, wf: str, app: Any, link_error: Any = None) -> list[A
 
 def test_tree_handover(server: Server) -> None:
     """Nested workflows built by canvas.py (a group of chains and a nested chord into a
-    chord, group | group with a group of groups, a chord whose body is a group) through the
+    chord, group | group collecting nested lists, a chord whose body is a group) through the
     verbs on both paths: the same rows at every step, each collecting step given its value's
     nested lists, the same final results; a dead member deep in a tree fails its workflow on
     both (every waiting step cancelled, link_error released)."""
@@ -1440,8 +1440,8 @@ def test_tree_handover(server: Server) -> None:
         return col.s().set(job_id=f"C{next(n)}")
 
     trees = {
-        "t1": chord([chord([L(), L()], C()), L() | L(), group(L(), L() | L())], C()),
-        "t2": group(L(), group(L(), L())) | group(C(), C(), col.si().set(job_id="imm")),
+        "t1": chord([chord([L(), L()], C()), L() | L(), L() | group(L(), L())], C()),
+        "t2": group(L(), L() | group(L(), L())) | group(C(), C(), col.si().set(job_id="imm")),
         "t3": chord([L(), L()], group(C(), C() | C())),
         "t4": chord([L(), chord([L(), leaf.s().set(job_id="bad")], C())], C()) | C(),
     }
@@ -1471,13 +1471,13 @@ def test_tree_handover(server: Server) -> None:
         p.checked()
         # each collecting step got its value's shape; the results are the same on both
         c1 = got["C8"]
-        assert c1 == [[{"c": ["L0", "L1"]}, "L4", ["L5", "L7"]]]
+        assert c1 == [[{"c": ["L0", "L1"]}, "L4", ["L6", "L7"]]]
         results = [WorkflowHandle(q, wf).get(timeout=1) for q in (p.qa, p.qb)
                    for wf in ("t1", "t2", "t3")]
         assert results[:3] == results[3:]
-        assert results[0] == {"c": [{"c": ["L0", "L1"]}, "L4", ["L5", "L7"]]}
-        assert results[1] == [{"c": ["L9", ["L10", "L11"]]}] * 2 + ["imm"]
-        assert results[2] == [{"c": ["L14", "L15"]}, {"c": {"c": ["L14", "L15"]}}]
+        assert results[0] == {"c": [{"c": ["L0", "L1"]}, "L4", ["L6", "L7"]]}
+        assert results[1] == [{"c": ["L9", ["L11", "L12"]]}] * 2 + ["imm"]
+        assert results[2] == [{"c": ["L15", "L16"]}, {"c": {"c": ["L15", "L16"]}}]
         for q, k in ((p.qa, p.ka), (p.qb, p.kb)):
             with pytest.raises(Exception, match="bad"):
                 WorkflowHandle(q, "t4").get(timeout=1)

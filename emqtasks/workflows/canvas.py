@@ -10,7 +10,8 @@ and a chord's callback can only be released once.
 Nesting is free, as in Celery: a group of chains or chords, a group right after a group
 (each member of the second gets the first's list), chains and chords in a chord's header, a
 chord whose body is a group or a chain. A group's result is its members' results in order (a
-chain's: its last step's; a chord's: its body's; a nested group's: its list), so the
+chain's: its last step's, a list when that step is a group; a chord's: its body's; a group
+directly in a group is unrolled into it, as Celery's group does), so the
 workflow is a tree of steps the acks hand over along (see "building" below), bounded by
 MAX_STEPS and max_payload_bytes (WorkflowTooLarge).
 """
@@ -185,15 +186,19 @@ def _canvas(x: Any, where: str) -> Canvas:
 
 class Group(_Node):
     """Canvases run side by side; its result is their results in order (a chain's: its last
-    step's; a chord's: its callback's; a group's: its list)."""
+    step's, a list if that is a group; a chord's: its body's). A group directly in a group
+    is unrolled into it, as Celery's is: ``group(a, group(b, c))`` is ``group(a, b, c)``."""
 
     def __init__(self, *tasks: Any) -> None:
         items: Any = tasks
-        if len(tasks) == 1 and isinstance(tasks[0], Group):
-            items = tasks[0].tasks
-        elif len(tasks) == 1 and not isinstance(tasks[0], (Signature, Chain, Chord)):
+        if len(tasks) == 1 and not isinstance(tasks[0], (Signature, Chain, Chord, Group)):
             items = tasks[0]            # group([a, b]): one iterable
-        self.tasks: list[Canvas] = [_canvas(t, "a group") for t in items]
+        self.tasks: list[Canvas] = []
+        for t in items:
+            if isinstance(t, Group):    # unrolled already, its own members
+                self.tasks.extend(t.tasks)
+            else:
+                self.tasks.append(_canvas(t, "a group"))
 
     @property
     def sigs(self) -> list[Canvas]:
@@ -468,7 +473,7 @@ class _Builder:
                 "steps": " ".join(ids), "waiting": " ".join(waiting)}
         shape = _shape(value)
         if not isinstance(value, _Step) and shape != "[" + ",".join("#" * len(final)) + "]":
-            meta["shape"] = shape          # a group of groups: get() fills it in
+            meta["shape"] = shape          # nested lists: get() fills them in
         rows = list(steps)
         if lerr is not None:
             lerr.extra["wf"] = wf
@@ -593,7 +598,7 @@ class WorkflowHandle(Handle):
 
     def get(self, timeout: float | None = None) -> Any:
         """The workflow's result as Celery gives it: a chain's last step's, a chord's body's,
-        a group's members' results in order (a member chain's last, a nested group's list).
+        a group's members' results in order (a member chain's last: a list if a group).
         TaskFailed names the step that went dead (``job_id``); ResultTimeout when not
         finished within ``timeout`` seconds."""
         return self._sync().run(self._get_plan(timeout))
@@ -609,7 +614,7 @@ class WorkflowHandle(Handle):
         results = []
         for i in meta.get("final", "").split():
             results.append((yield from self._wait(i, deadline, timeout)))
-        if meta.get("shape"):          # a group of groups: nested lists, as Celery's
+        if meta.get("shape"):          # nested lists (a member chain ending in a group)
             return _fill(meta["shape"], results)
         return results if meta.get("kind") == "group" else results[0]
 

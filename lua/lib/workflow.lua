@@ -11,7 +11,7 @@
 -- `splice` (the byte offset in its payload where the parent's result goes, right after the
 -- envelope's `"a":[`), `comma` '1' (its own arguments follow), `cd` (a countdown, ms,
 -- counted from its release), and for a step that collects results `npend` (results not yet
--- in), `nslots` and, when the collected value is not a flat list (a group of groups),
+-- in), `nslots` and, when the collected value is not a flat list (nested lists),
 -- `shape`: the value's JSON with a '#' for each slot, in slot order (e.g. '[#,[#,#]]'; no
 -- other '#' in it). The results wait in BASE .. 'chord:' .. callback_id (hash: slot ->
 -- result JSON), once each (HSETNX), and the workflow's own hash is BASE .. 'wf:' .. wf_id

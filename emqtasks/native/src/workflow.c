@@ -3,7 +3,7 @@
  * Included once by emq.c (a unity build), after the files before it there; never alone. */
 
 /* A step's row names its waiting children in `next` and, when they collect results, its
- * `slot` in them; a collecting child may have a `shape` (a group of groups: wf_gather). The
+ * `slot` in them; a collecting child may have a `shape` (nested lists: wf_gather). The
  * ack releases them (wf_handover), a dead step fails its workflow (wf_fail).
  * Keys formed here: the child rows, BASE.."chord:"..callback_id and BASE.."wf:"..wf_id. */
 

@@ -124,7 +124,8 @@ class EmptyGroup(WorkflowError):
 
 
 class NestingTooDeep(WorkflowError):
-    """A workflow nested deeper than chains of signatures and groups, and chord callbacks."""
+    """No longer raised (workflows nest freely, as Celery's canvas): kept for the code that
+    imports or catches it."""
 
 
 class WorkflowTooLarge(WorkflowError, PayloadTooLarge):

@@ -11,7 +11,7 @@
 --          mode ('r' ready now, 'w' waiting for a parent, 'e' the link_error step: waiting,
 --          and expiring with the workflow's hash unless a failure releases it), then k and
 --          k field/value pairs written on its row (wf, next, slot, par, imm, splice, comma,
---          cd, npend, nslots)
+--          cd, npend, nslots, shape)
 -- Reply: {1, wf} enqueued; {0, id} refused, the workflow or step id exists; {-1, id} refused,
 --   a malformed id; {2, id} refused, a ready step's lane holds its cap (max_size). A refusal
 --   writes nothing.

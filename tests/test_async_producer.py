@@ -100,6 +100,10 @@ def test_every_async_producer_call_against_a_real_server_and_worker(tasks: App) 
         assert await two.aget(timeout=20) == 7
         both = await group(t.add.s("a", 1, 1), t.add.s("b", 2, 2)).adelay()
         assert await both.aget(timeout=20) == [2, 4]
+        # a nested tree, awaited, with partial args going to each first step
+        tree = await group(t.add.s(1, 1), t.add.s(2, 2) | group(t.add.si("b", 1, 4))) \
+            .aapply_async(("a",))
+        assert await tree.aget(timeout=20) == [2, [5]]
         # a handle from an async call also follows the job by the blocking calls
         assert (h.get(timeout=1), h.status()) == (5, "done")
         await tasks.aclose()

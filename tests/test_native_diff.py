@@ -776,8 +776,9 @@ class Run:
             pass
 
     def op_workflow(self) -> None:
-        """A workflow enqueued by the (Lua) workflow verb on both queues: a chain, a chord,
-        or a chain through a group onto a callback, some steps immutable, some with a
+        """A workflow enqueued by the (Lua) workflow verb on both queues: a chain, a chord
+        (its callback collecting a flat list or a nested shape), or a chain through a group
+        onto a callback, some steps immutable, some with a
         countdown, some with a link_error step; their hand-overs then ride on the verbs under
         test (ack releases, retry's and reap's dead paths fail the workflow)."""
         r = self.rnd
@@ -804,6 +805,8 @@ class Run:
                     extra[p]["slot"] = str(i)
                 extra[c].update(par=" ".join(parents), npend=str(len(parents)),
                                 nslots=str(len(parents)))
+                if len(parents) > 1 and r.random() < 0.5:     # nested lists' shape
+                    extra[c]["shape"] = "[#,[" + ",".join("#" * (len(parents) - 1)) + "]]"
         waiting = [i for lv in levels[1:] for i in lv]
         for c in waiting:
             if r.random() < 0.2:
@@ -1484,6 +1487,8 @@ def test_workflow_handover(server: Server) -> None:
             first = (json.loads(payload.strip())["a"] or [None])[0]
             if isinstance(first, list):
                 wf = cb[:-2]
+                if len(first) == 2 and isinstance(first[1], list):   # a shape [#,[#,...]]
+                    first = [first[0], *first[1]]
                 assert first == [{"r": f"{wf}m{i}"} for i in range(len(first))], (cb, first)
                 lists += 1
         assert lists, callbacks
@@ -1491,6 +1496,93 @@ def test_workflow_handover(server: Server) -> None:
         p.checked()
     finally:
         p.close()
+
+
+def _tree_args(canvas: Any, wf: str, app: Any, link_error: Any = None) -> list[Any]:
+    """The workflow verb's arguments for a canvas, as canvas.py builds them (workflow_plan's
+    order)."""
+    from emqtasks.workflows.canvas import _Builder
+
+    built = _Builder(canvas, link_error, app).build(wf)
+    wid, ttl, meta, rows = built.sent()
+    args: list[Any] = [wid, ttl, len(meta), *[x for kv in meta.items() for x in kv], len(rows)]
+    for job, mode, extra in rows:
+        args += [*job, mode, len(extra), *[x for kv in extra.items() for x in kv]]
+    return args
+
+
+def test_tree_handover(server: Server) -> None:
+    """Nested workflows built by canvas.py (a group of chains and a nested chord into a
+    chord, group | group collecting nested lists, a chord whose body is a group) through the
+    verbs on both paths: the same rows at every step, each collecting step given its value's
+    nested lists, the same final results; a dead member deep in a tree fails its workflow on
+    both (every waiting step cancelled, link_error released)."""
+    import json
+
+    from emqtasks import App, chord, group
+    from emqtasks.workflows.canvas import WorkflowHandle
+
+    app = App(redis_url=f"redis://127.0.0.1:{server.port}/0", queue="wl")
+    leaf = app.task(name="t.leaf")(lambda x=0: x)
+    col = app.task(name="t.col")(lambda xs=None: xs)
+    n = iter(range(10**6))
+
+    def L() -> Any:
+        return leaf.s().set(job_id=f"L{next(n)}")
+
+    def C() -> Any:
+        return col.s().set(job_id=f"C{next(n)}")
+
+    trees = {
+        "t1": chord([chord([L(), L()], C()), L() | L(), L() | group(L(), L())], C()),
+        "t2": group(L(), L() | group(L(), L())) | group(C(), C(), col.si().set(job_id="imm")),
+        "t3": chord([L(), L()], group(C(), C() | C())),
+        "t4": chord([L(), chord([L(), leaf.s().set(job_id="bad")], C())], C()) | C(),
+    }
+    p = Pair(server, "wl", "wn")
+    try:
+        for wf, canvas in trees.items():
+            err = leaf.s().set(job_id=f"{wf}err") if wf == "t4" else None
+            p.admin("workflow", _tree_args(canvas, wf, app, err))
+        p.compare()
+        got: dict[str, Any] = {}
+        for _ in range(40):
+            leases = p.verb("claim", [8, f"n{next(n)}"])
+            if not leases:
+                break
+            random.Random(SEED).shuffle(leases)
+            for lease in leases:
+                tok = [lease[0].decode(), lease[3], lease[4].decode()]
+                a = json.loads(lease[2])["a"]
+                if tok[0] == "bad":
+                    p.verb("retry", [*tok, "Boom", "", "1"])           # dead
+                    continue
+                got[tok[0]] = a
+                # a leaf answers its id; a collecting step what it collected
+                result = {"c": a[0]} if lease[1] == b"t.col" and a else tok[0]
+                p.verb("ack", [*tok, json.dumps(result), ""])
+            p.compare()
+        p.checked()
+        # each collecting step got its value's shape; the results are the same on both
+        c1 = got["C8"]
+        assert c1 == [[{"c": ["L0", "L1"]}, "L4", ["L6", "L7"]]]
+        results = [WorkflowHandle(q, wf).get(timeout=1) for q in (p.qa, p.qb)
+                   for wf in ("t1", "t2", "t3")]
+        assert results[:3] == results[3:]
+        assert results[0] == {"c": [{"c": ["L0", "L1"]}, "L4", ["L6", "L7"]]}
+        assert results[1] == [{"c": ["L9", ["L11", "L12"]]}] * 2 + ["imm"]
+        assert results[2] == [{"c": ["L15", "L16"]}, {"c": {"c": ["L15", "L16"]}}]
+        for q, k in ((p.qa, p.ka), (p.qb, p.kb)):
+            with pytest.raises(Exception, match="bad"):
+                WorkflowHandle(q, "t4").get(timeout=1)
+            steps = p.r.hget(k.base + "wf:t4", "steps").split()
+            states = {i: p.r.hget(k.job(i), "state") for i in steps}
+            assert states["bad"] == "dead" and list(states.values()).count("cancelled") == 3
+        assert got["t4err"] == ["bad"]            # released once, with the dead step's id
+        p.compare()
+    finally:
+        p.close()
+        app.close()
 
 
 def test_big_chord_handover(server: Server) -> None:

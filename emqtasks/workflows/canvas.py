@@ -7,17 +7,22 @@ a step releases the steps waiting for it in the same script call (lua/lib/workfl
 workflows), so nothing can be lost between a step's completion and the next step's start,
 and a chord's callback can only be released once.
 
-Nesting: a chain may hold groups (a group followed by a step is a chord onto it), and a
-chord's callback may be a chain. Deeper (a group of chains, a group right after a group)
-is refused with NestingTooDeep.
+Nesting is free, as in Celery: a group of chains or chords, a group right after a group
+(each member of the second gets the first's list), chains and chords in a chord's header, a
+chord whose body is a group or a chain. A group's result is its members' results in order (a
+chain's: its last step's, a list when that step is a group; a chord's: its body's; a group
+directly in a group is unrolled into it, as Celery's group does), so the
+workflow is a tree of steps the acks hand over along (see "building" below), bounded by
+MAX_STEPS and max_payload_bytes (WorkflowTooLarge).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Union, cast
 
 from .. import serialization, validate
 from ..errors import (
@@ -25,7 +30,6 @@ from ..errors import (
     InvalidArgument,
     InvalidJobId,
     LaneFull,
-    NestingTooDeep,
     ResultTimeout,
     TaskFailed,
     UnknownTask,
@@ -56,10 +60,90 @@ WORKFLOW_TTL = 7 * 86_400
 #: under the arguments Redis takes in one command (about 20 a step) and runs well under a
 #: second.
 MAX_STEPS = 20_000
+#: The deepest nesting of canvases (a chord in a group in a chord ...) one workflow may have:
+#: building it recurses once a level, far under Python's recursion limit.
+MAX_DEPTH = 200
 _OPTIONS = ("group", "countdown", "priority", "job_id", "result_bytes")
 
 
-class Signature:
+#: What a workflow is built of: a call, or a chain, group or chord of them (nested freely).
+Canvas = Union["Signature", "Chain", "Group", "Chord"]
+
+
+class _Node:
+    """What every canvas shares: ``|``, sending (Celery's ``delay`` / ``apply_async``: the
+    args and kwargs go to the first steps, as a parent's result would), and an errback."""
+
+    _errback: Signature | None = None
+
+    def __or__(self, other: Any) -> Chain:
+        return Chain(self, other)
+
+    def link_error(self, errback: Signature) -> Signature:
+        """Celery's ``sig.link_error(errback)``: run ``errback`` (with the failed step's id
+        as its first argument) when the workflow fails; returns ``errback``."""
+        if not isinstance(errback, Signature):
+            raise InvalidArgument(f"link_error takes a signature, not {errback!r}")
+        self._errback = errback
+        return errback
+
+    def on_error(self, errback: Signature) -> Any:
+        """``link_error``, returning the canvas (Celery's ``on_error``)."""
+        self.link_error(errback)
+        return self
+
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Canvas:
+        raise NotImplementedError
+
+    def delay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
+        """Enqueue it, ``args`` and ``kwargs`` going to its first step(s)."""
+        return self.apply_async(args, kwargs)
+
+    def apply_async(self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None, *,
+                    workflow_id: str | None = None, link_error: Signature | None = None,
+                    app: App | None = None) -> WorkflowHandle:
+        """Enqueue every step in one script call; nothing is written when any is refused.
+
+        ``args`` go in front of the first step's own arguments (each first step's: the
+        members of a group that starts it), ``kwargs`` are merged into theirs (Celery's
+        partial arguments); an immutable signature ignores ``args``. ``link_error``: a
+        signature run with the failed step's id when any step goes dead.
+
+        Raises EmptyGroup, UnknownTask, WorkflowTooLarge (PayloadTooLarge: a step's
+        arguments, more than MAX_STEPS steps or MAX_DEPTH levels), LaneFull or
+        WorkflowError (a step id that exists), all before anything is written.
+        """
+        builder = _Builder(self._sent(args, kwargs), link_error or self._errback, app)
+        with tracing.sending(builder.first, None) as span:
+            built = builder.build(workflow_id, span.carrier)
+            queue = built.app.queue(built.queue)
+            span.set(built.attributes(queue.name))
+            return built.handle(queue, queue.send_workflow(*built.sent()))
+
+    async def adelay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
+        """delay(), awaited (on the App's async client of the running event loop)."""
+        return await self.aapply_async(args, kwargs)
+
+    async def aapply_async(self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None,
+                           *, workflow_id: str | None = None,
+                           link_error: Signature | None = None,
+                           app: App | None = None) -> WorkflowHandle:
+        """apply_async(), awaited: the same rows, checks and errors, sent on redis.asyncio."""
+        builder = _Builder(self._sent(args, kwargs), link_error or self._errback, app)
+        with tracing.sending(builder.first, None) as span:
+            built = builder.build(workflow_id, span.carrier)
+            queue = built.app.aqueue(built.queue)
+            span.set(built.attributes(queue.name))
+            return built.handle(queue, await queue.send_workflow(*built.sent()))
+
+    def _sent(self, args: Iterable[Any], kwargs: dict[str, Any] | None) -> Canvas:
+        args = tuple(args)
+        if not args and not kwargs:
+            return cast(Canvas, self)
+        return self._partial(args, dict(kwargs or {}))
+
+
+class Signature(_Node):
     """One call of a task, not yet made: ``task.s(*args, **kwargs)`` or ``task.si(...)``."""
 
     def __init__(self, task: Task[Any, Any] | str, args: Sequence[Any] = (),
@@ -85,143 +169,90 @@ class Signature:
         return Signature(self.task, self.args, self.kwargs, immutable=self.immutable,
                          app=self._app, **{**self.options, **options})
 
-    def __or__(self, other: Any) -> Chain:
-        return Chain(self, other)
-
-    def delay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
-        """Enqueue this call (a workflow of one step). As in Celery, extra args go in front
-        of the signature's own (what a parent's result does in a chain); an immutable
-        signature ignores them."""
-        return self.apply_async(args, kwargs)
-
-    def apply_async(self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None,
-                    **options: Any) -> WorkflowHandle:
-        """``delay`` with options: workflow_id=, link_error=, app= (see Chain.apply_async)."""
-        front = () if self.immutable else tuple(args)
-        sig = Signature(self.task, (*front, *self.args), {**self.kwargs, **(kwargs or {})},
-                        immutable=self.immutable, app=self._app, **self.options)
-        return Chain(sig).apply_async(**options)
-
-    async def adelay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
-        """delay(), awaited (on the App's async client of the running event loop)."""
-        return await self.aapply_async(args, kwargs)
-
-    async def aapply_async(self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None,
-                           **options: Any) -> WorkflowHandle:
-        """apply_async(), awaited."""
-        front = () if self.immutable else tuple(args)
-        sig = Signature(self.task, (*front, *self.args), {**self.kwargs, **(kwargs or {})},
-                        immutable=self.immutable, app=self._app, **self.options)
-        return await Chain(sig).aapply_async(**options)
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Signature:
+        front = () if self.immutable else args
+        return Signature(self.task, (*front, *self.args), {**self.kwargs, **kwargs},
+                         immutable=self.immutable, app=self._app, **self.options)
 
     def __repr__(self) -> str:
         return f"{self.name}.{'si' if self.immutable else 's'}{self.args!r}"
 
 
-class _SentAsAChain:
-    """A group or a chord is sent as a workflow of one stage, and piped into a chain."""
-
-    def __or__(self, other: Any) -> Chain:
-        return Chain(self, other)
-
-    def delay(self) -> WorkflowHandle:
-        return self.apply_async()
-
-    def apply_async(self, **options: Any) -> WorkflowHandle:
-        return Chain(self).apply_async(**options)
-
-    async def adelay(self) -> WorkflowHandle:
-        return await Chain(self).aapply_async()
-
-    async def aapply_async(self, **options: Any) -> WorkflowHandle:
-        return await Chain(self).aapply_async(**options)
+def _canvas(x: Any, where: str) -> Canvas:
+    if not isinstance(x, (Signature, Chain, Group, Chord)):
+        raise InvalidArgument(f"{where} holds signatures, chains, groups and chords, not {x!r}")
+    return x
 
 
-class Group(_SentAsAChain):
-    """Signatures run side by side; ``get()`` gives their results in order."""
+class Group(_Node):
+    """Canvases run side by side; its result is their results in order (a chain's: its last
+    step's, a list if that is a group; a chord's: its body's). A group directly in a group
+    is unrolled into it, as Celery's is: ``group(a, group(b, c))`` is ``group(a, b, c)``."""
 
-    def __init__(self, *sigs: Any) -> None:
-        items = list(sigs[0]) if len(sigs) == 1 and not isinstance(sigs[0], Signature) \
-            else list(sigs)
-        for s in items:
-            if not isinstance(s, Signature):
-                raise NestingTooDeep(f"a group holds signatures only, not {type(s).__name__} "
-                                     f"(nesting deeper than supported)")
-        self.sigs: list[Signature] = items
+    def __init__(self, *tasks: Any) -> None:
+        items: Any = tasks
+        if len(tasks) == 1 and not isinstance(tasks[0], (Signature, Chain, Chord, Group)):
+            items = tasks[0]            # group([a, b]): one iterable
+        self.tasks: list[Canvas] = []
+        for t in items:
+            if isinstance(t, Group):    # unrolled already, its own members
+                self.tasks.extend(t.tasks)
+            else:
+                self.tasks.append(_canvas(t, "a group"))
+
+    @property
+    def sigs(self) -> list[Canvas]:
+        """The members (the name before groups held more than signatures)."""
+        return self.tasks
+
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Group:
+        return Group([t._partial(args, kwargs) for t in self.tasks])
 
     def __repr__(self) -> str:
-        return f"group({self.sigs!r})"
+        return f"group({self.tasks!r})"
 
 
-class Chord(_SentAsAChain):
-    """A group and a callback run once with the members' results in order."""
+class Chord(_Node):
+    """A header (a group) and a body run once with the header's results in order."""
 
-    def __init__(self, header: Group | Iterable[Signature], body: Signature | Chain) -> None:
-        self.header = header if isinstance(header, Group) else Group(list(header))
-        if not isinstance(body, (Signature, Chain)):
-            raise NestingTooDeep(f"a chord's callback is a signature or a chain, not "
-                                 f"{type(body).__name__}")
-        self.body = body
+    def __init__(self, header: Any, body: Any = None) -> None:
+        self.header = header if isinstance(header, Group) else Group(header)
+        self.body: Canvas | None = None if body is None else _canvas(body, "a chord's body")
+
+    def __call__(self, body: Any = None, **options: Any) -> WorkflowHandle:
+        """Celery's ``chord(header)(body)``: send it, with that body."""
+        sent = Chord(self.header, body if body is not None else self.body)
+        sent._errback = self._errback
+        return sent.apply_async(**options)
+
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Chord:
+        return Chord(self.header._partial(args, kwargs), self.body)
+
+    def __repr__(self) -> str:
+        return f"chord({self.header!r}, {self.body!r})"
 
 
-class Chain:
-    """Steps run one after the other, each given the result of the one before."""
+class Chain(_Node):
+    """Canvases run one after the other, each given the result of the one before (a group's
+    result, its list: the step after a group is a chord's body onto it, as in Celery)."""
 
     def __init__(self, *steps: Any) -> None:
-        self.steps: list[Any] = []
-        for s in steps:
-            if not isinstance(s, (Signature, Group, Chord, Chain)):
-                raise InvalidArgument(f"a chain holds signatures, groups, chords and chains, "
-                                      f"not {s!r}")
-            self.steps.append(s)
+        if len(steps) == 1 and isinstance(steps[0], (list, tuple)):
+            steps = tuple(steps[0])     # chain([a, b]), as Celery takes it
+        self.steps: list[Canvas] = [_canvas(s, "a chain") for s in steps]
 
     def __or__(self, other: Any) -> Chain:
-        return Chain(*self.steps, other)
+        longer = Chain(*self.steps, other)
+        longer._errback = self._errback
+        return longer
 
-    def delay(self) -> WorkflowHandle:
-        return self.apply_async()
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Chain:
+        if not self.steps:
+            return self
+        return Chain(self.steps[0]._partial(args, kwargs), *self.steps[1:])
 
-    def stages(self) -> list[Signature | Group]:
-        """The steps flattened: each a signature or a group (the group's next stage is the
-        chord's callback)."""
-        out: list[Signature | Group] = []
-        for s in self.steps:
-            if isinstance(s, Chain):
-                out += s.stages()
-            elif isinstance(s, Chord):
-                out.append(s.header)
-                out += s.body.stages() if isinstance(s.body, Chain) else [s.body]
-            else:
-                out.append(s)
-        return out
-
-    def apply_async(self, *, workflow_id: str | None = None, link_error: Signature | None = None,
-                    app: App | None = None) -> WorkflowHandle:
-        """Enqueue every step in one script call; nothing is written when any is refused.
-
-        Raises EmptyGroup, NestingTooDeep, UnknownTask, WorkflowTooLarge (PayloadTooLarge),
-        LaneFull or WorkflowError (a step id that exists), all before anything is written.
-        """
-        builder = _Builder(self.stages(), link_error, app)
-        with tracing.sending(builder.first, None) as span:
-            built = builder.build(workflow_id, span.carrier)
-            queue = built.app.queue(built.queue)
-            span.set(built.attributes(queue.name))
-            return built.handle(queue, queue.send_workflow(*built.sent()))
-
-    async def adelay(self) -> WorkflowHandle:
-        return await self.aapply_async()
-
-    async def aapply_async(self, *, workflow_id: str | None = None,
-                           link_error: Signature | None = None,
-                           app: App | None = None) -> WorkflowHandle:
-        """apply_async(), awaited: the same rows, checks and errors, sent on redis.asyncio."""
-        builder = _Builder(self.stages(), link_error, app)
-        with tracing.sending(builder.first, None) as span:
-            built = builder.build(workflow_id, span.carrier)
-            queue = built.app.aqueue(built.queue)
-            span.set(built.attributes(queue.name))
-            return built.handle(queue, await queue.send_workflow(*built.sent()))
+    def __repr__(self) -> str:
+        return " | ".join(repr(s) for s in self.steps)
 
 
 def chain(*steps: Any) -> Chain:
@@ -229,53 +260,104 @@ def chain(*steps: Any) -> Chain:
     return Chain(*steps)
 
 
-def group(*sigs: Any) -> Group:
+def group(*tasks: Any) -> Group:
     """``group([a, b])`` or ``group(a, b)``: run side by side."""
-    return Group(*sigs)
+    return Group(*tasks)
 
 
-def chord(header: Group | Iterable[Signature], body: Signature | Chain) -> Chord:
+def chord(header: Any, body: Any = None) -> Chord:
     """``chord(group, callback)``: the callback gets the members' results, in order."""
     return Chord(header, body)
 
 
 # -- building the workflow's rows -------------------------------------------------------------
+#
+# A canvas is compiled into steps: each canvas gives a *value* (a step: its result; a list
+# of values: a group's), and a step fed a value either waits for one parent (the value is a
+# step: its result is spliced in) or collects (the value is a list: each step in it fills
+# its slot, and the server builds the list from the value's `shape`). A value is fed whole
+# to the steps after it, so each step's result has one slot wherever it goes, and the rows
+# keep the form they had when workflows were lines (`next`, one `slot`): the server's
+# hand-over is unchanged but for the shape of what a step collects.
+
+#: A canvas's value while building: a step (its result) or a list of values (a group's).
+_Value = Union["_Step", list[Any]]
+
 
 class _Step:
-    __slots__ = ("sig", "job", "mode", "extra", "size")
+    __slots__ = ("sig", "job", "mode", "extra", "size", "children")
 
     def __init__(self, sig: Signature, job: NewJob, mode: str) -> None:
         self.sig, self.job, self.mode = sig, job, mode
         self.extra: dict[str, str] = {}
         self.size = len(job.payload.encode("utf-8"))
+        #: the steps this step's result goes to
+        self.children: list[str] = []
+
+
+def _leaves(value: _Value) -> list[_Step]:
+    if isinstance(value, _Step):
+        return [value]
+    return [leaf for v in value for leaf in _leaves(v)]
+
+
+def _shape(value: _Value) -> str:
+    """The value's JSON with a '#' where each step's result goes, in order."""
+    if isinstance(value, _Step):
+        return "#"
+    return "[" + ",".join(_shape(v) for v in value) + "]"
+
+
+def _walk(root: Canvas) -> Iterator[Canvas]:
+    """Every canvas in ``root``, depth first (iterative: the depth is checked here, before
+    anything recurses over it)."""
+    todo: list[tuple[Canvas, int]] = [(root, 0)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > MAX_DEPTH:
+            raise WorkflowTooLarge(f"a workflow nested {depth} levels deep: at most "
+                                   f"{MAX_DEPTH}")
+        yield node
+        children: list[Canvas] = (node.steps if isinstance(node, Chain) else
+                                  node.tasks if isinstance(node, Group) else
+                                  [node.header, *([node.body] if node.body else [])]
+                                  if isinstance(node, Chord) else [])
+        todo.extend((c, depth + 1) for c in reversed(children))
 
 
 class _Builder:
-    def __init__(self, stages: list[Signature | Group], link_error: Signature | None,
-                 app: App | None) -> None:
-        if not stages:
-            raise EmptyGroup("an empty workflow: nothing to run")
-        for i, st in enumerate(stages):
-            if isinstance(st, Group) and not st.sigs:
-                raise EmptyGroup("an empty group: a chord needs at least one member"
-                                 if i + 1 < len(stages) else "an empty group")
-            if isinstance(st, Group) and i > 0 and isinstance(stages[i - 1], Group):
-                raise NestingTooDeep("a group right after a group (nesting deeper than "
-                                     "supported: put a step between them)")
-        self.stages = stages
+    def __init__(self, root: Canvas, link_error: Signature | None, app: App | None) -> None:
+        sigs: list[Signature] = []
+        for i, node in enumerate(_walk(root)):
+            if isinstance(node, Signature):
+                sigs.append(node)
+            elif isinstance(node, Group) and not node.tasks:
+                raise EmptyGroup("an empty group: nothing to run (a chord needs at least "
+                                 "one member)")
+            elif isinstance(node, Chain) and not node.steps:
+                raise EmptyGroup("an empty chain: nothing to run")
+            elif isinstance(node, Chord) and node.body is None:
+                raise EmptyGroup("a chord without a body: chord(header, body), or call "
+                                 "chord(header)(body)")
+            if i and node._errback is not None:
+                raise WorkflowError(f"link_error on {node!r} inside a workflow: one errback "
+                                    f"serves the whole workflow: set it on the outermost "
+                                    f"canvas (or apply_async(link_error=...))")
+        # counted before a row is built: the bound is on the work of one script call
+        if len(sigs) > MAX_STEPS:
+            raise WorkflowTooLarge(f"a workflow of {len(sigs)} steps: at most {MAX_STEPS}")
+        self.root = root
         self.link_error = link_error
-        self.app = app or self._app_of(stages)
+        self.app = app or self._app_of(sigs[0])
         self.limit = self.app.settings.max_payload_bytes
-        first = stages[0]
         #: The task of the first step: what the workflow's send span is named after.
-        self.first = (first if isinstance(first, Signature) else first.sigs[0]).name
+        self.first = sigs[0].name
         #: The trace context every step carries (its enqueue's span): build() sets it.
         self.trace: dict[str, str] | None = None
+        self.steps: list[_Step] = []
 
     @staticmethod
-    def _app_of(stages: list[Signature | Group]) -> App:
-        first = stages[0]
-        sig = first if isinstance(first, Signature) else first.sigs[0]
+    def _app_of(sig: Signature) -> App:
         if sig._app is not None:
             return sig._app
         if isinstance(sig.task, str):
@@ -315,28 +397,66 @@ class _Builder:
         return validate.integer(sig.options.get("result_bytes", DEFAULT_RESULT_BYTES),
                                 "result_bytes", 1)
 
+    def _compile(self, node: Canvas, source: _Value | None) -> _Value:
+        """The steps of ``node`` fed ``source`` (None: they start at once); its value."""
+        if isinstance(node, Signature):
+            step = self._step(node, "r" if source is None else "w")
+            self.steps.append(step)
+            if source is not None:
+                self._feed(source, step)
+            return step
+        if isinstance(node, Group):        # every member is fed the same value
+            return [self._compile(t, source) for t in node.tasks]
+        if isinstance(node, Chord):
+            assert node.body is not None   # refused in __init__
+            return self._compile(node.body, self._compile(node.header, source))
+        value = source
+        for s in node.steps:
+            value = self._compile(s, value)
+        assert value is not None           # a chain has steps (refused in __init__)
+        return value
+
+    def _feed(self, source: _Value, child: _Step) -> None:
+        """Wire ``child`` to wait for ``source``: one parent, or every step of a group's
+        value, each into its slot (by the group, not its size: a group of one gives [r0])."""
+        if isinstance(source, _Step):
+            source.children.append(child.job.id)
+            child.extra["par"] = source.job.id
+            self._fits(child, self._result_bytes(source.sig))
+            return
+        leaves, shape = _leaves(source), _shape(source)
+        for i, p in enumerate(leaves):
+            # a step's result has one place in one value, whichever steps collect it: one
+            # `slot` on its row serves them all (the form rows had before trees)
+            assert p.extra.get("slot", str(i)) == str(i)
+            p.extra["slot"] = str(i)
+            p.children.append(child.job.id)
+        child.extra["par"] = " ".join(p.job.id for p in leaves)   # in slot order
+        child.extra["npend"] = child.extra["nslots"] = str(len(leaves))
+        if shape != "[" + ",".join("#" * len(leaves)) + "]":
+            child.extra["shape"] = shape
+        # the results go in as the shape, each '#' one result
+        self._fits(child, len(shape) - len(leaves)
+                   + sum(self._result_bytes(p.sig) for p in leaves))
+
     def build(self, workflow_id: str | None,
               trace: dict[str, str] | None = None) -> _Built:
         """Every row of the workflow, checked: what one call of the workflow verb writes.
         ``trace``: the trace context its steps carry (observe/tracing.py)."""
         self.trace = trace
+        self.steps = []
         wf = check_job_id(workflow_id) if workflow_id is not None else new_job_id()
-        levels: list[list[_Step]] = []
-        for i, st in enumerate(self.stages):
-            mode = "r" if i == 0 else "w"
-            sigs = [st] if isinstance(st, Signature) else st.sigs
-            levels.append([self._step(s, mode) for s in sigs])
-        queue_names = {self._spec(s.sig).queue for lv in levels for s in lv}
+        value = self._compile(self.root, None)
+        steps = self.steps
+        queue_names = {self._spec(s.sig).queue for s in steps}
         if len(queue_names) > 1:
             raise WorkflowError("a workflow's steps must all use one queue")
-        for st, parents, children in zip(self.stages, levels, levels[1:]):
-            self._link(parents, children, isinstance(st, Group))
-        steps = [s for lv in levels for s in lv]
-        if len(steps) > MAX_STEPS:
-            raise WorkflowError(f"a workflow of {len(steps)} steps: at most {MAX_STEPS}")
         ids = [s.job.id for s in steps]
         if len(set(ids)) != len(ids) or wf in ids:
             raise InvalidJobId("a workflow's step ids (and its own id) must all differ")
+        for s in steps:
+            if s.children:
+                s.extra["next"] = " ".join(s.children)
         lerr = None
         if self.link_error is not None:
             lerr = self._step(self.link_error, "w")
@@ -347,10 +467,13 @@ class _Builder:
         for s in steps:
             s.extra["wf"] = wf
         waiting = [s.job.id for s in steps if s.mode == "w"]
-        last = levels[-1]
-        meta = {"kind": "group" if len(last) > 1 or isinstance(self.stages[-1], Group)
-                else "chain", "final": " ".join(s.job.id for s in last),
+        final = _leaves(value)
+        meta = {"kind": "chain" if isinstance(value, _Step) else "group",
+                "final": " ".join(s.job.id for s in final),
                 "steps": " ".join(ids), "waiting": " ".join(waiting)}
+        shape = _shape(value)
+        if not isinstance(value, _Step) and shape != "[" + ",".join("#" * len(final)) + "]":
+            meta["shape"] = shape          # nested lists: get() fills them in
         rows = list(steps)
         if lerr is not None:
             lerr.extra["wf"] = wf
@@ -361,28 +484,10 @@ class _Builder:
             rows.append(lerr)
         return _Built(self.app, self._spec(steps[0].sig).queue, wf, meta, rows)
 
-    def _link(self, parents: list[_Step], children: list[_Step], from_group: bool) -> None:
-        # By the parents' stage, not their count: a group of one is a chord onto [r0].
-        if not from_group:                 # a step onto a step, or onto a group's members
-            p = parents[0]
-            p.extra["next"] = " ".join(c.job.id for c in children)
-            for c in children:
-                c.extra["par"] = p.job.id
-                self._fits(c, [self._result_bytes(p.sig)])
-            return
-        (c,) = children                    # a group onto its chord's callback
-        for i, p in enumerate(parents):
-            p.extra["next"] = c.job.id
-            p.extra["slot"] = str(i)
-        c.extra["par"] = " ".join(p.job.id for p in parents)
-        c.extra["npend"] = c.extra["nslots"] = str(len(parents))
-        # the results go in as one list: [r0,r1,...]
-        self._fits(c, [sum(self._result_bytes(p.sig) + 1 for p in parents) + 1])
-
-    def _fits(self, child: _Step, incoming: list[int]) -> None:
+    def _fits(self, child: _Step, incoming: int) -> None:
         if child.sig.immutable:
             return
-        need = child.size + sum(incoming) + 1
+        need = child.size + incoming + 1
         if need > self.limit:
             raise WorkflowTooLarge(
                 f"step {child.sig!r} could receive {need} bytes of arguments (its own "
@@ -492,9 +597,10 @@ class WorkflowHandle(Handle):
                 "total": len(ids), "steps": rows}
 
     def get(self, timeout: float | None = None) -> Any:
-        """The last step's result (a chain, a chord), or the members' results in order (a
-        group). TaskFailed names the step that went dead (``job_id``); ResultTimeout when
-        not finished within ``timeout`` seconds."""
+        """The workflow's result as Celery gives it: a chain's last step's, a chord's body's,
+        a group's members' results in order (a member chain's last: a list if a group).
+        TaskFailed names the step that went dead (``job_id``); ResultTimeout when not
+        finished within ``timeout`` seconds."""
         return self._sync().run(self._get_plan(timeout))
 
     async def aget(self, timeout: float | None = None) -> Any:
@@ -508,6 +614,8 @@ class WorkflowHandle(Handle):
         results = []
         for i in meta.get("final", "").split():
             results.append((yield from self._wait(i, deadline, timeout)))
+        if meta.get("shape"):          # nested lists (a member chain ending in a group)
+            return _fill(meta["shape"], results)
         return results if meta.get("kind") == "group" else results[0]
 
     def _wait(self, job_id: str, deadline: float | None, timeout: float | None) -> Steps[Any]:
@@ -536,3 +644,13 @@ class WorkflowHandle(Handle):
 
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.id}>"
+
+
+def _fill(shape: str, results: list[Any]) -> Any:
+    """The value of a workflow's shape ('#' for each result, in order) with its results."""
+    it = iter(results)
+
+    def walk(x: Any) -> Any:
+        return [walk(y) for y in x] if isinstance(x, list) else next(it)
+
+    return walk(json.loads(shape.replace("#", "0")))

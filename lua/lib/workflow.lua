@@ -3,15 +3,20 @@
 --
 -- A workflow's steps are ordinary job rows carrying `wf` (the workflow's id). A step that
 -- waits for a parent has state 'waiting' and sits in no structure: no lane, no `delayed`.
--- A parent's row names its children in `next` (space-separated ids) and, when the child is
--- a chord's callback, its `slot` in the child's results. A waiting row holds: `par` (its
--- parents), `imm` '1' (immutable: ignores their results), `splice` (the byte offset in its
--- payload where the parent's result goes, right after the envelope's `"a":[`), `comma` '1'
--- (its own arguments follow), `cd` (a countdown, ms, counted from its release), and for a
--- chord's callback `npend` (members not yet done) and `nslots`. The members' results wait
--- in BASE .. 'chord:' .. callback_id (hash: slot -> result JSON), once each (HSETNX), and
--- the workflow's own hash is BASE .. 'wf:' .. wf_id (`waiting`: the ids a failure cancels,
--- `lerr`: the link_error step, `failed`: the step that went dead first).
+-- A parent's row names its children in `next` (space-separated ids) and, when they collect
+-- results (a chord's callback, or each member of a group after a group), its `slot` in
+-- their results: one slot serves them all, since a step's result has one place in the
+-- value they collect (a chain's last step in a group: the chain's place). A waiting row
+-- holds: `par` (its parents, in slot order), `imm` '1' (immutable: ignores their results),
+-- `splice` (the byte offset in its payload where the parent's result goes, right after the
+-- envelope's `"a":[`), `comma` '1' (its own arguments follow), `cd` (a countdown, ms,
+-- counted from its release), and for a step that collects results `npend` (results not yet
+-- in), `nslots` and, when the collected value is not a flat list (nested lists),
+-- `shape`: the value's JSON with a '#' for each slot, in slot order (e.g. '[#,[#,#]]'; no
+-- other '#' in it). The results wait in BASE .. 'chord:' .. callback_id (hash: slot ->
+-- result JSON), once each (HSETNX), and the workflow's own hash is BASE .. 'wf:' .. wf_id
+-- (`waiting`: the ids a failure cancels, `lerr`: the link_error step, `failed`: the step
+-- that went dead first, `shape`: its result's, as a collecting row's).
 
 -- A waiting step goes to its lane (or `delayed` for a countdown), with `arg` (JSON text, or
 -- nil) spliced in as its first argument.
@@ -36,15 +41,21 @@ local function wf_release(id, arg, now)
   end
 end
 
--- The collected results of a chord, in slot order, as one JSON array.
-local function wf_gather(rk, n)
+-- The collected results of a chord, in slot order: one JSON array, or `shape` with each '#'
+-- replaced by the next slot's result.
+local function wf_gather(rk, n, shape)
   local parts = {}
   for s = 0, n - 1, 1000 do
     local fields = {}
     for i = s, math.min(n, s + 1000) - 1 do fields[#fields + 1] = string.format('%d', i) end
     for _, v in ipairs(redis.call('HMGET', rk, unpack(fields))) do parts[#parts + 1] = v or 'null' end
   end
-  return '[' .. table.concat(parts, ',') .. ']'
+  if not shape then return '[' .. table.concat(parts, ',') .. ']' end
+  local i = 0
+  return (string.gsub(shape, '#', function()
+    i = i + 1
+    return parts[i] or 'null'
+  end))
 end
 
 -- A step finished with `result`: each waiting child it names is released (a chord's
@@ -52,8 +63,8 @@ end
 local function wf_handover(nxt, slot, result, now)
   for c in string.gmatch(nxt, '%S+') do
     local ck = job_key(c)
-    local state, npend, imm, nslots = unpack(redis.call('HMGET', ck, 'state', 'npend', 'imm',
-      'nslots'))
+    local state, npend, imm, nslots, shape = unpack(redis.call('HMGET', ck, 'state', 'npend',
+      'imm', 'nslots', 'shape'))
     if state == 'waiting' then
       local arg = result
       if imm == '1' then arg = nil end
@@ -63,7 +74,7 @@ local function wf_handover(nxt, slot, result, now)
         local rk = chord_key(c)
         if redis.call('HSETNX', rk, slot, result) == 1
           and redis.call('HINCRBY', ck, 'npend', -1) <= 0 then
-          if arg then arg = wf_gather(rk, tonumber(nslots)) end
+          if arg then arg = wf_gather(rk, tonumber(nslots), shape) end
           redis.call('DEL', rk)
           wf_release(c, arg, now)
         end

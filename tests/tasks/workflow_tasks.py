@@ -79,3 +79,17 @@ def gate(x: int, tag: str) -> int:
     _r().blpop([_k("open:" + tag)], timeout=30)
     _ran("gate")
     return x
+
+
+@task(name="wf.sub", retry_delay=0.05, lease=2.0)
+def sub(x: int, y: int = 0) -> int:
+    """Not commutative: shows which argument a parent's result took."""
+    _ran("sub")
+    return x - y
+
+
+@task(name="wf.ident", retry_delay=0.05, lease=2.0)
+def ident(x: Any) -> Any:
+    """Returns what it got (a collected value, nested lists and all)."""
+    _ran("ident")
+    return x

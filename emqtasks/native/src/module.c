@@ -27,6 +27,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     S_CANCELLED = mk(ctx, "cancelled"); S_FAILED = mk(ctx, "failed");
     F_WF = mk(ctx, "wf"); F_NEXT = mk(ctx, "next"); F_SLOT = mk(ctx, "slot");
     F_NPEND = mk(ctx, "npend"); F_IMM = mk(ctx, "imm"); F_NSLOTS = mk(ctx, "nslots");
+    F_SHAPE = mk(ctx, "shape");
     F_SPLICE = mk(ctx, "splice"); F_COMMA = mk(ctx, "comma"); F_CD = mk(ctx, "cd");
     F_FAILED = mk(ctx, "failed"); F_WAITING = mk(ctx, "waiting"); F_LERR = mk(ctx, "lerr");
     F_RAN = mk(ctx, "ran"); F_UNRUN = mk(ctx, "unrun"); F_SEEN = mk(ctx, "seen");

@@ -2,8 +2,9 @@
  * lua/lib/workflow.lua).
  * Included once by emq.c (a unity build), after the files before it there; never alone. */
 
-/* A step's row names its waiting children in `next` and, for a chord's callback, its
- * `slot`; the ack releases them (wf_handover), a dead step fails its workflow (wf_fail).
+/* A step's row names its waiting children in `next` and, when they collect results, its
+ * `slot` in them; a collecting child may have a `shape` (nested lists: wf_gather). The
+ * ack releases them (wf_handover), a dead step fails its workflow (wf_fail).
  * Keys formed here: the child rows, BASE.."chord:"..callback_id and BASE.."wf:"..wf_id. */
 
 static void del_key(Q *q, RMK *h, RMS *key) {
@@ -61,26 +62,49 @@ static int wf_release(Q *q, RMS *id, const char *arg, size_t alen) {
     return rc;
 }
 
-/* The collected results of a chord, in slot order, as one JSON array. */
-static RMS *wf_gather(Q *q, RMK *rh, long long n) {
+/* Append n bytes at p to the growing buffer *buf (len used of cap). */
+static void buf_put(char **buf, size_t *len, size_t *cap, const char *p, size_t n) {
+    if (*len + n > *cap) {
+        while (*len + n > *cap) *cap *= 2;
+        *buf = RedisModule_Realloc(*buf, *cap);
+    }
+    memcpy(*buf + *len, p, n);
+    *len += n;
+}
+
+/* Append slot i's result of a chord's results hash (null when missing or past its n). */
+static void put_slot(Q *q, RMK *rh, long long i, long long n, char **buf, size_t *len,
+                     size_t *cap) {
+    RMS *f = i < n ? RedisModule_CreateStringFromLongLong(q->ctx, i) : NULL;
+    RMS *v = f ? hget(rh, f) : NULL;
+    size_t vl = 4;
+    const char *vp = v ? RedisModule_StringPtrLen(v, &vl) : "null";
+    buf_put(buf, len, cap, vp, vl);
+    sfree(q, f);
+    sfree(q, v);
+}
+
+/* The collected results of a chord, in slot order: one JSON array, or shape (the value's
+ * JSON with a '#' for each slot) with each '#' replaced by the next slot's result. */
+static RMS *wf_gather(Q *q, RMK *rh, long long n, RMS *shape) {
     size_t cap = 256, len = 0;
     char *buf = RedisModule_Alloc(cap);
-    buf[len++] = '[';
-    for (long long i = 0; i < n; i++) {
-        RMS *f = RedisModule_CreateStringFromLongLong(q->ctx, i), *v = hget(rh, f);
-        size_t vl = 4;
-        const char *vp = v ? RedisModule_StringPtrLen(v, &vl) : "null";
-        if (len + vl + 2 > cap) {
-            while (len + vl + 2 > cap) cap *= 2;
-            buf = RedisModule_Realloc(buf, cap);
+    if (shape) {
+        size_t sl;
+        const char *sp = RedisModule_StringPtrLen(shape, &sl);
+        long long i = 0;
+        for (size_t k = 0; k < sl; k++) {
+            if (sp[k] == '#') put_slot(q, rh, i++, n, &buf, &len, &cap);
+            else buf_put(&buf, &len, &cap, sp + k, 1);
         }
-        if (i) buf[len++] = ',';
-        memcpy(buf + len, vp, vl);
-        len += vl;
-        sfree(q, f);
-        sfree(q, v);
+    } else {
+        buf_put(&buf, &len, &cap, "[", 1);
+        for (long long i = 0; i < n; i++) {
+            if (i) buf_put(&buf, &len, &cap, ",", 1);
+            put_slot(q, rh, i, n, &buf, &len, &cap);
+        }
+        buf_put(&buf, &len, &cap, "]", 1);
     }
-    buf[len++] = ']';
     RMS *out = RedisModule_CreateString(q->ctx, buf, len);
     RedisModule_Free(buf);
     return out;
@@ -90,11 +114,12 @@ static RMS *wf_gather(Q *q, RMK *rh, long long n) {
  * chord's callback) the result goes in its slot, once, and the last one releases it. */
 static int wf_child(Q *q, RMS *c, RMS *slot, RMS *result) {
     RMS *ck = job_key(q, c), *state = NULL, *npend = NULL, *imm = NULL, *nslots = NULL;
+    RMS *shape = NULL;
     RMK *h;
     int rc = dk(q, ck, 1, REDISMODULE_KEYTYPE_HASH, &h);
     if (rc == 0 && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY)
         RedisModule_HashGet(h, REDISMODULE_HASH_NONE, F_STATE, &state, F_NPEND, &npend, F_IMM,
-                            &imm, F_NSLOTS, &nslots, NULL);
+                            &imm, F_NSLOTS, &nslots, F_SHAPE, &shape, NULL);
     if (rc == 0 && state && eq(state, S_WAITING)) {
         size_t rl;
         const char *rp = RedisModule_StringPtrLen(result, &rl);
@@ -121,7 +146,7 @@ static int wf_child(Q *q, RMS *c, RMS *slot, RMS *result) {
                 if (mutable) {
                     if (!nslots) rc = fail(q, "ERR emq: a chord's callback has no nslots");
                     else if (num(q, nslots, &n, "ERR emq: nslots is not a number") == 0)
-                        list = wf_gather(q, rh, to_ll(ceil(n)));
+                        list = wf_gather(q, rh, to_ll(ceil(n)), shape);
                     else rc = -1;
                 }
                 if (rc == 0) del_key(q, rh, rk);
@@ -142,6 +167,7 @@ static int wf_child(Q *q, RMS *c, RMS *slot, RMS *result) {
     }
     if (h) RedisModule_CloseKey(h);
     sfree(q, ck); sfree(q, state); sfree(q, npend); sfree(q, imm); sfree(q, nslots);
+    sfree(q, shape);
     return rc;
 }
 

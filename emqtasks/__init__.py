@@ -24,6 +24,7 @@ from .errors import (
     NoCurrentJob,
     PayloadTooLarge,
     RateLimited,
+    Reject,
     ResultTimeout,
     ResultTooLarge,
     Retry,
@@ -61,7 +62,7 @@ from .workflows.canvas import Chain, Chord, Group, Signature, WorkflowHandle, ch
 
 __all__ = [
     # defining and enqueueing tasks
-    "task", "App", "Task", "JobHandle", "Retry", "RateLimited", "default_app",
+    "task", "App", "Task", "JobHandle", "Retry", "Reject", "RateLimited", "default_app",
     # workflows
     "chain", "group", "chord", "Signature", "Chain", "Group", "Chord", "WorkflowHandle",
     # periodic schedules

@@ -80,6 +80,9 @@ def test_a_task_subclass_gets_on_success_on_retry_on_failure_and_after_return(
     with start(app) as w:
         ok = t.recorded.delay("hi")
         assert ok.get(timeout=10) == "HI"
+        # a base class's __call__ runs around each run; self is the base class's instance
+        assert t.in_context.delay(3).get(timeout=10) == [
+            "in context", ["ContextTask", "in_context", 3]]
         bad = t.recorded.delay("key")   # autoretry_for=(KeyError,) from the class: 2 runs
         with pytest.raises(TaskFailed, match="KeyError"):
             bad.get(timeout=10)
@@ -278,3 +281,26 @@ def test_import_emqtasks_does_not_import_emqtasks_celery() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+_DJANGO = """
+from emqtasks.celery import Celery
+from emqtasks.producer.app import all_apps
+
+app = Celery("dj")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+found = app.import_tasks_modules()
+names = sorted(n for a in all_apps() for n in a.tasks)
+print(found, app.conf.timezone, app.conf.task_routes["celeryproj.tasks.routed"],
+      "celeryproj.tasks.add" in names)
+"""
+
+
+def test_autodiscover_tasks_without_packages_reads_django_installed_apps() -> None:
+    pytest.importorskip("django")
+    env = dict(os.environ, PYTHONPATH=str(HERE), DJANGO_SETTINGS_MODULE="celeryproj.settings")
+    out = subprocess.run([sys.executable, "-c", _DJANGO], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert out.stdout.strip() == ("['celeryproj.tasks'] Europe/Paris "
+                                  "{'queue': 'celeryproj-routed'} True"), out.stderr

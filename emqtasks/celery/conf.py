@@ -284,14 +284,13 @@ def settings_of(obj: Any, namespace: str | None) -> dict[str, Any]:
     one (``"django.conf:settings"``, ``"proj.celeryconfig"``)."""
     if isinstance(obj, str):
         obj = _import(obj)
-    if isinstance(obj, Mapping):
-        items = dict(obj)
-    else:
-        items = {name: getattr(obj, name) for name in dir(obj) if not name.startswith("_")}
+    prefix = f"{namespace}_" if namespace else ""
+    # only the names read are looked up (Django's settings check each one on access)
+    names = [n for n in (obj if isinstance(obj, Mapping) else dir(obj))
+             if isinstance(n, str) and not n.startswith("_") and n.startswith(prefix)]
+    items = {n: obj[n] if isinstance(obj, Mapping) else getattr(obj, n) for n in names}
     if namespace:
-        prefix = f"{namespace}_"
-        return {k[len(prefix):].lower(): v for k, v in items.items()
-                if k.startswith(prefix) and len(k) > len(prefix)}
+        return {k[len(prefix):].lower(): v for k, v in items.items() if len(k) > len(prefix)}
     return {k: v for k, v in items.items()
             if k == k.lower() and not k.startswith("_")
             and not isinstance(v, ModuleType) and not inspect.isclass(v)

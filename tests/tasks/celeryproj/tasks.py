@@ -82,3 +82,15 @@ def routed(x: int) -> int:
 @shared_task
 def tick(label: str) -> None:
     app.client.rpush(f"celeryproj:ticks:{label}", "1")
+
+
+class ContextTask(Task):
+    """Flask's pattern: __call__ wraps each run (in an app context there)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return ["in context", super().__call__(*args, **kwargs)]
+
+
+@app.task(bind=True, base=ContextTask)
+def in_context(self: ContextTask, x: int) -> list[Any]:
+    return [type(self).__name__, self.run.__name__, x]

@@ -42,9 +42,10 @@ def _clean(app: App):  # type: ignore[no-untyped-def]
     routed.close()
 
 
-def start(app: App, *extra: str, queue: str | None = None) -> WorkerProc:
+def start(app: App, *extra: str, queue: str | None = None,
+          module: str = "celeryproj") -> WorkerProc:
     w = WorkerProc(app.settings.redis_url, queue or app.settings.queue, *extra,
-                   modules=("celeryproj",))
+                   modules=(module,))
     w.wait_ready()
     return w
 
@@ -188,6 +189,17 @@ def test_the_worker_refuses_a_bad_beat_schedule_or_eager_mode_in_one_line(
     assert not ScheduleStore(app.queue()).load()[0]   # nothing stored
 
 
+def test_dash_a_module_colon_attribute_names_the_app(app: App) -> None:
+    env = dict(os.environ, PYTHONPATH=str(HERE))
+    out = subprocess.run([sys.executable, "-m", "emqtasks.cli", "worker",
+                          "-A", "celeryproj.celery:nope", "--redis-url", app.settings.redis_url],
+                         env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "emqtasks: error: -A celeryproj.celery:nope: celeryproj.celery has no App named 'nope'")
+    with start(app, module="celeryproj.celery:app") as w:   # the right one runs
+        assert t.add.delay(1, 2).get(timeout=10) == 3, w.output()[-2000:]
+
+
 def test_beat_entries_and_crontab_map_onto_schedules() -> None:
     c = crontab(minute="*/15", hour=[9, 17], day_of_week="mon-fri", month_of_year="1-6")
     assert c.expr == "*/15 9,17 * 1-6 mon-fri"
@@ -284,16 +296,21 @@ def test_import_emqtasks_does_not_import_emqtasks_celery() -> None:
 
 
 _DJANGO = """
+import sys
 from emqtasks.celery import Celery
-from emqtasks.producer.app import all_apps
+from emqtasks.celery.worker import prepare
+from emqtasks.producer.app import all_apps, default_app
 
 app = Celery("dj")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
-found = app.import_tasks_modules()
+assert "celeryproj.tasks" not in sys.modules   # imported when a worker starts
+prepare()                                      # what the worker command calls
 names = sorted(n for a in all_apps() for n in a.tasks)
-print(found, app.conf.timezone, app.conf.task_routes["celeryproj.tasks.routed"],
-      "celeryproj.tasks.add" in names)
+print("celeryproj.tasks" in sys.modules, app.conf.timezone,
+      app.conf.task_routes["celeryproj.tasks.routed"], "celeryproj.tasks.add" in names,
+      # Django's connections handled as under --django
+      all(default_app.hooks.has(e) for e in ("child_started", "task_started", "task_dead")))
 """
 
 
@@ -302,5 +319,5 @@ def test_autodiscover_tasks_without_packages_reads_django_installed_apps() -> No
     env = dict(os.environ, PYTHONPATH=str(HERE), DJANGO_SETTINGS_MODULE="celeryproj.settings")
     out = subprocess.run([sys.executable, "-c", _DJANGO], capture_output=True, text=True,
                          timeout=60, env=env)
-    assert out.stdout.strip() == ("['celeryproj.tasks'] Europe/Paris "
-                                  "{'queue': 'celeryproj-routed'} True"), out.stderr
+    assert out.stdout.strip() == ("True Europe/Paris {'queue': 'celeryproj-routed'} True "
+                                  "True"), out.stderr

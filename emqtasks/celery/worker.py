@@ -5,6 +5,7 @@ beat_schedule, for the worker to store with the other schedules declared in code
 from __future__ import annotations
 
 import logging
+import sys
 
 from ..errors import UnknownTask
 from ..producer.app import all_apps
@@ -20,6 +21,8 @@ def prepare() -> None:
     Raises what a tasks module raises, or a ScheduleError naming a bad beat entry."""
     for app in celery_apps():
         app.import_tasks_modules()
+    if "django" in sys.modules:
+        handle_django_connections()
     known = {name for app in all_apps() for name in app.tasks}
     for app in celery_apps():
         entries = app.beat_entries()
@@ -42,3 +45,22 @@ def _described(entry: BeatEntry) -> str:
     tz = f" {s.tz}" if isinstance(s.timing, Cron) else ""
     queue = f", queue {entry.queue}" if entry.queue else ""
     return f"{s.name} ({s.task}, {s.timing}{tz}{queue})"
+
+
+def handle_django_connections() -> None:
+    """A Celery project set Django up (autodiscover_tasks()): its database connections are
+    handled as under ``--django`` (emqtasks.contrib.django.worker): closed before the fork,
+    dropped by each child, closed when old around each job."""
+    from django.apps import apps
+
+    if not apps.ready:
+        return
+    from django.db import connections
+
+    from ..contrib.django import worker as django_worker
+    from ..producer.app import default_app
+
+    connections.close_all()
+    default_app.on("child_started")(django_worker.drop_inherited)
+    for event in django_worker.AROUND_A_JOB:
+        default_app.on(event)(django_worker.close_old)

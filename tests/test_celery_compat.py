@@ -50,8 +50,17 @@ def start(app: App, *extra: str, queue: str | None = None,
     return w
 
 
-def notes(app: App, key: str) -> list[str]:
-    return list(app.client.lrange(f"celeryproj:{key}", 0, -1))
+def notes(app: App, key: str, count: int, timeout: float = 5.0) -> list[str]:
+    """The first ``count`` notes the worker pushed on ``celeryproj:<key>``, waited for by
+    BLPOP (each within what is left of ``timeout``); fewer if they do not come."""
+    got: list[str] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and (left := deadline - time.monotonic()) > 0:
+        item = app.client.blpop([f"celeryproj:{key}"], timeout=max(left, 0.01))
+        if item is None:
+            break
+        got.append(item[1])
+    return got
 
 
 # -- the project on a real worker -----------------------------------------------------------
@@ -87,12 +96,12 @@ def test_a_task_subclass_gets_on_success_on_retry_on_failure_and_after_return(
         bad = t.recorded.delay("key")   # autoretry_for=(KeyError,) from the class: 2 runs
         with pytest.raises(TaskFailed, match="KeyError"):
             bad.get(timeout=10)
-        deadline = time.monotonic() + 5   # the handlers run just after the outcome is stored
-        while len(notes(app, bad.id)) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
-    assert notes(app, ok.id) == ["success HI ['hi']", "after SUCCESS"], w.output()[-2000:]
-    assert notes(app, bad.id) == ["retry KeyError", "after RETRY",
-                                  "failure KeyError 'key' True", "after FAILURE"]
+        # the handlers run just after the outcome is stored
+        assert notes(app, ok.id, 2) == ["success HI ['hi']", "after SUCCESS"], \
+            w.output()[-2000:]
+        assert notes(app, bad.id, 4) == ["retry KeyError", "after RETRY",
+                                         "failure KeyError 'key' True", "after FAILURE"]
+    assert notes(app, ok.id, 1, timeout=0.1) == []   # each handler once
 
 
 def test_reject_sends_the_job_to_dead_or_requeues_it(app: App) -> None:
@@ -154,10 +163,8 @@ def test_beat_schedule_is_loaded_at_worker_start_and_fires(app: App,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CELERYPROJ_BEAT", "fire")
     with start(app) as w:
-        deadline = time.monotonic() + 4
-        while not notes(app, "ticks:beat") and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert notes(app, "ticks:beat"), w.output()[-3000:]
+        # every second: two slots within ~2 s
+        assert notes(app, "ticks:beat", 2, timeout=4) == ["1", "1"], w.output()[-3000:]
         out = w.output()
     assert ("beat_schedule of 'celeryproj': 2 entries loaded: tick-every-second "
             "(celeryproj.tasks.tick, every 1s); nightly-report (celeryproj.tasks.tick, "
@@ -252,6 +259,7 @@ def test_meaningless_settings_are_refused_by_name_and_harmless_ones_accepted() -
         Celery("x", loader="default", set_as_current=False)
     with pytest.raises(InvalidArgument, match="serializer"):
         other.task(serializer="pickle")(lambda: None)
+    assert other.task(serializer="json", name="json.ok")(lambda: None).name == "json.ok"
     assert other.conf.accept_content == ["json"]
 
 

@@ -134,6 +134,8 @@ class Celery(App):
         if not (isinstance(base, type) and issubclass(base, Task)):
             raise InvalidArgument(f"base= is a subclass of emqtasks.celery.Task, not {base!r}")
         given = {**base.class_options(), **options}
+        if given.get("serializer") in conf.JSON:   # what is so here: harmless
+            del given["serializer"]
         retry_kwargs = given.pop("retry_kwargs", None) or {}
         for key, value in dict(retry_kwargs).items():
             ours = {"max_retries": "max_retries", "countdown": "default_retry_delay"}.get(key)

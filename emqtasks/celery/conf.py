@@ -41,17 +41,17 @@ MEANINGFUL: dict[str, Any] = {
 }
 
 #: Accepted and kept; a value that is not true here is refused (the predicate says which).
-_JSON = ("json", "application/json")
+JSON = ("json", "application/json")
 HARMLESS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "accept_content": (lambda v: any(c in _JSON for c in v),
+    "accept_content": (lambda v: any(c in JSON for c in v),
                        "arguments and results are always JSON: accept_content must take "
                        "'json'"),
-    "result_accept_content": (lambda v: v is None or any(c in _JSON for c in v),
+    "result_accept_content": (lambda v: v is None or any(c in JSON for c in v),
                               "results are always JSON: result_accept_content must take "
                               "'json'"),
-    "task_serializer": (lambda v: v in _JSON,
+    "task_serializer": (lambda v: v in JSON,
                         "arguments are always JSON: task_serializer='json' or drop it"),
-    "result_serializer": (lambda v: v in _JSON,
+    "result_serializer": (lambda v: v in JSON,
                           "results are always JSON: result_serializer='json' or drop it"),
     "enable_utc": (lambda v: v is True,
                    "slots are computed in UTC and crontab reads the timezone setting: "

@@ -260,6 +260,7 @@ def test_meaningless_settings_are_refused_by_name_and_harmless_ones_accepted() -
     with pytest.raises(InvalidArgument, match="serializer"):
         other.task(serializer="pickle")(lambda: None)
     assert other.task(serializer="json", name="json.ok")(lambda: None).name == "json.ok"
+    assert other.task(lambda: None, name="direct").name == "direct"
     assert other.conf.accept_content == ["json"]
 
 

@@ -151,7 +151,7 @@ class Celery(App):
             self._celery_tasks[made.name] = (made, given)
             return made
 
-        if len(args) == 1 and callable(args[0]) and not options:
+        if len(args) == 1 and callable(args[0]):   # @app.task, app.task(fn, name=...)
             return register(args[0])
         if args:
             raise TypeError("app.task takes the function, or keyword options only")

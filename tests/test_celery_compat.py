@@ -153,6 +153,8 @@ def test_config_from_object_reads_the_namespace() -> None:
     # a setting set after the task was made still reaches it, as Celery reads them lazily
     other.conf.update(task_routes=[{"*.noop": {"queue": "slow"}}], task_time_limit=9)
     assert noop.spec.queue == "slow" and noop.spec.time_limit == 9
+    other.conf.task_ignore_result = True
+    assert noop.spec.result_ttl == 0
     # conf: attribute and item access
     other.conf["timezone"] = "Asia/Tokyo"
     assert other.conf.timezone == "Asia/Tokyo" and other.conf["task_default_queue"] == "mail"

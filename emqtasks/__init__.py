@@ -25,6 +25,7 @@ from .errors import (
     NoCurrentJob,
     PayloadTooLarge,
     RateLimited,
+    Reject,
     ResultTimeout,
     ResultTooLarge,
     Retry,
@@ -64,7 +65,7 @@ from .workflows.canvas import Chain, Chord, Group, Signature, WorkflowHandle, ch
 
 __all__ = [
     # defining and enqueueing tasks
-    "task", "App", "Task", "JobHandle", "Retry", "RateLimited", "default_app",
+    "task", "App", "Task", "JobHandle", "Retry", "Reject", "RateLimited", "default_app",
     # following a job by its id, as Celery does
     "AsyncResult", "states",
     # workflows

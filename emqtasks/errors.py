@@ -174,6 +174,19 @@ class Retry(EmqError):
                                     else f"retry requested (delay={delay})"))
 
 
+class Reject(EmqError):
+    """Raise inside a task to refuse the job (Celery's ``Reject``): ``requeue=False`` sends
+    it to ``dead`` at once, whatever its retry policy; ``requeue=True`` puts it back on the
+    queue at once, as a retry without delay (it spends an attempt, so a job rejected every
+    time ends in ``dead`` rather than loop for ever)."""
+
+    def __init__(self, reason: object = None, requeue: bool = False) -> None:
+        self.reason = reason
+        self.requeue = bool(requeue)
+        super().__init__(f"rejected{' (requeued)' if requeue else ''}"
+                         f"{'' if reason is None else f': {reason}'}")
+
+
 class MaxRetriesExceededError(EmqError):
     """``Task.retry()`` past the task's ``max_retries`` (without an ``exc`` to re-raise): the
     job goes to ``dead`` at once."""

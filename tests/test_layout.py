@@ -407,7 +407,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("worker", ("emqtasks.worker",)),
     # the integrations with the frameworks a team's code lives in (optional extras): built on
     # the public face; the worker command turns on the Django one (--django)
-    ("integrations", ("emqtasks.contrib",)),
+    # and emqtasks.celery, Celery's API on the public face (no module of the package
+    # imports it; the worker command calls it for a Celery app, beat and autodiscovery)
+    ("integrations", ("emqtasks.contrib", "emqtasks.celery")),
     # the programs: the command line (its `native build` runs native/build.py), the dashboard,
     # the wheel's build hook; and what runs a user's tasks in a user's tests: the worker
     # launcher and run_pending (testing.py, which runs the worker's Runner), the pytest plugin

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import logging
 import os
 import sys
@@ -16,10 +17,10 @@ import redis
 from .. import __version__
 from ..config import DEFAULT_QUEUE, WorkerSettings, redacted
 from ..errors import EmqError
-from ..producer.app import all_apps, default_app
+from ..producer.app import App, all_apps, default_app
 from ..producer.context import install_log_fields
 from ..producer.registry import Registry
-from ..schedules.schedule import ScheduleStore, deferred, register_declared
+from ..schedules.schedule import Schedule, ScheduleStore, deferred, register_declared
 from ..store.cluster import node_kwargs
 from ..store.connection import connect
 from ..store.queue import Queue
@@ -73,6 +74,7 @@ def worker(modules: tuple[str, ...], django: bool, concurrency: int | None,
     with deferred():   # App.schedule in a module declares; stored below, on the final queue
         base = setup_django() if django else None
         import_modules(modules)
+        prepare_celery()
     apps = [a for a in all_apps() if a.tasks and a is not default_app]
     if base is None:
         base = apps[0].explicit if len(apps) == 1 else {}
@@ -164,13 +166,40 @@ def add_project_path() -> None:
 
 
 def import_modules(modules: tuple[str, ...]) -> None:
+    """Import each -A module. As Celery's -A: ``module:attribute`` names an App in a
+    module, and a package that holds no App of its own has its ``celery`` submodule
+    imported too (``-A proj`` for proj/celery.py)."""
     add_project_path()
     for name in modules:
+        module, _, attribute = name.partition(":")
         try:
-            importlib.import_module(name)
+            imported = importlib.import_module(module)
+            if attribute and not isinstance(getattr(imported, attribute, None), App):
+                raise CliError(f"-A {name}: {module} has no App named {attribute!r}")
+            if not attribute and hasattr(imported, "__path__") and not any(
+                    isinstance(v, App) for v in vars(imported).values()) \
+                    and importlib.util.find_spec(f"{module}.celery") is not None:
+                importlib.import_module(f"{module}.celery")
+        except CliError:
+            raise
         except Exception as exc:
             raise CliError(f"cannot import module {name!r}: {type(exc).__name__}: {exc}") \
                 from None
+
+
+def prepare_celery() -> None:
+    """For the Celery apps (emqtasks.celery) of the modules imported, if any: their tasks
+    modules (include, autodiscover_tasks) and their beat_schedule."""
+    if "emqtasks.celery" not in sys.modules:
+        return
+    from ..celery import worker as celery_worker
+
+    try:
+        celery_worker.prepare()
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
+    except Exception as exc:   # a tasks module that fails to import
+        raise CliError(f"cannot import a tasks module: {type(exc).__name__}: {exc}") from None
 
 
 def register_schedules(queue: Queue, registry: Registry) -> None:
@@ -178,7 +207,7 @@ def register_schedules(queue: Queue, registry: Registry) -> None:
     else the worker's), and note the worker's tasks on the queue for the CLI."""
     specs = {name: t.spec for name, t in registry.tasks().items()}
     declared = [s for app in all_apps() for s in app.declared_schedules.values()
-                if s.task not in specs or specs[s.task].queue in (None, queue.name)]
+                if _queue_of(app, s, specs) in (None, queue.name)]
     changed, dropped = register_declared(ScheduleStore(queue), declared, specs)
     if declared or dropped:
         logging.getLogger("emqtasks.worker").info(
@@ -186,6 +215,15 @@ def register_schedules(queue: Queue, registry: Registry) -> None:
             ", ".join(sorted(s.name for s in declared)) or "none",
             f"; stored or changed: {', '.join(changed)}" if changed else "",
             f"; no longer declared, removed: {', '.join(dropped)}" if dropped else "")
+
+
+def _queue_of(app: App, s: Schedule, specs: dict[str, Any]) -> str | None:
+    """The queue a declared schedule's jobs go to: its own (Celery's beat options), else
+    its task's (None: the worker's; an unknown task is None, refused by the store)."""
+    own = app.declared_queues.get(s.name)
+    if own is not None:
+        return own
+    return specs[s.task].queue if s.task in specs else None
 
 
 def which_hot_path(queue: Queue) -> str:

@@ -80,6 +80,9 @@ class App:
         #: Schedules declared in code (decorator, or App.schedule while a worker imports its
         #: modules): the worker stores them at start.
         self.declared_schedules: dict[str, Schedule] = {}
+        #: The queue of a declared schedule whose jobs go elsewhere than its task's queue
+        #: (emqtasks.celery's beat_schedule ``options={"queue": ...}``).
+        self.declared_queues: dict[str, str] = {}
         self.hooks = Hooks()
         _apps.append(self)
 
@@ -219,6 +222,12 @@ class App:
         named after the task, stored when a worker starts: ``emqtasks.cron(...)``,
         ``emqtasks.every(...)``, a cron string, or seconds.
         """
+        return self._task(fn, options, Task)
+
+    def _task(self, fn: Callable[..., Any] | None, options: Mapping[str, Any],
+              task_class: type[Task[Any, Any]]) -> Any:
+        """``task()`` making each Task of ``task_class`` (emqtasks.celery's ``base=``): its
+        ``wraps`` gives the function the queue runs."""
         # At decoration: an unknown option is a TypeError, a bad retry policy or schedule
         # InvalidArgument / a ScheduleError; the rest are checked by TaskSpec at registration.
         spec_options, policy_options, schedule = split_options(options)
@@ -233,13 +242,14 @@ class App:
             made: list[Task[Any, Any]] = []
             # bind=True: the function the queue runs passes the Task first (bound.py)
             fn_run = bound.bind(f, lambda: made[0]) if spec_options.get("bind") else f
+            fn_run = task_class.wraps(fn_run, lambda: made[0])
             spec = TaskSpec(name=f"{_module_name(f)}.{f.__qualname__}" if name is None
                             else name, fn=fn_run, policy=policy,
                             is_async=inspect.iscoroutinefunction(f), **spec_options)
             declared = None
             if timing is not None:   # checked before the task is registered
                 declared = _sched.make_schedule(spec.name, spec.name, timing=timing, fn=spec.fn)
-            t: Task[Any, Any] = Task(self, spec)
+            t: Task[Any, Any] = task_class(self, spec)
             made.append(t)
             self.registry.add(t)
             if declared is not None:

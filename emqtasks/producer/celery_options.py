@@ -41,7 +41,7 @@ REFUSED = {
     "priority": "a priority is given per call: apply_async(priority=-100..100, lower first "
                 "within the group's lane)",
     "base": "@task takes no base class (the hooks of emqtasks.hooks / app.on replace "
-            "on_success / on_failure)",
+            "on_success / on_failure; emqtasks.celery's @app.task(base=MyTask) takes one)",
     "trail": "a workflow's steps are followed by app.workflow(id).steps(): drop trail=",
 }
 

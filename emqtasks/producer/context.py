@@ -26,7 +26,8 @@ class JobContext:
     """One claim of one job, as the task running it sees it."""
 
     __slots__ = ("id", "task", "queue", "group", "attempts", "fence", "exception", "args",
-                 "kwargs", "give_up", "_lease", "_queue", "_row", "_started", "_trace_id")
+                 "kwargs", "give_up", "result", "_lease", "_queue", "_row", "_started",
+                 "_trace_id")
 
     def __init__(self, lease: Lease, queue: Queue) -> None:
         self.id: str = lease.id
@@ -37,6 +38,8 @@ class JobContext:
         self.fence: int = lease.fence
         #: What made the job fail, in the task_retried / task_dead hooks (else None).
         self.exception: BaseException | None = None
+        #: What the task returned, in the task_succeeded hooks (else None).
+        self.result: Any = None
         #: The call's arguments, once decoded (``Task.request.args`` / ``.kwargs``).
         self.args: tuple[Any, ...] = ()
         self.kwargs: dict[str, Any] = {}

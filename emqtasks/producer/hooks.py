@@ -2,7 +2,8 @@
 
 Events: ``child_started`` (once per child, after the fork: open connections there; no
 argument), ``task_started``, ``task_succeeded``, ``task_retried``, ``task_dead`` (each with
-the job's JobContext; ``job.exception`` tells what failed) and ``worker_stopping`` (once, in
+the job's JobContext; ``job.exception`` tells what failed, ``job.result`` what a
+succeeded task returned) and ``worker_stopping`` (once, in
 the master, when a stop begins; no argument). ``task_retried`` / ``task_dead`` of a job whose
 child died or was killed at its time limit fire in the master (worker/settled.py). A hook
 may be a coroutine function: a worker child awaits it on its event loop. A hook that raises

@@ -165,6 +165,10 @@ class Registry:
                                     f"{_origin(old.spec.fn)}")
         self._tasks[name] = task
 
+    def remove(self, name: str) -> None:
+        """Forget a task (emqtasks.celery moves a shared task to the app made after it)."""
+        self._tasks.pop(name, None)
+
     def get(self, name: str) -> Any:
         try:
             return self._tasks[name]

@@ -126,6 +126,12 @@ class Task(Generic[P, R]):
         self.name = spec.name
         functools.update_wrapper(self, spec.fn)
 
+    @staticmethod
+    def wraps(fn: Callable[..., Any], task: Callable[[], Task[Any, Any]]) -> Callable[..., Any]:
+        """The function the queue runs for ``fn`` (``task()``: the Task, made after it):
+        fn itself; a subclass may put its own call around it (emqtasks.celery's Task)."""
+        return fn
+
     @property
     def request(self) -> Request:
         """The job this task runs now (Celery's ``self.request`` of a bound task): id,

@@ -23,6 +23,7 @@ from ..errors import (
     AckRefused,
     MaxRetriesExceededError,
     RateLimited,
+    Reject,
     ResultTooLarge,
     Retry,
     SerializationError,
@@ -170,6 +171,7 @@ class Runner:
             return Executed(None, self.failed(ctx, qi, exc, plan), ctx)
         finally:
             reset_current(token)
+        ctx.result = value
         return self.encode(ctx, qi, value, plan)
 
     def _call_here(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
@@ -244,6 +246,9 @@ class Runner:
         if ctx.give_up or isinstance(exc, MaxRetriesExceededError):
             # Task.retry() past max_retries: dead now, whatever the policy says of exc
             return self._settle(ctx, qi, _describe(exc, "max_retries reached"), None, True)
+        if isinstance(exc, Reject):   # Celery's: dead at once, or again now (an attempt)
+            return self._settle(ctx, qi, _describe(exc), 0.0 if exc.requeue else None,
+                                not exc.requeue)
         if isinstance(exc, Retry):
             delay = exc.delay if exc.delay is not None else plan.retry_delay
             return self._settle(ctx, qi, _describe(exc), delay, False)

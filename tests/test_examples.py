@@ -59,7 +59,8 @@ def test_every_example_is_exercised() -> None:
 
 def test_every_example_folder_is_run_by_a_test_file() -> None:
     # A folder is a project of its own, run by the test file that sets it up.
-    runs = {"fencing": "test_examples_day2.py", "django_project": "test_django.py"}
+    runs = {"fencing": "test_examples_day2.py", "django_project": "test_django.py",
+            "celery": "test_celery_examples.py"}
     folders = {p.name for p in EXAMPLES.iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert folders == set(runs)
     tests = Path(__file__).resolve().parent

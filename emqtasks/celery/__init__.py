@@ -16,8 +16,7 @@ from ..errors import (
     TimeLimitExceeded,
 )
 from ..producer import states
-from ..producer.result import AsyncResult
-from .app import Celery, current_app, shared_task
+from .app import AsyncResult, Celery, current_app, shared_task
 from .beat import crontab
 from .canvas import Signature, chain, chord, group, signature, subtask
 from .task import ExceptionInfo, Task

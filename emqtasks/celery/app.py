@@ -17,12 +17,15 @@ import dataclasses
 import importlib
 import importlib.util
 import logging
+import os
+import sys
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
 from ..errors import ConfigError, InvalidArgument
 from ..producer.app import App, _module_name
+from ..producer.result import AsyncResult as _AsyncResult
 from ..producer.task import JobHandle
 from ..workflows.canvas import Signature
 from . import beat, conf, routes
@@ -55,11 +58,11 @@ class Celery(App):
     def __init__(self, main: str | None = None, *, broker: str | None = None,
                  backend: str | None = None, include: Iterable[str] | None = None,
                  config_source: Any = None, set_as_current: bool = True,
-                 **refused: Any) -> None:
-        for key in refused:
+                 changes: dict[str, Any] | None = None, **settings: Any) -> None:
+        for key in settings:
             why = _REFUSED_ARGS.get(key)
-            raise (InvalidArgument(f"Celery({key}=...) has no meaning in emqtasks: {why}")
-                   if why else TypeError(f"Celery() got an unexpected keyword argument {key!r}"))
+            if why:
+                raise InvalidArgument(f"Celery({key}=...) has no meaning in emqtasks: {why}")
         super().__init__()
         self.main = main
         self._routes: routes.Routes = ()
@@ -67,8 +70,13 @@ class Celery(App):
         #: task name -> (its Task, the options its decorator and base class gave)
         self._celery_tasks: dict[str, tuple[Task, dict[str, Any]]] = {}
         self.conf = conf.Conf(self._check_setting, self._settings_changed)
-        self.conf.update({k: v for k, v in (("broker_url", broker), ("result_backend", backend),
-                                            ("include", include)) if v is not None})
+        # As Celery's: other keyword arguments (and changes=) are settings, checked as such
+        # (Celery(..., task_acks_late=True)); the environment's CELERY_BROKER_URL wins
+        self.conf.update({**(changes or {}), **settings,
+                          **{k: v for k, v in (("broker_url", broker), ("result_backend", backend),
+                                               ("include", include)) if v is not None}})
+        if conf.from_environment("broker_url") is not None:
+            self._settings_changed({"broker_url"})
         if config_source is not None:
             self.config_from_object(config_source)
         for event, handler in (("task_succeeded", on_succeeded), ("task_retried", on_retried),
@@ -191,6 +199,25 @@ class Celery(App):
                   kwargs: dict[str, Any] | None = None, **options: Any) -> Signature:
         return signature(name, args, kwargs, app=self, **options)
 
+    def start(self, argv: Iterable[str] | None = None) -> None:
+        """Celery's ``app.start()`` in a script (``python myapp.py worker -l INFO``): this
+        process becomes the emqtasks command line (exec), ``worker`` given ``-A`` the script
+        (its folder on PYTHONPATH), so the worker imports it as the module it is."""
+        args = list(sys.argv[1:] if argv is None else argv)
+        env = dict(os.environ)
+        if args[:1] == ["worker"] and not {"-A", "--app"} & set(args):
+            module, folder = _main_module()
+            args[1:1] = ["-A", module]
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder,
+                                                              env.get("PYTHONPATH")]))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "emqtasks", *args], env)
+
+    def AsyncResult(self, id: str, *, queue: str | None = None) -> AsyncResult:
+        """Celery's ``app.AsyncResult(task_id)``: the job on this app."""
+        return AsyncResult(id, self, queue=queue)
+
     # -- the worker's side ----------------------------------------------------------------
     def autodiscover_tasks(self, packages: Iterable[str] | Callable[[], Iterable[str]] |
                            None = None, related_name: str = "tasks",
@@ -222,6 +249,16 @@ class Celery(App):
         return beat.beat_entries(self.conf.beat_schedule, self.conf.timezone, self._routes)
 
 
+def _main_module() -> tuple[str, str]:
+    """The module name and folder of the script being run (``python myapp.py``: myapp)."""
+    path: str | None = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path:
+        raise InvalidArgument("app.start() runs in a script (python myapp.py worker): "
+                              "elsewhere, run 'emqtasks worker -A <module>'")
+    path = os.path.abspath(path)
+    return os.path.splitext(os.path.basename(path))[0], os.path.dirname(path)
+
+
 def _celery_defaults(given: dict[str, Any]) -> dict[str, Any]:
     """Celery's defaults a task's options leave: no automatic retry, max_retries=3."""
     out: dict[str, Any] = {}
@@ -250,6 +287,16 @@ def _django_apps() -> list[str]:
     if not apps.ready:
         django.setup()
     return [c.name for c in apps.get_app_configs()]
+
+
+class AsyncResult(_AsyncResult):
+    """Celery's ``AsyncResult(id, app=None)``: emqtasks' AsyncResult, on the current Celery
+    app when no app is given, as Celery's reads the current app's backend (emqtasks'
+    alone reads the default App's server, EMQ_REDIS_URL's, which need not be the
+    project's CELERY_BROKER_URL or ``broker=``)."""
+
+    def __init__(self, id: str, app: App | None = None, *, queue: str | None = None) -> None:
+        super().__init__(id, app if app is not None else current_app(), queue=queue)
 
 
 def current_app() -> Celery:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from datetime import timedelta
 from types import ModuleType
@@ -108,6 +109,10 @@ REFUSED: dict[str, str] = {
     "database_url": "results are kept on the broker's Redis",
 }
 
+#: Settings the environment overrides, as Celery's do: a Redis URL in CELERY_BROKER_URL
+#: wins over the broker a project's code names (``broker='amqp://'``), which is never used.
+ENVIRONMENT = {"broker_url": "CELERY_BROKER_URL", "result_backend": "CELERY_RESULT_BACKEND"}
+
 _REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "embedded")
 
 
@@ -125,6 +130,12 @@ class Conf(MutableMapping[str, Any]):
         object.__setattr__(self, "_changed", changed)
 
     def __getitem__(self, key: str) -> Any:
+        given = from_environment(key)
+        if given is not None:
+            try:
+                return _MEANINGFUL_CHECKS[key](given)
+            except ConfigError as exc:
+                raise ConfigError(f"{ENVIRONMENT[key]} in the environment: {exc}") from None
         if key in self._values:
             return self._values[key]
         if key in MEANINGFUL:
@@ -167,8 +178,15 @@ class Conf(MutableMapping[str, Any]):
         return f"<Celery conf {self._values!r}>"
 
 
+def from_environment(key: str) -> str | None:
+    """The value the environment gives a setting (CELERY_BROKER_URL...), or None."""
+    return (os.environ.get(ENVIRONMENT[key]) or None) if key in ENVIRONMENT else None
+
+
 def check_setting(key: str, value: Any) -> Any:
-    """The value kept for a setting (checked, normalised), or ConfigError naming it."""
+    """The value kept for a setting (checked, normalised), or ConfigError naming it. A
+    setting the environment overrides is kept as given: only the environment's is used
+    (and checked when read)."""
     if not isinstance(key, str):
         raise ConfigError(f"a Celery setting's name is a string, not {key!r}")
     if key in REFUSED:
@@ -183,6 +201,8 @@ def check_setting(key: str, value: Any) -> Any:
         raise ConfigError(f"unknown Celery setting {key!r}: emqtasks.celery takes "
                           f"{', '.join(sorted(MEANINGFUL))} and the harmless ones listed in "
                           f"the README ('Coming from Celery')")
+    if from_environment(key) is not None:
+        return value
     return _MEANINGFUL_CHECKS.get(key, lambda v: v)(value)
 
 

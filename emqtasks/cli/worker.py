@@ -44,7 +44,7 @@ from .common import AdminCommand, CliError, Seconds, open_queue, queue_options, 
 @click.option("--async-concurrency", type=click.IntRange(1, 1000), default=1,
               show_default=True,
               help="async jobs one child runs at once (sync jobs: one at a time)")
-@click.option("--loglevel", default="INFO", show_default=True,
+@click.option("-l", "--loglevel", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.option("--log-format", envvar="EMQ_LOG_FORMAT", default="text", show_default=True,
               type=click.Choice(["text", "json"], case_sensitive=False),

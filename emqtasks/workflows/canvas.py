@@ -205,6 +205,10 @@ class Group(_Node):
         """The members (the name before groups held more than signatures)."""
         return self.tasks
 
+    def __call__(self, *args: Any, **options: Any) -> WorkflowHandle:
+        """Celery's ``group(...)()``: send it (``args`` to every member)."""
+        return self.apply_async(args, **options)
+
     def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Group:
         return Group([t._partial(args, kwargs) for t in self.tasks])
 
@@ -245,6 +249,11 @@ class Chain(_Node):
         longer = Chain(*self.steps, other)
         longer._errback = self._errback
         return longer
+
+    def __call__(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
+        """Celery's ``(a.s(1) | b.s())()``: send it (``args`` and ``kwargs`` to its first
+        step)."""
+        return self.apply_async(args, kwargs)
 
     def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Chain:
         if not self.steps:

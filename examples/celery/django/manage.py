@@ -1,0 +1,12 @@
+#!/usr/bin/env python
+# Ported from celery/celery examples/django/manage.py (BSD-3-Clause, see LICENSE-celery).
+
+import os
+import sys
+
+if __name__ == '__main__':
+    os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'proj.settings')
+
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)

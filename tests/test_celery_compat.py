@@ -17,7 +17,7 @@ from datetime import timedelta
 import pytest
 from workerproc import HERE, WorkerProc
 
-from emqtasks import App, EmqError, InvalidArgument, InvalidCron, TaskFailed
+from emqtasks import App, AsyncResult, EmqError, InvalidArgument, InvalidCron, TaskFailed
 from emqtasks.producer.app import pointed_at
 from emqtasks.schedules.schedule import ScheduleStore
 
@@ -76,6 +76,12 @@ def test_a_celery_project_runs_on_emqtasks_worker_dash_a_proj(app: App) -> None:
         # Celery's max_retries=3: 4 runs, then dead
         with pytest.raises(TaskFailed, match="MaxRetriesExceededError"):
             t.retries_forever.delay(f"{tag}-m").get(timeout=10)
+        # delay() answers an AsyncResult, as Celery's: state, ready(), successful(), result
+        res = t.add.delay(4, 4)
+        assert isinstance(res, AsyncResult) and res.get(timeout=10) == 8
+        assert (res.state, res.status, res.ready(), res.successful(), res.failed(),
+                res.result) == (states.SUCCESS, states.SUCCESS, True, True, False, 8)
+        assert res.handle.verdict == "enqueued"
         # send_task by name, as a Django view does without importing the tasks
         assert proj_app.send_task("celeryproj.tasks.add", (1, 1)).get(timeout=10) == 2
     assert int(app.client.get(f"celeryproj:tries:{tag}-n") or 0) == 1

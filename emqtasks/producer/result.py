@@ -49,7 +49,9 @@ class AsyncResult:
     def of(cls, handle: JobHandle[Any]) -> AsyncResult:
         """The AsyncResult of a handle ``delay()`` / ``apply_async()`` returned."""
         app = handle._app if handle._app is not None else default_app
-        return cls(handle.id, app, queue=handle._queue.name)
+        result = cls(handle.id, app, queue=handle._queue.name)
+        result.handle = handle     # its verdict (duplicate, on_commit) and workflow kept
+        return result
 
     def _row(self) -> dict[str, Any] | None:
         return self.handle.info()

@@ -182,6 +182,21 @@ def test_beat_schedule_is_loaded_at_worker_start_and_fires(app: App,
     assert stored["tick-every-second"].args == ("beat",)
 
 
+def test_add_periodic_task_in_on_after_configure_is_loaded_and_fires(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Celery's examples/periodic-tasks: ``@app.on_after_configure.connect`` adding entries
+    with ``sender.add_periodic_task(seconds | crontab, sig, name=)``."""
+    monkeypatch.setenv("CELERYPROJ_BEAT", "periodic")
+    with start(app) as w:
+        assert notes(app, "ticks:added", 2, timeout=4) == ["1", "1"], w.output()[-3000:]
+        out = w.output()
+    assert "2 entries loaded: tick-added-every-second (celeryproj.tasks.tick, every 1s); " \
+           "celeryproj.tasks.tick-Happy-Mondays (celeryproj.tasks.tick, cron 30 7 * * 1" in out, \
+        out[-3000:]
+    stored = {s.name: s for s in ScheduleStore(app.queue()).load()[0].values()}
+    assert stored["tick-added-every-second"].args == ("added",)
+
+
 def test_the_worker_refuses_a_bad_beat_schedule_or_eager_mode_in_one_line(
         app: App) -> None:
     cases = {

@@ -70,6 +70,10 @@ class Celery(App):
         #: task name -> (its Task, the options its decorator and base class gave)
         self._celery_tasks: dict[str, tuple[Task, dict[str, Any]]] = {}
         self.conf = conf.Conf(self._check_setting, self._settings_changed)
+        #: Celery's signals of a configured app, sent by the worker before it reads the
+        #: beat schedule (``@app.on_after_configure.connect`` adding periodic tasks)
+        self.on_after_configure = Signal()
+        self.on_after_finalize = Signal()
         # As Celery's: other keyword arguments (and changes=) are settings, checked as such
         # (Celery(..., task_acks_late=True)); the environment's CELERY_BROKER_URL wins
         self.conf.update({**(changes or {}), **settings,
@@ -244,6 +248,18 @@ class Celery(App):
                     found.append(module)
         return found
 
+    def add_periodic_task(self, schedule: Any, sig: Signature, args: Iterable[Any] = (),
+                          kwargs: dict[str, Any] | None = None, name: str | None = None,
+                          **options: Any) -> str:
+        """Celery's: ``sig`` on ``schedule`` (a crontab, timedelta or seconds) as an entry of
+        beat_schedule, checked now; ``name`` defaults to the call's text. Options as a beat
+        entry's (``queue``). Returns the entry's name."""
+        label = name or f"{sig.name}{(*sig.args, *args)!r}"
+        entry = {"task": sig.name, "schedule": schedule, "args": [*sig.args, *args],
+                 "kwargs": {**sig.kwargs, **(kwargs or {})}, "options": options}
+        self.conf.beat_schedule = {**(self.conf.beat_schedule or {}), label: entry}
+        return label
+
     def beat_entries(self) -> list[beat.BeatEntry]:
         """beat_schedule as schedules, read in the app's timezone and routes."""
         return beat.beat_entries(self.conf.beat_schedule, self.conf.timezone, self._routes)
@@ -297,6 +313,22 @@ class AsyncResult(_AsyncResult):
 
     def __init__(self, id: str, app: App | None = None, *, queue: str | None = None) -> None:
         super().__init__(id, app if app is not None else current_app(), queue=queue)
+
+
+class Signal:
+    """One of Celery's app signals: ``connect`` receivers (also as a decorator), ``send``
+    calls each with ``sender=`` and keywords."""
+
+    def __init__(self) -> None:
+        self.receivers: list[Callable[..., Any]] = []
+
+    def connect(self, receiver: Callable[..., Any], **_: Any) -> Callable[..., Any]:
+        self.receivers.append(receiver)
+        return receiver
+
+    def send(self, sender: Any, **kwargs: Any) -> None:
+        for receiver in self.receivers:
+            receiver(sender=sender, **kwargs)
 
 
 def current_app() -> Celery:

@@ -22,5 +22,14 @@ elif _beat == "unknown":
 elif _beat == "badcron":
     app.conf.beat_schedule = {"bad": {"task": "celeryproj.tasks.tick",
                                       "schedule": crontab(minute="*", hour=24)}}
+elif _beat == "periodic":
+    # Celery's periodic-tasks example: entries added by a receiver of on_after_configure
+    @app.on_after_configure.connect
+    def setup_periodic_tasks(sender: Celery, **kwargs: object) -> None:
+        from .tasks import tick
+
+        sender.add_periodic_task(1.0, tick.s("added"), name="tick added every second")
+        sender.add_periodic_task(crontab(hour=7, minute=30, day_of_week=1),
+                                 tick.s("Happy Mondays!"))
 if os.environ.get("CELERYPROJ_EAGER"):
     app.conf.task_always_eager = True

@@ -2,6 +2,7 @@
 
 from ._version import __version__
 from .errors import (
+    Aborted,
     AbortUnavailable,
     AckRefused,
     ClusterUrlError,
@@ -35,6 +36,7 @@ from .errors import (
     SoftTimeLimitExceeded,
     TaskFailed,
     TimeLimitExceeded,
+    UnknownJob,
     UnknownSchedule,
     UnknownTask,
     UnknownTimezone,
@@ -52,6 +54,7 @@ from .schedules.cron import Cron, Every, cron, every
 from .schedules.schedule import Schedule, ScheduleInfo
 from .store.queue import Acked, Lease, Queue
 from .verdicts import (
+    AbortVerdict,
     AckVerdict,
     CancelVerdict,
     EnqueueVerdict,
@@ -86,6 +89,6 @@ __all__ = [
     "TimeLimitExceeded", "SoftTimeLimitExceeded", "MaxRetriesExceededError",
     "WorkerLost", "NoCurrentJob", "ScheduleError", "InvalidCron",
     "UnknownTimezone", "InvalidInterval", "InvalidScheduleName", "InvalidSchedule",
-    "UnknownSchedule", "AbortUnavailable",
+    "UnknownSchedule", "AbortUnavailable", "Aborted", "UnknownJob", "AbortVerdict",
     "__version__",
 ]

@@ -54,11 +54,15 @@ local unfit = misfit({{K_active, 'zset'}})
 if unfit then return redis.error_reply(unfit) end
 if not books then time_settle(g, id, row[F_STARTED], row[F_VCHARGE], now, true) end
 redis.call('ZREM', K_active, id)
+local ttl = tonumber(row[F_TTL] or '0')
+if ttl > 0 then
+  redis.call('HSET', jk, 'state', 'aborted', 'error', ARGV[5], 'finished', now)
+  redis.call('EXPIRE', jk, ttl)
+else
+  redis.call('DEL', jk)
+end
 if not books then active_drop(g, now) end
-redis.call('HSET', jk, 'state', 'aborted', 'error', ARGV[5], 'finished', now)
 hist_failed(now, row[F_TASK] or '', g, true)
 notify(id, row[F_WAITERS])
 if row[F_WF] then wf_fail(row[F_WF], id, now) end
-local ttl = tonumber(row[F_TTL] or '0') or 0
-if ttl > 0 then redis.call('EXPIRE', jk, ttl) else redis.call('DEL', jk) end
 return 1

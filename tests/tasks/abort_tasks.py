@@ -34,10 +34,11 @@ def _ended(tag: str, how: str) -> None:
 
 @task(name="a.busy", group=lambda tag: tag)
 def busy(tag: str) -> int:
-    """A pure-Python busy loop: stopped by Aborted at a bytecode boundary."""
-    _started(tag)
+    """A pure-Python busy loop: stopped by Aborted at a bytecode boundary. (Each task
+    says it started inside its handler: the abort may land before that call returns.)"""
     n = 0
     try:
+        _started(tag)
         while True:
             n += 1
     except Aborted:
@@ -48,9 +49,12 @@ def busy(tag: str) -> int:
 @task(name="a.stubborn", group=lambda tag: tag, abort_grace=0.5)
 def stubborn(tag: str) -> None:
     """Swallows Aborted and goes on: killed after its 0.5 s grace."""
-    _started(tag)
+    first = True
     while True:
         try:
+            if first:
+                first = False
+                _started(tag)
             while True:
                 time.sleep(0.01)
         except Aborted:
@@ -60,11 +64,14 @@ def stubborn(tag: str) -> None:
 @task(name="a.polite", group=lambda tag: tag)
 def polite(tag: str) -> str:
     """Swallows every exception (Aborted too) but checks current_job().aborted."""
-    _started(tag)
+    try:
+        _started(tag)
+    except Exception:   # what a careless loop does
+        pass
     while True:
         try:
             time.sleep(0.01)
-        except Exception:   # noqa: BLE001 - what a careless loop does
+        except Exception:   # what a careless loop does
             pass
         if current_job().aborted:
             _ended(tag, "saw aborted")

@@ -12,9 +12,10 @@ from pathlib import Path
 import abort_tasks as at
 import pytest
 from click.testing import CliRunner
+from dashsrv import DashServer
 from workerproc import WorkerProc
 
-from emqtasks import App
+from emqtasks import App, AsyncResult, states
 from emqtasks.cli import main
 from emqtasks.errors import TaskFailed, UnknownJob
 
@@ -132,6 +133,20 @@ def test_abort_of_an_async_task_on_a_sync_child(path_app: App) -> None:
         assert app.send_task(at.quick, ("q",)).get(timeout=10) == "q"
 
 
+def test_revoke_terminate_aborts_a_running_job(path_app: App) -> None:
+    # Celery's spelling: AsyncResult.revoke(terminate=True) of a running job aborts it
+    app = path_app
+    with _worker(app):
+        res = AsyncResult(app.send_task(at.busy, ("r1",)).id, app)
+        _started(app, "r1")
+        assert res.state == states.STARTED
+        assert res.revoke(terminate=True) == "aborting"
+        with pytest.raises(TaskFailed, match="aborted"):
+            res.get(timeout=10)
+        assert res.state == states.REVOKED
+        assert isinstance(res.result, TaskFailed) and "aborted" in str(res.result)
+
+
 def test_abort_of_a_job_not_started_cancels_it(path_app: App) -> None:
     # Given a job waiting in its lane and one delayed (no worker runs)
     app = path_app
@@ -186,6 +201,37 @@ def test_a_stale_abort_never_stops_the_next_attempt(path_app: App) -> None:
         # while an abort aimed at it stops it
         assert _stop_time(app, h) < 1.0
     app.client.hdel(q.keys.workers, "gone:1:1")
+
+
+def test_the_job_page_aborts_a_running_job(path_app: App) -> None:
+    # Given a running job's page on the dashboard (a token, so the session's CSRF is checked)
+    app = path_app
+    with _worker(app), DashServer([app.queue()], token="tok") as d:
+        h = app.send_task(at.busy, ("d1",))
+        _started(app, "d1")
+        cookie, csrf = d.sign_in("tok")
+        hdr = {"Cookie": cookie}
+        status, body, _ = d.request(f"/job?id={h.id}", headers=hdr)
+        assert status == 200 and 'id="abort-one">abort<' in body
+        # When the button is pressed without the session's CSRF token, Then nothing happens
+        assert d.request("/job/abort", {"id": h.id, "csrf": "forged"}, headers=hdr)[0] == 403
+        assert h.status() == "active"
+        # When it is pressed, Then the job stops and ends aborted; the page says so
+        status, _, _ = d.request("/job/abort", {"id": h.id, "csrf": csrf}, headers=hdr)
+        assert status == 303
+        with pytest.raises(TaskFailed, match="aborted"):
+            h.get(timeout=10)
+        body = d.request(f"/job?id={h.id}&done=aborting", headers=hdr)[1]
+        assert 'id="done">abort asked' in body and 'id="abort-one"' not in body
+        # And an unknown or malformed id is a clear refusal
+        assert d.request("/job/abort", {"id": "nope", "csrf": csrf}, headers=hdr)[0] == 404
+        assert d.request("/job/abort", {"id": "bad id", "csrf": csrf}, headers=hdr)[0] == 400
+    # A read-only dashboard shows no button and refuses the action
+    later = app.send_task(at.quick, ("ro",), countdown=60)
+    with DashServer([app.queue()], read_only=True) as d:
+        assert 'id="abort-one"' not in d.request(f"/job?id={later.id}")[1]
+        assert d.request("/job/abort", {"id": later.id, "csrf": "x"})[0] == 403
+    assert later.status() == "delayed"
 
 
 def test_cli_abort(path_app: App) -> None:

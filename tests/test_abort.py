@@ -6,6 +6,7 @@ the module, EMQ_NATIVE=require), with real workers (tests/tasks/abort_tasks.py).
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from workerproc import WorkerProc
 from emqtasks import App, AsyncResult, states
 from emqtasks.cli import main
 from emqtasks.errors import TaskFailed, UnknownJob
+from emqtasks.ops.check import check
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -133,6 +135,22 @@ def test_abort_of_an_async_task_on_a_sync_child(path_app: App) -> None:
         assert app.send_task(at.quick, ("q",)).get(timeout=10) == "q"
 
 
+def test_abort_during_a_warm_stop(path_app: App) -> None:
+    # Given a worker finishing its running job after SIGTERM (its grace is 30 s)
+    app = path_app
+    w = _worker(app)
+    try:
+        h = app.send_task(at.busy, ("ws",))
+        _started(app, "ws")
+        w.signal(signal.SIGTERM)
+        w.wait_for(lambda: "finishing running jobs" in w.output(), timeout=10)
+        # When the job is aborted, Then it stops within a second, and the worker exits
+        assert _stop_time(app, h) < 1.0
+        assert w.stop() == 0
+    finally:
+        w.kill() if w.proc.poll() is None else None
+
+
 def test_revoke_terminate_aborts_a_running_job(path_app: App) -> None:
     # Celery's spelling: AsyncResult.revoke(terminate=True) of a running job aborts it
     app = path_app
@@ -184,6 +202,9 @@ def test_a_stale_abort_never_stops_the_next_attempt(path_app: App) -> None:
     lease = q.claim(1)[0]
     assert h.abort() == "aborting"
     assert app.client.hget(q.keys.job(h.id), "abort") == lease.nonce
+    assert app.client.llen(q.keys.aborts("gone:1:1")) == 1
+    report = check(q)   # the checker knows the abort lists and the row's field
+    assert report.ok, report.violations
     # When the job is handed back and claimed again by a real worker (attempt N+1), and
     # the stale token is delivered to that worker
     assert q.release(lease)

@@ -121,6 +121,8 @@ class Master:
         self._unmatched: dict[tuple[str, str], float] = {}
         #: Set while some child runs a job: the abort listeners block only then.
         self.jobs_running = threading.Event()
+        #: Set when the pool is gone: aborts are heard through a warm stop's grace too.
+        self.listen_stop = threading.Event()
         self.listeners: list[aborts.AbortListener] = []
 
     # -- lifecycle --------------------------------------------------------------------
@@ -155,6 +157,7 @@ class Master:
         finally:
             self.park_stop.set()
             self.has_idle.set()
+            self.listen_stop.set()
             self.jobs_running.set()   # a listener waiting for jobs sees the stop
             for parker in self.parkers:
                 parker.interrupt()
@@ -211,7 +214,7 @@ class Master:
         every = list(range(len(self.queues)))
         groups = [[i] for i in every] if is_cluster(self.queue.client) else [every]
         return [aborts.AbortListener(self.make_queues, g, self.my_beat.id, self.jobs_running,
-                                     self.park_stop, self._abort_taken,
+                                     self.listen_stop, self._abort_taken,
                                      min(self.settings.tick, 5.0))
                 for g in groups]
 
@@ -615,7 +618,7 @@ class Master:
             h.renewed = renewed
         if any_running:
             self.jobs_running.set()
-        elif not self._stopping:
+        else:
             self.jobs_running.clear()
         for qi, leases in due.items():
             self._call(self.queues[qi].extend, leases)

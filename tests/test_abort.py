@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from dashsrv import DashServer
 from workerproc import WorkerProc
 
-from emqtasks import App, AsyncResult, states
+from emqtasks import App, AsyncResult, chain, states
 from emqtasks.cli import main
 from emqtasks.errors import TaskFailed, UnknownJob
 from emqtasks.ops.check import check
@@ -35,14 +35,15 @@ def _worker(app: App, *extra: str, concurrency: int = 2) -> WorkerProc:
     return w
 
 
-def _started(app: App, tag: str, timeout: float = 15.0) -> None:
-    """Block until the task of ``tag`` said it started (each says so once)."""
+def _started(app: App, *tags: str, timeout: float = 15.0) -> None:
+    """Block until the tasks of ``tags`` said they started (each says so once)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    waiting = set(tags)
+    while waiting and time.monotonic() < deadline:
         got = app.client.blpop([_k(app, "started")], timeout=1)
-        if got is not None and got[1] == tag:
-            return
-    raise AssertionError(f"{tag} never started")
+        if got is not None:
+            waiting.discard(got[1])
+    assert not waiting, f"{sorted(waiting)} never started"
 
 
 def _hook(app: App) -> str | None:
@@ -110,8 +111,7 @@ def test_abort_cancels_an_async_job(path_app: App) -> None:
     with _worker(app, "--async-concurrency", "2"):
         h = app.send_task(at.sleeper, ("a1",))
         other = app.send_task(at.sleeper, ("a2",))
-        _started(app, "a1")
-        _started(app, "a2")
+        _started(app, "a1", "a2")
         # When one is aborted
         took = _stop_time(app, h)
         # Then its coroutine was cancelled, it ended aborted, and its neighbour runs on
@@ -149,6 +149,23 @@ def test_abort_during_a_warm_stop(path_app: App) -> None:
         assert w.stop() == 0
     finally:
         w.kill() if w.proc.poll() is None else None
+
+
+def test_an_aborted_step_fails_its_workflow(path_app: App) -> None:
+    # Given a chain whose first step runs (and spins) on a worker
+    app = path_app
+    with _worker(app):
+        wf = chain(at.busy.s("c1"), at.quick.si("after")).apply_async(app=app)
+        first, second = (s["id"] for s in wf.steps())
+        _started(app, "c1")
+        # When that step is aborted
+        assert app.abort(first) == "aborting"
+        # Then the workflow fails as with a dead step: the step after it never runs
+        with pytest.raises(TaskFailed):
+            wf.get(timeout=10)
+        assert wf.status() == "failed"
+        assert app.queue().status(first) == "aborted"
+        assert app.queue().status(second) == "cancelled"
 
 
 def test_revoke_terminate_aborts_a_running_job(path_app: App) -> None:

@@ -1,12 +1,14 @@
 """The master (the metronome): park on the wake key, fan readiness, renew, supervise, stop.
 
-Two threads (or one park thread per queue on a Redis Cluster). The park thread (park.py)
-owns the only blocking Redis call: it reaps and promotes on the tick, and while some child
-is idle it parks on BLPOP of the wake keys of its queues for as long as nothing is due; a
-token it takes becomes a byte (the queue's index) on the wake pipe. The main thread never
-blocks on Redis: it selects over the children's pipes and sentinels, the wake pipe and the
-signal pipe, fans readiness to idle children, renews leases, enforces time limits, fails
-the job of a dead child and replaces it, and runs the shutdown.
+Three threads (or one park thread and one abort listener per queue on a Redis Cluster). The
+park thread (park.py) reaps and promotes on the tick, and while some child is idle it parks
+on BLPOP of the wake keys of its queues for as long as nothing is due; a token it takes
+becomes a byte (the queue's index) on the wake pipe. The abort listener (aborts.py) blocks
+on this master's abort lists while some child runs a job; an abort it takes becomes a byte
+on the abort pipe. The main thread never blocks on Redis: it selects over the children's
+pipes and sentinels, the wake, abort and signal pipes, fans readiness to idle children,
+renews leases, enforces time limits and aborts (SIGUSR1 to the child, SIGKILL past the
+grace), fails the job of a dead child and replaces it, and runs the shutdown.
 """
 
 from __future__ import annotations

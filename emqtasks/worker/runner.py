@@ -202,8 +202,12 @@ class Runner:
         if exc is not None and not isinstance(exc, Aborted):
             reason.__cause__ = exc
         ctx.exception = exc if isinstance(exc, Aborted) else reason
-        error = _describe(reason) if exc is None or isinstance(exc, Aborted) else \
-            f"Aborted: {reason} (it then raised {type(exc).__name__}: {exc})\n"
+        if isinstance(exc, Aborted):   # where the task was stopped, in its traceback
+            error = _describe(exc)
+        elif exc is None:
+            error = _describe(reason)
+        else:
+            error = f"Aborted: {reason} (it then raised {type(exc).__name__}: {exc})\n"
         verdict = self.call(self.queues[qi].abort_end, lease, error)
         name = "aborted" if verdict else "stale"
         log.warning("job %s (%s, queue %s) %s", lease.id, _brief(lease.task, 120), ctx.queue,

@@ -105,6 +105,18 @@ def test_a_task_that_swallows_aborted_is_killed_after_its_grace(path_app: App) -
         assert _hook(app) == f"{h.id} Aborted"
 
 
+def test_the_workers_abort_grace(path_app: App) -> None:
+    # Given a task without an abort_grace of its own that swallows Aborted, on a worker run
+    # with --abort-grace 0.3 (the default, 5 s, would outlast the bound below)
+    app = path_app
+    with _worker(app, "--abort-grace", "0.3"):
+        h = app.send_task(at.deaf, ("g1",))
+        _started(app, "g1")
+        # When it is aborted, Then its child is killed after 0.3 s, the job aborted
+        assert 0.3 <= _stop_time(app, h) < 2.0
+        assert h.status() == "aborted"
+
+
 def test_abort_cancels_an_async_job(path_app: App) -> None:
     # Given an async task awaiting on a child's event loop (--async-concurrency 2)
     app = path_app

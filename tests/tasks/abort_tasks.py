@@ -61,6 +61,12 @@ def stubborn(tag: str) -> None:
             _r().hincrby(_k("swallowed"), tag, 1)
 
 
+@task(name="a.deaf", group=lambda tag: tag)
+def deaf(tag: str) -> None:
+    """Swallows Aborted, with no abort_grace of its own: the worker's --abort-grace."""
+    stubborn.spec.fn(tag)
+
+
 @task(name="a.polite", group=lambda tag: tag)
 def polite(tag: str) -> str:
     """Swallows every exception (Aborted too) but checks current_job().aborted."""

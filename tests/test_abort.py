@@ -18,7 +18,7 @@ from workerproc import WorkerProc
 
 from emqtasks import App, AsyncResult, chain, states
 from emqtasks.cli import main
-from emqtasks.errors import TaskFailed, UnknownJob
+from emqtasks.errors import InvalidArgument, TaskFailed, UnknownJob
 from emqtasks.ops.check import check
 
 pytestmark = pytest.mark.timeout(90)
@@ -314,3 +314,10 @@ def test_abort_time_to_stop(path_app: App, capsys: pytest.CaptureFixture[str]) -
     with capsys.disabled():
         print(f"\nabort to stopped, {len(times)} jobs ({Path(__file__).name}): "
               f"p50 {times[len(times) // 2] * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms")
+
+
+def test_a_bad_abort_grace_is_refused_at_decoration(app: App) -> None:
+    for bad in (-1, float("nan"), float("inf"), "5", True):
+        with pytest.raises(InvalidArgument, match="abort_grace"):
+            app.task(name=f"bad-{bad!r}", abort_grace=bad)(lambda: None)
+    assert app.task(name="ok", abort_grace=0)(lambda: None).spec.abort_grace == 0

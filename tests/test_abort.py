@@ -117,6 +117,26 @@ def test_the_workers_abort_grace(path_app: App) -> None:
         assert h.status() == "aborted"
 
 
+def test_an_idle_worker_does_not_listen_for_aborts(path_app: App) -> None:
+    # Given a pool of one child that ran a job and is idle now: only its park thread blocks
+    # on the server (the abort listener waits for a job, in the process)
+    app = path_app
+    with _worker(app, concurrency=1):
+        assert app.send_task(at.quick, ("i",)).get(timeout=10) == "i"
+        time.sleep(0.5)   # the listener's last BLPOP (0.2 s, the test worker's tick) ends
+        blocked = []
+        for _ in range(5):
+            blocked.append(app.client.info("clients")["blocked_clients"])
+            time.sleep(0.1)
+        assert max(blocked) <= 1, blocked
+        # While a job runs, the listener blocks on the master's abort list
+        h = app.send_task(at.busy, ("i2",))
+        _started(app, "i2")
+        time.sleep(0.3)
+        assert app.client.info("clients")["blocked_clients"] >= 1
+        assert _stop_time(app, h) < 1.0
+
+
 def test_abort_cancels_an_async_job(path_app: App) -> None:
     # Given an async task awaiting on a child's event loop (--async-concurrency 2)
     app = path_app

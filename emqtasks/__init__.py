@@ -2,6 +2,7 @@
 
 from ._version import __version__
 from .errors import (
+    Aborted,
     AbortUnavailable,
     AckRefused,
     ClusterUrlError,
@@ -36,6 +37,7 @@ from .errors import (
     SoftTimeLimitExceeded,
     TaskFailed,
     TimeLimitExceeded,
+    UnknownJob,
     UnknownSchedule,
     UnknownTask,
     UnknownTimezone,
@@ -53,6 +55,7 @@ from .schedules.cron import Cron, Every, cron, every
 from .schedules.schedule import Schedule, ScheduleInfo
 from .store.queue import Acked, Lease, Queue
 from .verdicts import (
+    AbortVerdict,
     AckVerdict,
     CancelVerdict,
     EnqueueVerdict,
@@ -87,6 +90,6 @@ __all__ = [
     "TimeLimitExceeded", "SoftTimeLimitExceeded", "MaxRetriesExceededError",
     "WorkerLost", "NoCurrentJob", "ScheduleError", "InvalidCron",
     "UnknownTimezone", "InvalidInterval", "InvalidScheduleName", "InvalidSchedule",
-    "UnknownSchedule", "AbortUnavailable",
+    "UnknownSchedule", "AbortUnavailable", "Aborted", "UnknownJob", "AbortVerdict",
     "__version__",
 ]

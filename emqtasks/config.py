@@ -80,6 +80,7 @@ class WorkerSettings:
     grace: float = 30.0               # how long a warm shutdown lets running jobs finish
     renew_every: float = 0.0          # 0: a third of each job's lease
     async_concurrency: int = 1        # async jobs one child runs at once
+    abort_grace: float = 5.0          # s an aborted job gets to return before its child dies
 
 
 class QueueSpec(NamedTuple):

@@ -229,5 +229,16 @@ class NoCurrentJob(EmqError, RuntimeError):
 
 
 class AbortUnavailable(EmqError, NotImplementedError):
-    """``AsyncResult.revoke(terminate=True)``: stopping a job that is already running is the
-    ``abort`` of issue 32, not yet available; ``revoke()`` cancels a job not yet started."""
+    """Kept for code that caught it: ``AsyncResult.revoke(terminate=True)`` raised it before
+    aborting a running job existed; it now aborts (``App.abort``), and nothing raises this."""
+
+
+class UnknownJob(EmqError):
+    """An abort of a job id the queue has no row for (never enqueued, or its row expired)."""
+
+
+class Aborted(EmqError):
+    """Raised inside a task whose job was aborted (``App.abort``, ``JobHandle.abort``): at
+    the next bytecode of a sync task (a signal from its master), as the cancellation of an
+    async one. The job ends ``aborted`` whatever the task does then; one that does not
+    return within its ``abort_grace`` has its child killed."""

@@ -76,7 +76,7 @@ class CancelVerdict(str, Enum):
     CANCELLED = "cancelled"
     MISSING = "missing"         # no such row (never was, or it expired)
     ACTIVE = "active"           # running: a leased job is not interrupted
-    FINISHED = "finished"       # done, cancelled or expired already
+    FINISHED = "finished"       # done, cancelled, expired or aborted already
 
     @classmethod
     def from_reply(cls, code: int) -> CancelVerdict:
@@ -88,3 +88,30 @@ class CancelVerdict(str, Enum):
 
 _CANCEL_CODES = {1: CancelVerdict.CANCELLED, 0: CancelVerdict.MISSING,
                  -1: CancelVerdict.ACTIVE, -2: CancelVerdict.FINISHED}
+
+
+class AbortVerdict(str, Enum):
+    """abort (App.abort, JobHandle.abort): equal to its plain string."""
+
+    ABORTING = "aborting"       # running: its master was asked to stop it (within ~1 s)
+    CANCELLED = "cancelled"     # not started yet (pending, delayed, waiting): cancelled
+    FINISHED = "finished"       # done, dead, cancelled, expired or aborted already
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class AbortAsk(IntEnum):
+    """abort 'ask' (lua/abort.lua)."""
+
+    NOT_RUNNING = -1    # pending, delayed or waiting: cancel it instead
+    FINISHED = -2
+    MISSING = 0
+    ASKED = 1
+
+
+class AbortedVerdict(IntEnum):
+    """abort 'end' (the attempt that was stopped ends `aborted`)."""
+
+    STALE = 0
+    ABORTED = 1

@@ -13,7 +13,8 @@ local state = redis.call('HGET', jk, 'state')
 if not state then return 0 end
 if state == 'dead' then
   redis.call('ZREM', K_dead, id)
-elseif state ~= 'done' and state ~= 'cancelled' and state ~= 'expired' and state ~= 'skipped' then
+elseif state ~= 'done' and state ~= 'cancelled' and state ~= 'expired' and state ~= 'skipped'
+  and state ~= 'aborted' then
   return -1
 end
 redis.call('DEL', jk)

@@ -14,7 +14,7 @@ local jk = job_key(ARGV[1])
 local row = redis.call('HMGET', jk, 'state', 'result', 'error')
 local state = row[1]
 if ARGV[2] == '1' and state and state ~= 'done' and state ~= 'dead' and state ~= 'cancelled'
-  and state ~= 'expired' then
+  and state ~= 'expired' and state ~= 'aborted' then
   redis.call('HINCRBY', jk, 'waiters', 1)
 end
 return row

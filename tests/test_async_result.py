@@ -9,7 +9,6 @@ import result_tasks as rt
 from workerproc import WorkerProc
 
 from emqtasks import (
-    AbortUnavailable,
     App,
     AsyncResult,
     InvalidArgument,
@@ -20,7 +19,7 @@ from emqtasks import (
     group,
     states,
 )
-from emqtasks.verdicts import CancelVerdict
+from emqtasks.verdicts import AbortVerdict, CancelVerdict
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -97,12 +96,10 @@ def test_a_failed_attempt_waiting_for_its_retry_reads_retry(ar_app: App) -> None
     assert res.state == states.REVOKED
 
 
-def test_revoke_a_pending_job_and_terminate_is_refused(ar_app: App) -> None:
+def test_revoke_a_pending_job(ar_app: App) -> None:
     app = ar_app
     res = AsyncResult(app.send_task(rt.add, (1, 2), countdown=60).id, app)
-    with pytest.raises(AbortUnavailable, match="issue 32"):
-        res.revoke(terminate=True)
-    assert res.state == states.PENDING                 # nothing happened to it
+    assert res.state == states.PENDING
     with pytest.raises(InvalidArgument, match="revoke"):
         res.forget()                                   # not finished: not forgotten
     assert res.revoke() == CancelVerdict.CANCELLED
@@ -111,6 +108,10 @@ def test_revoke_a_pending_job_and_terminate_is_refused(ar_app: App) -> None:
     with pytest.raises(TaskFailed, match="cancelled"):
         res.get(timeout=5)
     assert AsyncResult("no-such-job", app).revoke() == CancelVerdict.MISSING
+    # terminate=True aborts (test_abort.py: a running job): one not started is cancelled
+    other = AsyncResult(app.send_task(rt.add, (1, 2), countdown=60).id, app)
+    assert other.revoke(terminate=True) == AbortVerdict.CANCELLED
+    assert other.state == states.REVOKED
 
 
 def test_an_expired_job_reads_revoked(ar_app: App) -> None:

@@ -986,7 +986,10 @@ def fuzz(srv: Server, calls: int, seed: int) -> None:
                          "retry": lambda: [arg() for _ in range(6)],
                          "extend": lambda: [arg() for _ in range(1 + 3 * rnd.randrange(0, 3))],
                          "release": lambda: [arg() for _ in range(5)],
-                         "reap": lambda: [arg()], "promote": lambda: [arg()]}[verb]
+                         "reap": lambda: [arg()], "promote": lambda: [arg()],
+                         "abort": lambda: rnd.choice([["ask", arg()],
+                                                      ["end", *[arg() for _ in range(4)]],
+                                                      [arg(), arg()]])}[verb]
                 args = shape()
             else:
                 args = [arg() for _ in range(rnd.randrange(0, 20))]
@@ -1257,6 +1260,68 @@ def run_corruption(srv: Server, rounds: int, seed: int) -> None:
 def test_differential(server: Server) -> None:
     """The module and the scripts, driven in lockstep: replies and state identical."""
     run_differential(server, OPS, SEED)
+    assert server.alive()
+
+
+def run_aborts(srv: Server, rounds: int, seed: int) -> None:
+    """abort's two halves in lockstep with the verbs around them: 'ask' of jobs in every
+    state (running, waiting, finished, unknown: the row's `abort`, the tokens on the abort
+    list of each master in the `workers` index), and 'end' of held leases, stale ones and
+    made-up ones (fenced; a workflow step's end fails its workflow; ttl 0 deletes the row)."""
+    p = Pair(srv, "abl", "abn")   # queues of their own (a server may have run others)
+    run = Run(p, seed)
+    rnd = run.rnd
+    seen: set[tuple[str, int]] = set()
+    try:
+        p.both(lambda k: p.r.hset(k.workers, mapping={"m1": "1", "host:9:17": "1"}))
+        p.verb("enqueue", [1, *run.job_fields("waits")])    # pending or delayed: not running
+        seen.add(("ask", p.verb("abort", ["ask", "waits"])))
+        for i in range(rounds):
+            x = rnd.random()
+            if x < 0.2:
+                run.op_enqueue()
+            elif x < 0.4:
+                run.op_claim()
+            elif x < 0.45:
+                run.op_workflow()
+            elif x < 0.5:
+                run.op_ack()
+            elif x < 0.55:
+                rnd.choice([run.op_retry, run.op_release, run.op_reap, run.op_promote])()
+            elif x < 0.75:
+                held = [t[0] for t in run.held]
+                job_id = rnd.choice(held) if held and rnd.random() < 0.6 else \
+                    rnd.choice([*run.ids[:40], "nope", *[t[0] for t in run.old[-20:]],
+                                *[f"n{n}" for n in range(run.next_id - 20, run.next_id + 1)]])
+                seen.add(("ask", p.verb("abort", ["ask", job_id])))
+            else:
+                tok = run.token()
+                if tok is not None:
+                    run._ran_for(tok)
+                    seen.add(("end", p.verb("abort", ["end", *tok,
+                                                      f"Aborted: by request {rnd.randrange(9)}"])))
+                    run.done_with(tok)
+            if (i + 1) % 50 == 0:
+                p.compare()
+                p.checked()
+        p.compare()
+        p.checked()
+        # every answer came up: asked, not running, finished, unknown; ended, stale
+        assert seen >= {("ask", 1), ("ask", -1), ("ask", -2), ("ask", 0), ("end", 1),
+                        ("end", 0)}, seen
+        assert any(p.r.hget(p.ka.job(i), "abort") for i in run.ids + [f"n{n}" for n in
+                                                                        range(run.next_id)])
+        # a mode that is neither: the same error on both
+        _, va = p.raw.call("EVALSHA", p.sha["abort"], len(FIXED), *p.ka.fixed, "stop", "x")
+        _, vb = p.raw.call(COMMANDS["abort"], *p.kb.fixed, "stop", "x")
+        assert isinstance(va, RespError) and va == vb, (va, vb)
+    finally:
+        p.close()
+
+
+def test_abort_on_both_paths(server: Server) -> None:
+    """EMQ.ABORT and abort.lua, driven in lockstep: replies and state identical."""
+    run_aborts(server, 600, SEED)
     assert server.alive()
 
 
@@ -1653,6 +1718,7 @@ def test_asan(name: str, asan_module: tuple[Path, str], tmp_path: Path) -> None:
     try:
         assert "libasan" in Path(f"/proc/{srv.proc.pid}/maps").read_text()
         run_differential(srv, OPS // 2 if not LONG else OPS, SEED + 1)
+        run_aborts(srv, 400, SEED + 1)
         fuzz(srv, FUZZ, SEED + 2)
         assert srv.alive(), "the server died under ASAN"
     finally:
@@ -1689,15 +1755,17 @@ def test_replica_and_aof_without_module(module: Path, tmp_path: Path) -> None:
             Run(pair, SEED + 3).run(600, compare_every=600)
         finally:
             pair.close()
+        run_aborts(primary, 300, SEED + 3)   # the module's abort, replicated
         pc = primary.client()
         offset = pc.info("replication")["master_repl_offset"]
         while rc.info("replication").get("slave_repl_offset", 0) < offset:
             assert time.monotonic() < deadline + 30, "the replica fell behind"
             time.sleep(0.05)
         assert any(name.startswith("cmdstat_emq.") for name in pc.info("commandstats"))
-        k = QueueKeys("dn")
-        want = snapshot(pc, k)
+        k, ka = QueueKeys("dn"), QueueKeys("abn")
+        want, want_a = snapshot(pc, k), snapshot(pc, ka)
         assert_same(snapshot(replica.client(), k), want)
+        assert_same(snapshot(replica.client(), ka), want_a)
         # the AOF holds the effects, no EMQ.* command
         aof = b"".join(p.read_bytes() for p in prim_dir.rglob("*.aof*") if p.is_file())
         assert b"ZADD" in aof.upper() and b"EMQ." not in aof.upper()
@@ -1737,6 +1805,7 @@ def test_acl_least_privilege(server: Server) -> None:
     assert u.execute_command("EMQ.ACK", *k.fixed, "a1", lease[3], lease[4], "r", "") == [1, None]
     assert u.execute_command("EMQ.REAP", *k.fixed, 10)[:2] == [0, 0]
     assert u.execute_command("EMQ.PROMOTE", *k.fixed, 10)[0] == 0
+    assert u.execute_command("EMQ.ABORT", *k.fixed, "ask", "a1") == -2
     with pytest.raises(redis.exceptions.NoPermissionError):
         u.execute_command("EMQ.CLAIM", *other.fixed, 1, "n")
     with pytest.raises(redis.exceptions.NoPermissionError):
@@ -1786,7 +1855,8 @@ def test_key_positions(server: Server) -> None:
 #: The shortest well-formed ARGV of each command.
 GOOD_ARGS = {"enqueue": ["0"], "claim": ["1", "n"], "ack": ["a", "1", "n", "r", ""],
              "retry": ["a", "1", "n", "e", "", "0"], "extend": ["1000"],
-             "release": ["a", "1", "n", "r", ""], "reap": ["1"], "promote": ["1"]}
+             "release": ["a", "1", "n", "r", ""], "reap": ["1"], "promote": ["1"],
+             "abort": ["ask", "a"]}
 
 
 def test_bad_keys_and_arity(server: Server) -> None:

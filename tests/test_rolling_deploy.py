@@ -38,9 +38,17 @@ from rolling_tasks import go_key, held_key
 from emqtasks._dev.localserver import LocalRedis
 from emqtasks.native import build, module_path
 from emqtasks.ops.check import check
+from emqtasks.producer.abort import abort as abort_job
 from emqtasks.store.queue import Queue
 from emqtasks.testing import WorkerProcess
-from emqtasks.verdicts import AckVerdict, ExtendVerdict, ReleaseVerdict, RetryVerdict
+from emqtasks.verdicts import (
+    AbortedVerdict,
+    AbortVerdict,
+    AckVerdict,
+    ExtendVerdict,
+    ReleaseVerdict,
+    RetryVerdict,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ROOT / "tests" / "tasks"
@@ -385,6 +393,16 @@ def test_a_traced_retry_against_the_previous_releases_module(
         assert client.hget(q.keys.job("j1"), "error") == "boom"
         assert q.retry_link("j1") is None
         assert calls_of(client, "emq.retry") == 3   # mine, refused, then without the link
+        # An abort through this release (EMQ_NATIVE=auto): that module has no EMQ.ABORT, so
+        # abort alone goes to its script; the other verbs stay on the module
+        monkeypatch.setenv("EMQ_NATIVE", "auto")
+        q2 = Queue(client, "oldabort")
+        assert q2.enqueue_many([new_job("a1")])
+        lease = q2.claim()[0]
+        assert abort_job(q2, "a1") == AbortVerdict.ABORTING
+        assert q2.abort_end(lease, "Aborted: by request") == AbortedVerdict.ABORTED
+        assert q2.status("a1") == "aborted"
+        assert q2.hot.serves["claim"] is True and q2.hot.serves["abort"] is False
         client.close()
 
 

@@ -1,5 +1,5 @@
 """The admin verbs of the ``emqtasks`` command: pause, resume, limit, weight, dead, requeue,
-cancel, purge, enqueue, job.
+cancel, abort, purge, enqueue, job.
 
 Each command registers itself on the ``main`` group of :mod:`emqtasks.cli` (imported there at
 the bottom), takes ``--redis-url`` / ``-Q`` like every other command, and reports an error as
@@ -23,8 +23,9 @@ import click
 
 from .. import validate
 from ..config import parse_queues
-from ..errors import EmqError
+from ..errors import EmqError, UnknownJob
 from ..observe import history, lanes
+from ..producer.abort import abort as abort_job
 from ..store.queue import Queue
 from .common import (
     AdminCommand,
@@ -163,7 +164,7 @@ def requeue(redis_url: str | None, queue: str | None, job_id: str | None,
 _REFUSALS = {
     "missing": "no such job (never was, or its row expired)",
     "active": "it is running; a leased job is not interrupted",
-    "finished": "it already finished (done, cancelled or expired)",
+    "finished": "it already finished (done, cancelled, expired or aborted)",
 }
 
 
@@ -177,6 +178,25 @@ def cancel(redis_url: str | None, queue: str | None, job_id: str) -> None:
         raise Refused(f"job {job_id} not cancelled: {verdict}: {_REFUSALS.get(verdict, '')}"
                       .rstrip(": "))
     click.echo(f"cancelled job {job_id}")
+
+
+@click.command(cls=AdminCommand)
+@click.argument("job_id")
+@queue_options
+def abort(redis_url: str | None, queue: str | None, job_id: str) -> None:
+    """Stop a job: a running one within about a second (it ends aborted), one not started
+    is cancelled."""
+    def verb(q: Queue) -> str:
+        try:
+            return str(abort_job(q, job_id))
+        except UnknownJob as exc:
+            raise Refused(str(exc)) from None
+
+    verdict = run_admin(redis_url, queue, verb)
+    if verdict == "finished":
+        raise Refused(f"job {job_id} not aborted: it already finished (done, dead, "
+                      "cancelled, expired or aborted)")
+    click.echo(f"{'aborting' if verdict == 'aborting' else 'cancelled'} job {job_id}")
 
 
 @click.command(cls=AdminCommand)
@@ -404,5 +424,5 @@ def check_command(redis_url: str | None, queue: str | None, repair: bool, as_jso
         sys.exit(1)
 
 
-COMMANDS = (pause, resume, limit, weight, dead, requeue, cancel, purge, enqueue, job, stats,
+COMMANDS = (pause, resume, limit, weight, dead, requeue, cancel, abort, purge, enqueue, job, stats,
             check_command)

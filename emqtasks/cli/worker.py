@@ -58,13 +58,17 @@ from .common import AdminCommand, CliError, Seconds, open_queue, queue_options, 
                    "time_limit wins)")
 @click.option("--grace", type=Seconds(), default=30.0, show_default=True,
               help="seconds running jobs get to finish after SIGTERM / Ctrl-C")
+@click.option("--abort-grace", type=Seconds(), default=WorkerSettings.abort_grace,
+              show_default=True,
+              help="seconds an aborted job gets to return before its child is killed and "
+                   "replaced (a task's own abort_grace wins)")
 @click.option("--tick", type=Seconds(0.05, 20.0), default=WorkerSettings.tick,
               show_default=True,
               help="reap expired leases and promote due jobs at least this often (s)")
 def worker(modules: tuple[str, ...], django: bool, concurrency: int | None,
            redis_url: str | None, queue: str | None, async_concurrency: int, loglevel: str,
            log_format: str, max_tasks_per_child: int, time_limit: float, grace: float,
-           tick: float) -> None:
+           abort_grace: float, tick: float) -> None:
     """Run a master and N forked children on one queue, or several (-Q high,low)."""
     if not modules and not django:
         raise CliError("worker: give the task modules (-A app.tasks) or --django "
@@ -91,7 +95,8 @@ def worker(modules: tuple[str, ...], django: bool, concurrency: int | None,
     wsettings = WorkerSettings(concurrency=concurrency or os.cpu_count() or 1, tick=tick,
                                max_tasks_per_child=max_tasks_per_child,
                                time_limit=time_limit, grace=grace,
-                               async_concurrency=async_concurrency)
+                               async_concurrency=async_concurrency,
+                               abort_grace=abort_grace)
     try:
         registry = every_task()
         # Idempotent, so a dropped connection is simply tried again (for up to 30 s).

@@ -35,8 +35,9 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-from ..errors import CorruptKey, EmqError, ScriptError
+from ..errors import CorruptKey, EmqError, ScriptError, UnknownJob
 from ..observe.metrics import CONTENT_TYPE, Exporter
+from ..producer.abort import abort as abort_job
 from ..store.keys import check_job_id
 from ..store.queue import Queue
 from ..workflows.canvas import WorkflowHandle
@@ -281,8 +282,10 @@ class Handler(BaseHTTPRequestHandler):
             detail = views.job_detail(queue, qs.get("id", "")) if qs.get("id") else None
             if detail is None:
                 raise Refused(HTTPStatus.NOT_FOUND, "no such job (or its row expired)")
-            self._send(HTTPStatus.OK, self._render("job.html", page="jobs", job=detail,
-                                                   **common))
+            done = qs.get("done")
+            self._send(HTTPStatus.OK, self._render(
+                "job.html", page="jobs", job=detail,
+                done=done if done in ("aborting", "cancelled", "finished") else None, **common))
         elif path == "/workflow":
             page = _page(qs.get("page"))
             wf = views.workflow_detail(queue, qs.get("id", ""), page)
@@ -431,6 +434,13 @@ class Handler(BaseHTTPRequestHandler):
                 n = views.cancel_ids(queue, ids)
             sep = "&" if "?" in back else "?"
             back = f"{back}{sep}done={n}"
+        elif path == "/job/abort":
+            job_id = check_job_id(one.get("id", ""))
+            try:
+                verdict = abort_job(queue, job_id)
+            except UnknownJob:
+                raise Refused(HTTPStatus.NOT_FOUND, "no such job (or its row expired)") from None
+            back = f"/job?queue={quote(queue.name)}&id={quote(job_id)}&done={verdict}"
         elif path == "/workflow/cancel":
             handle = WorkflowHandle(queue, check_job_id(one.get("id", "")))
             n = handle.cancel()

@@ -117,4 +117,5 @@
 #include "src/enqueue.c"
 #include "src/lease.c"
 #include "src/sweep.c"
+#include "src/abort.c"
 #include "src/module.c"

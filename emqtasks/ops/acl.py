@@ -54,12 +54,13 @@ PRODUCER_COMMANDS = (
 #: calls of a worker: BLPOP / RPUSH / LTRIM / EXPIRE on the wake key, PING, INFO (the
 #: eviction check), and for periodic schedules GET of their version, HGETALL of them and
 #: their state, TIME; the heartbeat of heartbeat.py (SET with PX, HSET of the index, DEL and
-#: HDEL at a stop); TYPE, as for a producer. Tasks that enqueue more work use the worker's
-#: user: enqueue's commands are all here.
+#: HDEL at a stop); TYPE, as for a producer; abort.lua (its end; a task may ask an abort:
+#: HKEYS of the heartbeats' index) and BLPOP of the master's abort list. Tasks that enqueue
+#: more work use the worker's user: enqueue's commands are all here.
 WORKER_COMMANDS = (
     *_SCRIPTING,
     "time", "exists", "del", "expire", "get", "set", "incr",
-    "hget", "hmget", "hset", "hdel", "hincrby", "hexists", "hgetall",
+    "hget", "hmget", "hset", "hdel", "hincrby", "hexists", "hgetall", "hkeys",
     "lindex", "llen", "lmove", "lrem", "rpush", "lpush", "ltrim", "blpop", "pexpire",
     "sismember",
     "zadd", "zcard", "zpopmin", "zrange", "zrangebyscore", "zrem", "zscore",
@@ -72,7 +73,7 @@ WORKER_COMMANDS = (
 #: server without the module refuses a rule that names them.
 NATIVE_PRODUCER_COMMANDS = ("emq.enqueue",)
 NATIVE_WORKER_COMMANDS = ("emq.enqueue", "emq.claim", "emq.ack", "emq.retry", "emq.extend",
-                          "emq.release", "emq.reap", "emq.promote")
+                          "emq.release", "emq.reap", "emq.promote", "emq.abort")
 
 
 def key_pattern(queue: str) -> str:
@@ -116,6 +117,7 @@ PROBES: dict[str, tuple[str, ...]] = {
     "evalsha": ("0" * 40, "1", "{k}"), "eval": ("return 1", "1", "{k}"),
     "time": (), "ping": (), "info": ("server",),
     "exists": ("{k}",), "hget": ("{k}", "f"), "hmget": ("{k}", "f"), "hgetall": ("{k}",),
+    "hkeys": ("{k}",),
     "hset": ("{k}", "f", "v", "odd"), "hdel": ("{k}", "f"), "hincrby": ("{k}", "f", "x"),
     "lindex": ("{k}", "0"), "llen": ("{k}",), "lmove": ("{k}", "{k}", "LEFT", "LEFT"),
     "lrem": ("{k}", "0", "x"), "sismember": ("{k}", "m"),

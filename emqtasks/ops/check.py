@@ -262,7 +262,7 @@ def _check_workflows(queue: Queue, report: Report,
                      rows: dict[str, dict[str, str | None]]) -> None:
     """A workflow step waits (state waiting, in no structure) until a parent's ack releases
     it: each parent that has not handed its result over must still be able to, so its row
-    is there and not finished (done, dead, cancelled, expired)."""
+    is there and not finished (done, dead, cancelled, expired, aborted)."""
     waiting = [i for i, row in rows.items() if row["state"] == "waiting"]
     pipe = queue.client.pipeline(transaction=False)
     for i in waiting:
@@ -281,7 +281,7 @@ def _check_workflows(queue: Queue, report: Report,
             if npend is not None and str(slot) in handed:
                 continue
             state = rows.get(parent, {}).get("state")
-            if state is None or state in ("done", "dead", "cancelled", "expired"):
+            if state is None or state in ("done", "dead", "cancelled", "expired", "aborted"):
                 why = "is gone" if state is None else f"ended {state} without handing over"
                 report.add(f"workflow {wf}: step {step} waits for parent {parent}, which {why}")
                 report.orphans.append((wf, step, parent))

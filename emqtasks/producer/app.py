@@ -22,9 +22,10 @@ from ..store.keys import check_job_id as validate_job_id
 from ..store.keys import check_queue_name
 from ..store.queue import Queue
 from ..store.settings import SETTINGS
-from ..verdicts import CancelVerdict
+from ..verdicts import AbortVerdict, CancelVerdict
 from ..workflows.canvas import Signature, WorkflowHandle
 from . import bound
+from .abort import abort as abort_job
 from .hooks import EVENTS, F, HookEvent, Hooks
 from .registry import (
     GroupSpec,
@@ -425,6 +426,12 @@ class App:
 
     def cancel(self, job_id: str) -> CancelVerdict:
         return self.queue().cancel(job_id)
+
+    def abort(self, job_id: str, queue: str | None = None) -> AbortVerdict:
+        """Stop a job: a running one within about a second (its task gets ``Aborted``, the
+        job ends ``aborted``), one not started is cancelled. ABORTING, CANCELLED or
+        FINISHED; UnknownJob for an id the queue has no row of."""
+        return abort_job(self.queue(queue), validate_job_id(job_id))
 
     def purge(self) -> int:
         return self.queue().purge()

@@ -26,7 +26,8 @@ class JobContext:
     """One claim of one job, as the task running it sees it."""
 
     __slots__ = ("id", "task", "queue", "group", "attempts", "fence", "exception", "args",
-                 "kwargs", "give_up", "result", "_lease", "_queue", "_row", "_started",
+                 "kwargs", "give_up", "result", "aborted", "_lease", "_queue", "_row",
+                 "_started",
                  "_trace_id")
 
     def __init__(self, lease: Lease, queue: Queue) -> None:
@@ -46,6 +47,9 @@ class JobContext:
         #: Set by ``Task.retry()`` past max_retries: this attempt's failure is final (dead
         #: at once, whatever the retry policy says of the exception re-raised).
         self.give_up = False
+        #: True once this attempt was aborted (``App.abort``): a long loop that checks it
+        #: can stop cleanly. The job ends ``aborted`` whatever the task returns then.
+        self.aborted = False
         self._lease = lease
         self._queue = queue
         self._row: tuple[int, datetime | None] | None = None

@@ -51,6 +51,7 @@ class TaskOptions(TypedDict, total=False):
     bind: bool                        # the function receives the Task first (Celery's)
     soft_time_limit: float | None
     rate_limit: str | float | None    # "10/m", "5/s", "100/h" or jobs per second
+    abort_grace: float | None         # s an aborted job gets to return; None: the worker's
     # Celery's spellings, read onto the options above (celery_options.py)
     autoretry_for: ExceptionTypes     # retry_for
     default_retry_delay: float        # retry_delay
@@ -78,6 +79,7 @@ class TaskSpec:
     bind: bool = False
     soft_time_limit: float | None = None  # SoftTimeLimitExceeded raised in the task
     rate_limit: str | float | None = None # a rate of the task's group (celery_options.py)
+    abort_grace: float | None = None      # None: the worker's --abort-grace (5 s)
 
     def __post_init__(self) -> None:
         # Every option is checked here, when the task is defined, so a bad one never
@@ -99,6 +101,8 @@ class TaskSpec:
             if self.time_limit and soft >= float(self.time_limit):
                 raise InvalidArgument(f"soft_time_limit ({self.soft_time_limit}) must be "
                                       f"below time_limit ({self.time_limit})")
+        if self.abort_grace is not None:
+            checked["abort_grace"] = validate.seconds(self.abort_grace, "abort_grace")
         if not isinstance(self.bind, bool):
             raise InvalidArgument(f"bind is True or False, not {self.bind!r}")
         for field, value in checked.items():

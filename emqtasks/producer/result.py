@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import serialization
-from ..errors import AbortUnavailable, InvalidArgument, TaskFailed
-from ..verdicts import CancelVerdict
+from ..errors import InvalidArgument, TaskFailed
+from ..verdicts import AbortVerdict, CancelVerdict
 from . import states
 from .app import App, default_app
 from .task import JobHandle
@@ -22,7 +22,8 @@ __all__ = ["AsyncResult", "state_of"]
 #: Our job states as Celery's (a row that is gone, or never was, reads PENDING as in Celery).
 _STATES = {"pending": states.PENDING, "delayed": states.PENDING, "waiting": states.PENDING,
            "active": states.STARTED, "done": states.SUCCESS, "dead": states.FAILURE,
-           "cancelled": states.REVOKED, "expired": states.REVOKED, "skipped": states.REVOKED}
+           "cancelled": states.REVOKED, "expired": states.REVOKED, "skipped": states.REVOKED,
+           "aborted": states.REVOKED}
 
 
 def state_of(row: dict[str, Any] | None) -> str:
@@ -104,6 +105,8 @@ class AsyncResult:
 
     def _failure(self, row: dict[str, Any]) -> TaskFailed:
         state = row.get("state")
+        if state == "aborted":
+            return TaskFailed(self.id, f"aborted: {row.get('error') or ''}".rstrip(": "))
         return TaskFailed(self.id, "cancelled" if state == "cancelled" else row.get("error"))
 
     # -- waiting ------------------------------------------------------------------------
@@ -134,17 +137,20 @@ class AsyncResult:
             raise InvalidArgument(f"job {self.id} has not finished ({self.handle.status()}): "
                                   "forget() deletes a finished job; revoke() it first")
 
-    def revoke(self, terminate: bool = False, signal: Any = None) -> CancelVerdict:
+    def revoke(self, terminate: bool = False,
+               signal: Any = None) -> CancelVerdict | AbortVerdict:
         """Cancel the job if it has not started (``App.cancel``): it ends REVOKED, never
         runs. Returns the verdict: CANCELLED, MISSING (no such job), ACTIVE (running: left
-        to run, as Celery's revoke without terminate) or FINISHED. ``terminate=True``
-        raises AbortUnavailable: stopping a running job is issue 32's ``abort``."""
+        to run, as Celery's revoke without terminate) or FINISHED. ``terminate=True`` (or a
+        ``signal``: the abort's own signal is used whatever it names) aborts it instead
+        (``abort()``): a running job is stopped, ending REVOKED (``aborted``)."""
         if terminate or signal is not None:
-            raise AbortUnavailable(
-                f"revoke(terminate=True) of job {self.id}: aborting a running job is the "
-                "abort of issue 32, not yet available; revoke() without terminate cancels a "
-                "job that has not started")
+            return self.abort()
         return self.handle._sync().cancel(self.id)
+
+    def abort(self) -> AbortVerdict:
+        """``JobHandle.abort()``: ABORTING, CANCELLED or FINISHED; UnknownJob."""
+        return self.handle.abort()
 
     # -- a workflow step's neighbours ----------------------------------------------------
     @property

@@ -19,9 +19,10 @@ from ..observe import tracing
 from ..store.connection import MAX_BLOCK
 from ..store.queue import NewJob, Queue
 from ..store.replies import Outcome
-from ..verdicts import EnqueueVerdict
+from ..verdicts import AbortVerdict, EnqueueVerdict
 from ..workflows.canvas import Signature, WorkflowHandle
 from . import bound
+from .abort import abort as abort_job
 from .bound import Request, current_request
 from .handle import Handle
 from .jobs import build_job
@@ -56,8 +57,8 @@ class JobHandle(Handle, Generic[R_co]):
 
     def status(self) -> str | None:
         """pending, delayed, active, done, dead, cancelled, skipped (a schedule's slot skipped
-        by overlap control), expired (not started by its ``expires``); None once the row
-        expired."""
+        by overlap control), expired (not started by its ``expires``), aborted (stopped
+        while running: ``abort()``); None once the row expired."""
         return self._sync().status(self.id)
 
     async def astatus(self) -> str | None:
@@ -66,6 +67,12 @@ class JobHandle(Handle, Generic[R_co]):
 
     def info(self) -> dict[str, Any] | None:
         return self._sync().job(self.id)
+
+    def abort(self) -> AbortVerdict:
+        """Stop the job (``App.abort``): a running one within about a second, ending
+        ``aborted``; one not started is cancelled. ABORTING, CANCELLED or FINISHED;
+        UnknownJob once its row is gone."""
+        return abort_job(self._sync(), self.id)
 
     async def ainfo(self) -> dict[str, Any] | None:
         """info(), awaited."""
@@ -100,6 +107,8 @@ class JobHandle(Handle, Generic[R_co]):
         if state is None:
             raise TaskFailed(self.id, "the job row is gone (expired, purged, never "
                                       "existed, or result_ttl=0)")
+        if state == "aborted":
+            raise TaskFailed(self.id, f"aborted: {error}" if error else "aborted")
         raise TaskFailed(self.id, "cancelled" if state == "cancelled" else error)
 
     def __repr__(self) -> str:

@@ -40,7 +40,7 @@ CATCHUP_POLICIES = ("latest", "all", "none")
 CATCHUP_MAX = 100
 #: The longest jitter: a slot's job may wait at most a day for its random delay.
 JITTER_MAX = 86_400.0
-ENDED = ("done", "dead", "cancelled", "skipped", "expired")
+ENDED = ("done", "dead", "cancelled", "skipped", "expired", "aborted")
 
 _deferring = False
 

@@ -15,4 +15,5 @@ COMMANDS = {
     "release": "EMQ.RELEASE",
     "reap": "EMQ.REAP",
     "promote": "EMQ.PROMOTE",
+    "abort": "EMQ.ABORT",
 }

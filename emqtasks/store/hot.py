@@ -11,7 +11,15 @@ from redis.exceptions import ResponseError
 
 from ..errors import InvalidArgument, InvalidJobId
 from ..validate import MAX_COUNT, integer, optional_seconds, seconds
-from ..verdicts import AckVerdict, EnqueueVerdict, ExtendVerdict, ReleaseVerdict, RetryVerdict
+from ..verdicts import (
+    AbortAsk,
+    AbortedVerdict,
+    AckVerdict,
+    EnqueueVerdict,
+    ExtendVerdict,
+    ReleaseVerdict,
+    RetryVerdict,
+)
 from . import beats
 from .beats import Beat
 from .core import QueueCore, corrupt_plan
@@ -89,6 +97,30 @@ class HotPath(QueueCore):
         # A server whose module predates the link (workers upgraded before the servers)
         # refuses a seventh argument before it writes anything: the failure, without it
         return RetryVerdict(self.hot.call("retry", self._k, args))
+
+    def abort_ask(self, job_id: str) -> AbortAsk:
+        """Ask the master running a job to stop it (lua/abort.lua 'ask'): ASKED (the row
+        records the running attempt's nonce; every master of the queue is told, through its
+        abort list), NOT_RUNNING (cancel it), FINISHED or MISSING."""
+        return AbortAsk(self.hot.call("abort", self._k, ["ask", check_job_id(job_id)]))
+
+    def abort_end(self, lease: Lease, error: str) -> AbortedVerdict:
+        """End a stopped attempt (fenced) in state ``aborted``: ABORTED, or STALE."""
+        return AbortedVerdict(self.hot.call("abort", self._k, [
+            "end", lease.id, lease.attempts, lease.nonce, _sendable(error)]))
+
+    @staticmethod
+    def take_aborts(queues: Sequence[HotPath], worker_id: str,
+                    timeout: float) -> tuple[int, str, str] | None:
+        """Block up to ``timeout`` s on this master's abort lists of ``queues`` (one server:
+        one BLPOP); the first token taken as (index in ``queues``, job id, nonce), or None."""
+        keys = [q.keys.aborts(worker_id) for q in queues]
+        got = queues[0].client.blpop(keys, timeout=max(timeout, 0.01))
+        if not got:
+            return None
+        key, token = (v.decode() if isinstance(v, bytes) else str(v) for v in got)
+        job_id, _, nonce = token.partition(" ")
+        return keys.index(key), job_id, nonce
 
     def release(self, lease: Lease, reason: str = "released by a stopping worker",
                 backoff: float = 0.0) -> ReleaseVerdict:

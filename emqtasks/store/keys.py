@@ -48,6 +48,10 @@ WAKE_CAP = 16
 WAKE_TTL = 60
 #: The wake tokens: work is claimable; `delayed` got a new earliest entry.
 WAKE_WORK, WAKE_DUE = "1", "d"
+#: The abort lists' bound (tokens a master has not taken yet) and their life after a push
+#: (seconds): a master gone leaves its list to expire (lua/abort.lua).
+ABORT_CAP = 64
+ABORT_TTL = 60
 #: Lane scores are priority * PRIO_SPAN + the enqueue time in ms.
 PRIO_SPAN = 10**13
 
@@ -70,6 +74,7 @@ FAMILIES = (
     ("workflow", "wf:", "", "hash"),
     ("chord", "chord:", "", "hash"),
     ("worker", "worker:", "", "string"),  # a master's heartbeat
+    ("aborts", "aborts:", "", "list"),    # the aborts asked of one master (abort.lua)
     ("lane", "g:", ":pending", "zset"),
     ("starts", "g:", ":starts", "list"),
     ("group_busy", "g:", ":busy", "hash"),
@@ -273,6 +278,11 @@ class QueueKeys:
     def worker(self, worker_id: str) -> str:
         """string: one master's heartbeat (JSON), expiring unless it beats again."""
         return f"{self.base}worker:{worker_id}"
+
+    def aborts(self, worker_id: str) -> str:
+        """list: ``<job id> <nonce>`` tokens, the aborts asked of one master (abort.lua);
+        the master blocks on it while it runs jobs."""
+        return f"{self.base}aborts:{worker_id}"
 
     def minute(self, minute: int) -> str:
         """hash: the counters the verbs keep of one unix minute (store/minutes.py)."""

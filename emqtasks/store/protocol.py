@@ -17,14 +17,15 @@ from __future__ import annotations
 #: ``fence``, ``ran``, ``unrun``, ``vcharge``: lua/lib/claim.lua, lua/lib/timefair.lua); the
 #: end's (``finished``, ``result``, ``error``) and the clients blocked on it (``waiters``);
 #: a workflow step's (``wf`` ... ``shape``: lua/lib/workflow.lua); the span of its last failed
-#: attempt (``tlink``, a W3C traceparent retry.lua keeps for the next attempt's span link).
+#: attempt (``tlink``, a W3C traceparent retry.lua keeps for the next attempt's span link);
+#: the attempt an abort was asked of (``abort``: its nonce, lua/abort.lua).
 ROW_FIELDS = (
     "task", "payload", "group", "state", "attempts", "max", "lease", "delay", "ttl",
     "created", "prio", "expires",
     "nonce", "started", "fence", "ran", "unrun", "vcharge",
     "finished", "result", "error", "waiters",
     "wf", "next", "slot", "par", "imm", "splice", "comma", "cd", "npend", "nslots", "shape",
-    "tlink",
+    "tlink", "abort",
 )
 
 #: The arguments of one job, in order: enqueue takes ten per job, a workflow ten per step

@@ -160,8 +160,8 @@ def job_plan(keys: QueueKeys, job_id: str) -> Steps[dict[str, Any] | None]:
 
 
 def status_plan(keys: QueueKeys, job_id: str) -> Steps[str | None]:
-    """Reads.status: pending, delayed, active, done, dead, cancelled, skipped, expired, or
-    None."""
+    """Reads.status: pending, delayed, active, done, dead, cancelled, skipped, expired,
+    aborted, or None."""
     try:
         state: str | None = yield cmd("hget", keys.job(job_id), "state")
     except ResponseError as exc:

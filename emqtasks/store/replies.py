@@ -40,7 +40,7 @@ class Outcome(NamedTuple):
 
 #: The states a job ends in (a row that is gone counts too). ``expired``: its ``expires``
 #: passed before a claim started it (lua/lib/claim.lua), so it never ran.
-ENDED = ("done", "dead", "cancelled", "skipped", "expired")
+ENDED = ("done", "dead", "cancelled", "skipped", "expired", "aborted")
 
 
 class Lease(NamedTuple):

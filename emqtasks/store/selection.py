@@ -108,7 +108,9 @@ class Route:
             if isinstance(exc, NoPermissionError):
                 raise exc     # this user may not run this verb at all
             raise NativeUnavailable(missing_hint()) from None
-        if isinstance(exc, NoPermissionError):
+        if isinstance(exc, NoPermissionError) or (
+                verb == "abort" and any(self.serves.values())):
+            # (a module of a release before EMQ.ABORT serves the other verbs still)
             self.serves[verb] = False
         else:
             self.serves = dict.fromkeys(COMMANDS, False)

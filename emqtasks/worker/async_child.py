@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import signal
 from typing import TYPE_CHECKING, Any
 
 from ..store.queue import Lease
@@ -41,14 +42,28 @@ class AsyncDrain:
         self.loop = self.runner.loop()
         self.finished: asyncio.Future[None] = self.loop.create_future()
         self.tasks: set[asyncio.Task[Any]] = set()
+        #: The async jobs running now: slot -> (nonce of its claim, its asyncio task).
+        self.jobs: dict[int, tuple[str, asyncio.Task[Any]]] = {}
 
     def run(self) -> None:
         fd = self.child.pipe.fileno()
         self.loop.add_reader(fd, self._on_pipe)
+        self.loop.add_signal_handler(signal.SIGUSR1, self._on_abort)
         try:
             self.loop.run_until_complete(self.finished)
         finally:
             self.loop.remove_reader(fd)
+            self.loop.remove_signal_handler(signal.SIGUSR1)
+
+    def _on_abort(self) -> None:
+        """The master's SIGUSR1 (an abort), on the loop: each async job whose slot names
+        its attempt's nonce is marked aborted and its task cancelled (the job ends
+        ``aborted``). A sync job blocks the loop while it runs: its abort is its child's
+        kill after the grace."""
+        for slot, (nonce, task) in list(self.jobs.items()):
+            if self.child.slots.abort_asked(slot) == nonce and \
+                    self.runner.abort_asked(nonce) is not None and not task.done():
+                task.cancel()
 
     # -- the pipe ---------------------------------------------------------------------------
     def _on_pipe(self) -> None:
@@ -106,10 +121,11 @@ class AsyncDrain:
             plan = self.runner.plan(lease)
             slot = self.free.pop()
             self.child.slots.start(slot, lease, plan.time_limit, plan.kind, qi,
-                                   plan.retry_delay)
+                                   plan.retry_delay, plan.abort_grace)
             self.in_flight += 1
             if plan.kind == ASYNC:
                 task = self.loop.create_task(self._run_async(slot, qi, lease, plan))
+                self.jobs[slot] = (lease.nonce, task)
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
                 claimed = self._claim_more()
@@ -128,6 +144,7 @@ class AsyncDrain:
         returns the next job to start, if one was claimed. The slot holds the lease until
         the outcome is written."""
         result, outcome, ctx = executed
+        self.jobs.pop(slot, None)
         self.child.done += 1
         more = not self._should_stop()
         claim = more and self.child.may_claim()

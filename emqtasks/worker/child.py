@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import TimeLimitExceeded
+from ..errors import Aborted, TimeLimitExceeded
 from ..producer.context import install_log_fields
 from ..producer.hooks import Hooks
 from ..producer.registry import Registry
@@ -80,6 +80,7 @@ class Child:
         self.done = 0
         self.terminating = False
         self._said_silent = False
+        self._aborted: str = ""   # the nonce of the attempt Aborted was raised into
 
     def main(self) -> None:
         # Ctrl-C reaches the whole process group and systemd sends SIGTERM to the whole
@@ -87,6 +88,9 @@ class Child:
         # job and claim no more", so a job is never cut short by the group signal.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, self._on_term)
+        # The master's SIGUSR1: an abort of a job this child runs (see _on_abort). Not
+        # SIGALRM, the soft time limit's.
+        signal.signal(signal.SIGUSR1, self._on_abort)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
         _die_with_parent()
         if os.getppid() != self.master_pid:
@@ -145,6 +149,28 @@ class Child:
             return
         self.terminating = True
 
+    def _on_abort(self, _signum: int, _frame: Any) -> None:
+        """The master asked to abort an attempt this child runs (its nonce in the job's
+        slot): the job's context is marked aborted and, when it is the sync task running
+        now, Aborted is raised in it at the next bytecode. A nonce that is not the running
+        attempt's (it ended, or the job was claimed again since) changes nothing."""
+        runner: Runner | None = getattr(self, "runner", None)
+        if runner is None:
+            return
+        for index in self.slots.of_child(self.index):
+            nonce = self.slots.abort_asked(index)
+            ctx = runner.abort_asked(nonce) if nonce else None
+            lease = runner.current
+            if ctx is None or lease is None or lease.nonce != nonce or not runner.in_task \
+                    or self._aborted == nonce:
+                continue
+            self._aborted = nonce
+            if runner.here is not None:   # an async task run to its end here: cancelled
+                runner.loop().call_soon_threadsafe(runner.here.cancel)
+                return
+            raise Aborted(f"job {lease.id} was aborted while running (attempt "
+                          f"{lease.attempts})")
+
     def _spent(self) -> bool:
         return self.max_tasks > 0 and self.done >= self.max_tasks
 
@@ -193,7 +219,8 @@ class Child:
         while claimed is not None:
             qi, lease = claimed
             plan = runner.plan(lease)
-            slots.start(index, lease, plan.time_limit, plan.kind, qi, plan.retry_delay)
+            slots.start(index, lease, plan.time_limit, plan.kind, qi, plan.retry_delay,
+                        plan.abort_grace)
             result, outcome, ctx = runner.execute(lease, qi, plan)
             # The slot keeps the lease until its outcome is written: a child that dies in
             # between has its job retried through the fence (stale if the ack landed).

@@ -1,12 +1,14 @@
 """The master (the metronome): park on the wake key, fan readiness, renew, supervise, stop.
 
-Two threads (or one park thread per queue on a Redis Cluster). The park thread (park.py)
-owns the only blocking Redis call: it reaps and promotes on the tick, and while some child
-is idle it parks on BLPOP of the wake keys of its queues for as long as nothing is due; a
-token it takes becomes a byte (the queue's index) on the wake pipe. The main thread never
-blocks on Redis: it selects over the children's pipes and sentinels, the wake pipe and the
-signal pipe, fans readiness to idle children, renews leases, enforces time limits, fails
-the job of a dead child and replaces it, and runs the shutdown.
+Three threads (or one park thread and one abort listener per queue on a Redis Cluster). The
+park thread (park.py) reaps and promotes on the tick, and while some child is idle it parks
+on BLPOP of the wake keys of its queues for as long as nothing is due; a token it takes
+becomes a byte (the queue's index) on the wake pipe. The abort listener (aborts.py) blocks
+on this master's abort lists while some child runs a job; an abort it takes becomes a byte
+on the abort pipe. The main thread never blocks on Redis: it selects over the children's
+pipes and sentinels, the wake, abort and signal pipes, fans readiness to idle children,
+renews leases, enforces time limits and aborts (SIGUSR1 to the child, SIGKILL past the
+grace), fails the job of a dead child and replaces it, and runs the shutdown.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import multiprocess
 
 from ..config import WorkerSettings
-from ..errors import TimeLimitExceeded, WorkerLost
+from ..errors import Aborted, TimeLimitExceeded, WorkerLost
 from ..observe import heartbeat, tracing
 from ..observe.heartbeat import Beat
 from ..producer.hooks import Hooks
@@ -32,8 +34,8 @@ from ..producer.retry_policy import bounded
 from ..store.cluster import is_cluster
 from ..store.keys import WAKE_DUE
 from ..store.queue import Lease, Queue
-from ..verdicts import RetryVerdict
-from . import logs, park, settled
+from ..verdicts import AbortedVerdict, RetryVerdict
+from . import aborts, logs, park, settled
 from .child import Child, ChildConfig
 from .pipe import GO, GOT_WORK, HELD, IDLE, STOP
 from .resilience import TRANSIENT, FullServer, Outage
@@ -44,6 +46,9 @@ log = logging.getLogger("emqtasks.worker")
 _ctx = multiprocess.get_context("fork")
 #: Exit codes of a child killed from outside, not failed on its own (see _respawn_delay).
 _KILLED = (-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT)
+#: Seconds an abort token waits for its attempt to show in a slot (a child writes its slot
+#: just after its claim): past that, it is not this master's to stop.
+ABORT_UNMATCHED_KEEP = 3.0
 
 
 class ChildHandle:
@@ -60,6 +65,8 @@ class ChildHandle:
         self.limited: tuple[str, str] | None = None   # (id, nonce) past its time limit
         self.kill_at = 0.0                              # ... SIGKILLed if still running then
         self.renewed: dict[tuple[str, str], float] = {}
+        #: Attempts (id, nonce) asked to abort -> when the child is killed if still there.
+        self.aborting: dict[tuple[str, str], float] = {}
 
 
 class Master:
@@ -105,8 +112,20 @@ class Master:
         self._grace_deadline = 0.0
         self._signal_r, self._signal_w = os.pipe()
         self._wake_r, self._wake_w = os.pipe()
-        for fd in (self._signal_r, self._signal_w, self._wake_r, self._wake_w):
+        self._abort_r, self._abort_w = os.pipe()
+        for fd in (self._signal_r, self._signal_w, self._wake_r, self._wake_w, self._abort_r,
+                   self._abort_w):
             os.set_blocking(fd, False)
+        #: Aborts the listeners took, for the main loop: (queue index, id, nonce).
+        self._taken: list[tuple[int, str, str]] = []
+        self._taken_lock = threading.Lock()
+        #: Aborts not matched to a slot yet: (id, nonce) -> when taken (monotonic).
+        self._unmatched: dict[tuple[str, str], float] = {}
+        #: Set while some child runs a job: the abort listeners block only then.
+        self.jobs_running = threading.Event()
+        #: Set when the pool is gone: aborts are heard through a warm stop's grace too.
+        self.listen_stop = threading.Event()
+        self.listeners: list[aborts.AbortListener] = []
 
     # -- lifecycle --------------------------------------------------------------------
     def run(self) -> int:
@@ -124,8 +143,11 @@ class Master:
             self._spawn(index)
         self.selector.register(self._signal_r, selectors.EVENT_READ, "signal")
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self.selector.register(self._abort_r, selectors.EVENT_READ, "aborts")
         self.parkers = self._parkers(first_due)
         parkers = park.start(self.parkers)
+        self.listeners = self._listeners()
+        parkers += aborts.start(self.listeners)
         self._fan()  # work may already be waiting: a restarted pool must not need a wake
         try:
             while self._alive_children():
@@ -137,8 +159,12 @@ class Master:
         finally:
             self.park_stop.set()
             self.has_idle.set()
+            self.listen_stop.set()
+            self.jobs_running.set()   # a listener waiting for jobs sees the stop
             for parker in self.parkers:
                 parker.interrupt()
+            for listener in self.listeners:
+                listener.interrupt()
             for thread in parkers:
                 thread.join(timeout=1.0)
             self._say_goodbye()
@@ -184,6 +210,24 @@ class Master:
                             self.park_stop, wake, first_due,
                             self.scheduler if n == 0 else None, self._beat, self.full)
                 for n, g in enumerate(groups)]
+
+    def _listeners(self) -> list[aborts.AbortListener]:
+        """The abort listeners: grouped by server as the Parkers are."""
+        every = list(range(len(self.queues)))
+        groups = [[i] for i in every] if is_cluster(self.queue.client) else [every]
+        return [aborts.AbortListener(self.make_queues, g, self.my_beat.id, self.jobs_running,
+                                     self.listen_stop, self._abort_taken,
+                                     min(self.settings.tick, 5.0))
+                for g in groups]
+
+    def _abort_taken(self, qi: int, job_id: str, nonce: str) -> None:
+        """A listener took an abort: for the main loop (one byte on its pipe wakes it)."""
+        with self._taken_lock:
+            self._taken.append((qi, job_id, nonce))
+        try:
+            os.write(self._abort_w, b"a")
+        except BlockingIOError:
+            pass   # the pipe is full of bytes already: the loop is coming
 
     def _install_signals(self) -> None:
         def on_signal(signum: int, _frame: Any) -> None:
@@ -249,11 +293,14 @@ class Master:
                 self._on_signals()
             elif tag == "wake":
                 self._on_wake()
+            elif tag == "aborts":
+                self._on_aborts()
             elif tag[0] == "pipe":
                 self._on_message(tag[1], key.fileobj)
             elif tag[0] == "exit":
                 self._on_exit(tag[1])
         self._supervise_running()
+        self._deliver_aborts()
         self._respawn_due()
         if self._stopping and not self._hard_stop and time.monotonic() > self._grace_deadline:
             log.warning("grace period over: stopping children now")
@@ -276,6 +323,56 @@ class Master:
         """Whether an async child runs jobs while it accepts a go (reported idle)."""
         return self.slots.per_child > 1 and any(
             self.slots.running(h.index) for h in self.children if h is not None)
+
+    # -- aborts -------------------------------------------------------------------------------
+    def _on_aborts(self) -> None:
+        try:
+            os.read(self._abort_r, 4096)
+        except BlockingIOError:
+            pass
+        with self._taken_lock:
+            taken, self._taken = self._taken, []
+        now = time.monotonic()
+        for _, job_id, nonce in taken:
+            self._unmatched.setdefault((job_id, nonce), now)
+
+    def _deliver_aborts(self) -> None:
+        """Ask the child running each aborted attempt to stop it (its nonce in the job's
+        slot, then SIGUSR1), and note when it is killed if the job is still there. A token
+        whose attempt no slot shows is kept ABORT_UNMATCHED_KEEP s (its child may not
+        have written its slot yet), then dropped: another master's, or a stale one."""
+        if not self._unmatched:
+            return
+        now = time.monotonic()
+        for key, since in list(self._unmatched.items()):
+            found = self._find_attempt(key)
+            if found is None:
+                if now - since > ABORT_UNMATCHED_KEEP:
+                    del self._unmatched[key]
+                continue
+            del self._unmatched[key]
+            h, index, job = found
+            if key in h.aborting:
+                continue
+            grace = job.abort_grace if job.abort_grace >= 0 else self.settings.abort_grace
+            h.aborting[key] = now + grace
+            self.slots.ask_abort(index, key[1])
+            try:
+                os.kill(h.process.pid, signal.SIGUSR1)
+            except (ProcessLookupError, TypeError):
+                continue   # gone already: _on_exit settles it (aborted)
+            log.info("job %s: aborting it (child %d; killed if still running in %gs)",
+                     key[0], h.index, grace)
+
+    def _find_attempt(self, key: tuple[str, str]) -> tuple[ChildHandle, int, Running] | None:
+        for h in self.children:
+            if h is None or not h.process.is_alive():
+                continue
+            for index in self.slots.of_child(h.index):
+                job = self.slots.read(index)
+                if job is not None and (job.lease.id, job.lease.nonce) == key:
+                    return h, index, job
+        return None
 
     def _fire_stopping(self) -> None:
         if self.hooks.has("worker_stopping"):
@@ -424,6 +521,9 @@ class Master:
     def _settle_lost_job(self, h: ChildHandle, running: Running, code: int | None) -> None:
         lease = running.lease
         queue = self.queues[running.queue]
+        if (lease.id, lease.nonce) in h.aborting:
+            self._settle_aborted(h, running, code)
+            return
         reason = h.kill_reason if h.limited == (lease.id, lease.nonce) else None
         if self._hard_stop and reason is None:
             ok = self._call(queue.release, lease, "released: worker stopped mid-job")
@@ -466,6 +566,22 @@ class Master:
         settled.fire(self.hooks, verdict, queue, lease, exc, self._call,
                      traced[0] if traced else None)
 
+    def _settle_aborted(self, h: ChildHandle, running: Running, code: int | None) -> None:
+        """The child of an aborted attempt is gone (killed past its grace, or it died): the
+        job ends ``aborted`` (fenced), and its task_dead hook fires here."""
+        lease = running.lease
+        queue = self.queues[running.queue]
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        exc = Aborted(f"job {lease.id} was aborted while running (attempt {lease.attempts}); "
+                      f"it did not return within its grace: its child pid {h.process.pid} "
+                      f"was stopped ({how})")
+        verdict = self._call(queue.abort_end, lease, f"Aborted: {exc}")
+        outcome = "aborted" if verdict == AbortedVerdict.ABORTED else "stale"
+        log.warning("job %s %s: %s", lease.id, outcome, exc, extra=logs.lease_extra(
+            lease, queue.name, outcome, running.started, None))
+        if verdict == AbortedVerdict.ABORTED:
+            settled.fire(self.hooks, RetryVerdict.DEAD, queue, lease, exc, self._call)
+
     # -- leases and limits --------------------------------------------------------------
     def _supervise_running(self) -> None:
         """Renew the lease of every job in flight, and enforce their time limits.
@@ -478,14 +594,20 @@ class Master:
         (about ten calls a second in a busy pool, whatever its rate), not a write per job."""
         now = time.monotonic()
         due: dict[int, list[Lease]] = {}
+        any_running = False
         for h in self.children:
             if h is None or not h.process.is_alive():
                 continue   # a dead child's jobs are settled by _on_exit, never renewed
             if h.idle and self.slots.per_child == 1:
                 continue
             renewed: dict[tuple[str, str], float] = {}
-            for job in self.slots.running(h.index):
-                if self._past_time_limit(h, job, now):
+            jobs = self.slots.running(h.index)
+            if h.aborting:   # aborted attempts that ended on their own: forgotten
+                running = {(job.lease.id, job.lease.nonce) for job in jobs}
+                h.aborting = {k: v for k, v in h.aborting.items() if k in running}
+            for job in jobs:
+                any_running = True
+                if self._past_time_limit(h, job, now) or self._past_abort_grace(h, job, now):
                     break   # killed: _on_exit settles its jobs
                 lease = job.lease
                 key = (lease.id, lease.nonce)
@@ -496,6 +618,10 @@ class Master:
                     due.setdefault(job.queue, []).append(lease)
                 renewed[key] = last
             h.renewed = renewed
+        if any_running:
+            self.jobs_running.set()
+        else:
+            self.jobs_running.clear()
         for qi, leases in due.items():
             self._call(self.queues[qi].extend, leases)
 
@@ -527,6 +653,17 @@ class Master:
             h.process.kill()
             return True
         return False
+
+    def _past_abort_grace(self, h: ChildHandle, job: Running, now: float) -> bool:
+        """An aborted job still running past its grace (it swallowed Aborted, or is blocked
+        in C): its child is killed (and replaced); _on_exit ends the job ``aborted``."""
+        kill_at = h.aborting.get((job.lease.id, job.lease.nonce))
+        if kill_at is None or now < kill_at:
+            return False
+        log.warning("job %s did not stop within its abort grace: killing child %d (pid %s)",
+                    job.lease.id, h.index, h.process.pid)
+        h.process.kill()
+        return True
 
     def _kill_all(self) -> None:
         self._hard_stop = True

@@ -20,6 +20,7 @@ from redis.exceptions import ResponseError
 from .. import serialization
 from ..config import Settings
 from ..errors import (
+    Aborted,
     AckRefused,
     MaxRetriesExceededError,
     RateLimited,
@@ -53,7 +54,7 @@ class Outcome:
     """What became of one job, for tests and the summary."""
 
     job_id: str
-    verdict: str          # done, retry, dead, stale, rate_limited
+    verdict: str          # done, retry, dead, stale, rate_limited, aborted
     error: str | None = None
 
 
@@ -65,6 +66,7 @@ class Plan(NamedTuple):
     kind: int                    # SYNC or ASYNC
     retry_delay: float | None    # the delay a retry after this attempt gets (None: fixed)
     max_result: int = Settings.max_result_bytes   # the most bytes of result JSON it may give
+    abort_grace: float | None = None   # s it gets to return once aborted (None: the worker's)
 
 
 class Executed(NamedTuple):
@@ -87,6 +89,9 @@ class Runner:
         self.hooks = hooks if hooks is not None else every_hook()
         self.default_time_limit = default_time_limit
         self._plans: dict[str, tuple[TaskSpec | None, float, int, int]] = {}
+        #: The contexts of the jobs running now, by their claim's nonce (an abort finds
+        #: its attempt here: abort_asked).
+        self.running: dict[str, JobContext] = {}
         #: How Redis calls are made; a child routes them through its Outage.
         self.call: Callable[..., Any] = lambda fn, *args: fn(*args)
         #: Told of a failure just before it is written (lease, error, delay, final): a
@@ -96,6 +101,8 @@ class Runner:
         #: (a time-limit SIGTERM raises into the task only then).
         self.current: Lease | None = None
         self.in_task = False
+        #: An async task run here to its end (off the loop): an abort cancels it.
+        self.here: asyncio.Task[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -112,7 +119,7 @@ class Runner:
         spec, limit, kind, max_result = known
         policy = spec.policy if spec is not None else DEFAULT_POLICY
         return Plan(spec, limit, kind, policy.delay(lease.attempts) if policy.backoff else None,
-                    max_result)
+                    max_result, spec.abort_grace if spec is not None else None)
 
     def prepare(self, lease: Lease) -> tuple[Callable[..., Any], list[Any], dict[str, Any]]:
         """Look the task up and decode its arguments; raises for a job that can never run."""
@@ -157,6 +164,7 @@ class Runner:
             return Executed(None, self.cannot_run(ctx, qi, exc), ctx)
         ctx.args, ctx.kwargs = tuple(args), dict(kwargs)
         token = set_current(ctx)
+        self.running[lease.nonce] = ctx
         if not on_loop:
             self.current = lease
         try:
@@ -164,27 +172,68 @@ class Runner:
             if on_loop:
                 value = await limited(fn(*args, **kwargs), plan.time_limit, _soft(plan))
             else:
-                value = self._call_here(fn, args, kwargs, plan)
+                value = self._call_here(fn, args, kwargs, plan, ctx)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
+            if ctx.aborted:
+                return Executed(None, self.aborted(ctx, qi, exc), ctx)
             return Executed(None, self.failed(ctx, qi, exc, plan), ctx)
         finally:
+            self.running.pop(lease.nonce, None)
             reset_current(token)
         ctx.result = value
+        if ctx.aborted:   # it returned after the abort (a loop that checked ctx.aborted)
+            return Executed(None, self.aborted(ctx, qi, None), ctx)
         return self.encode(ctx, qi, value, plan)
 
+    def abort_asked(self, nonce: str) -> JobContext | None:
+        """The master asked to abort the attempt ``nonce``: its context, marked aborted,
+        if it runs here now (else None: it ended, or it is not this child's)."""
+        ctx = self.running.get(nonce)
+        if ctx is not None:
+            ctx.aborted = True
+        return ctx
+
+    def aborted(self, ctx: JobContext, qi: int, exc: BaseException | None) -> Outcome:
+        """An aborted attempt ends ``aborted`` (fenced: STALE if the lease was lost), never
+        retried; the failure hook task_dead fires with ``ctx.exception`` an Aborted."""
+        lease = ctx._lease
+        reason = Aborted(f"job {lease.id} was aborted while running (attempt "
+                         f"{lease.attempts})")
+        if exc is not None and not isinstance(exc, Aborted):
+            reason.__cause__ = exc
+        ctx.exception = exc if isinstance(exc, Aborted) else reason
+        if isinstance(exc, Aborted):   # where the task was stopped, in its traceback
+            error = _describe(exc)
+        elif exc is None:
+            error = _describe(reason)
+        else:
+            error = f"Aborted: {reason} (it then raised {type(exc).__name__}: {exc})\n"
+        verdict = self.call(self.queues[qi].abort_end, lease, error)
+        name = "aborted" if verdict else "stale"
+        log.warning("job %s (%s, queue %s) %s", lease.id, _brief(lease.task, 120), ctx.queue,
+                    name, extra=logs.context_extra(ctx, name))
+        if verdict:
+            self.fire("task_dead", ctx)
+        return Outcome(lease.id, name, error)
+
     def _call_here(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
-                   plan: Plan) -> Any:
+                   plan: Plan, ctx: JobContext) -> Any:
         self.in_task = True
         try:
+            if ctx.aborted:   # the abort came before the task began: it does not begin
+                raise Aborted(f"job {ctx.id} was aborted before its task began")
             if plan.kind == ASYNC:
-                return self.loop().run_until_complete(
+                loop = self.loop()
+                self.here = loop.create_task(
                     limited(fn(*args, **kwargs), plan.time_limit, _soft(plan)))
+                return loop.run_until_complete(self.here)
             with soft_limit.alarm(_soft(plan)):
                 return fn(*args, **kwargs)
         finally:
             self.in_task = False
+            self.here = None
 
     def encode(self, ctx: JobContext, qi: int, value: Any, plan: Plan) -> Executed:
         """The result's JSON, to acknowledge. One JSON cannot encode makes the job dead at
@@ -339,7 +388,11 @@ async def limited(coro: Awaitable[Any], limit: float, soft: float | None = None)
     if limit <= 0:
         return await coro
     task = asyncio.ensure_future(coro)
-    done, _ = await asyncio.wait({task}, timeout=limit)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=limit)
+    except asyncio.CancelledError:
+        task.cancel()   # this run was cancelled (an abort): the task's coroutine with it
+        raise
     if task in done:
         return task.result()
     task.cancel()

@@ -28,10 +28,11 @@ from ..store.queue import Lease
 FAILURE_TEXT_MAX = 1000
 
 # A slot: its sequence counter (an 8-byte word of its own), then its body: running, kind,
-# queue, started (monotonic), time_limit, retry_delay, lease_ms, attempts, id, nonce; then
+# queue, started (monotonic), time_limit, retry_delay, lease_ms, attempts, id, nonce,
+# abort_grace (< 0: the worker's); then
 # the failure being written: 0 none / 1 a retry / 2 final, its delay (< 0: the row's), the
 # start of its error text (UTF-8). Padded to whole words, so every counter is 8-aligned.
-_BODY = struct.Struct(f"=BBBdddqq128s48sBd{FAILURE_TEXT_MAX}s")
+_BODY = struct.Struct(f"=BBBdddqq128s48sdBd{FAILURE_TEXT_MAX}s")
 _SLOT_SIZE = -(-(8 + _BODY.size) // 8) * 8
 _HEADER_SIZE = 16     # the pool-wide stop flag (byte 0), the master's heartbeat (word 1)
 _BEAT_WORD = 1
@@ -40,6 +41,7 @@ _BEAT_WORD = 1
 #: writes the heartbeat before it wakes an idle child (an idle master may wait 1 s).
 MASTER_SILENT_AFTER = 1.0
 _LIMIT = struct.Struct("=48s")  # master -> child: nonce of the job past its time limit
+_ABORT = struct.Struct("=48s")  # master -> child, per slot: nonce of the attempt to abort
 # The heartbeat and the counters are read while another process writes them, so each is
 # written and read as one aligned 8-byte word through a memoryview (one load or store);
 # never with struct.pack_into, which zeroes its bytes before it writes them: a child that
@@ -60,6 +62,7 @@ class Running(NamedTuple):
     failure: str = ""           # the failure its child was writing when it died, if any
     final: bool = False         # ... into dead at once
     failure_delay: float = -1.0  # ... its retry delay; < 0: the row's
+    abort_grace: float = -1.0   # s it gets to return once aborted; < 0: the worker's
 
 
 class Slots:
@@ -70,12 +73,12 @@ class Slots:
         self.per_child = per_child
         self.count = children * per_child
         self.mem = mmap.mmap(-1, _HEADER_SIZE + _SLOT_SIZE * self.count
-                             + _LIMIT.size * children)
+                             + _LIMIT.size * children + _ABORT.size * self.count)
         self._words = memoryview(self.mem).cast("Q")   # the slots' counters
         self._floats = memoryview(self.mem).cast("d")  # the heartbeat
         self._seq = [0] * self.count
         #: Child side: the job fields last written to each slot (failing() rewrites them).
-        self._job: list[tuple[object, ...]] = [(0,) * 10] * self.count
+        self._job: list[tuple[object, ...]] = [(0,) * 11] * self.count
 
     def of_child(self, child: int) -> range:
         """The slot indexes of one child."""
@@ -87,6 +90,9 @@ class Slots:
     def _limit_offset(self, child: int) -> int:
         return _HEADER_SIZE + _SLOT_SIZE * self.count + _LIMIT.size * child
 
+    def _abort_offset(self, index: int) -> int:
+        return self._limit_offset(self.children) + _ABORT.size * index
+
     # -- child side ------------------------------------------------------------------
     def _write(self, index: int, values: tuple[object, ...]) -> None:
         word = self._offset(index) // 8
@@ -95,14 +101,15 @@ class Slots:
         _BODY.pack_into(self.mem, word * 8 + 8, *values)
         self._seq[index] = seq + 1
         self._words[word] = seq + 1
-        self._job[index] = values[:10]
+        self._job[index] = values[:11]
 
     def start(self, index: int, lease: Lease, time_limit: float, kind: int = SYNC,
-              queue: int = 0, retry_delay: float | None = None) -> None:
+              queue: int = 0, retry_delay: float | None = None,
+              abort_grace: float | None = None) -> None:
         self._write(index, (1, kind, queue, time.monotonic(), time_limit,
                             -1.0 if retry_delay is None else retry_delay, lease.lease_ms,
                             lease.attempts, lease.id.encode(), lease.nonce.encode(),
-                            0, -1.0, b""))
+                            -1.0 if abort_grace is None else abort_grace, 0, -1.0, b""))
 
     def failing(self, child: int, lease: Lease, error: str, delay: float | None,
                 final: bool) -> None:
@@ -118,7 +125,7 @@ class Slots:
                 return
 
     def clear(self, index: int) -> None:
-        self._write(index, (0, 0, 0, 0.0, 0.0, -1.0, 0, 0, b"", b"", 0, -1.0, b""))
+        self._write(index, (0, 0, 0, 0.0, 0.0, -1.0, 0, 0, b"", b"", -1.0, 0, -1.0, b""))
 
     def take_time_limit(self, child: int, nonce: str) -> bool:
         """Whether the master flagged the job with this nonce as past its time limit; the
@@ -136,6 +143,14 @@ class Slots:
             self._seq[index] = seq + seq % 2
             self.clear(index)
         _LIMIT.pack_into(self.mem, self._limit_offset(child), b"")
+        for index in self.of_child(child):
+            _ABORT.pack_into(self.mem, self._abort_offset(index), b"")
+
+    def abort_asked(self, index: int) -> str:
+        """Child side: the nonce of the attempt the master asked to abort in this slot
+        ('' none); the child acts only when it is the nonce of the job it runs there."""
+        return str(_ABORT.unpack_from(self.mem, self._abort_offset(index))[0]
+                   .rstrip(b"\0").decode())
 
     # -- master side -----------------------------------------------------------------
     def read(self, index: int) -> Running | None:
@@ -145,18 +160,24 @@ class Slots:
         if seq % 2:
             return None
         (running, kind, queue, started, limit, retry_delay, lease_ms, attempts, raw_id,
-         raw_nonce, failing, failure_delay, failure) = _BODY.unpack_from(self.mem, word * 8 + 8)
+         raw_nonce, abort_grace, failing, failure_delay,
+         failure) = _BODY.unpack_from(self.mem, word * 8 + 8)
         if not running or self._words[word] != seq:
             return None
         lease = Lease(raw_id.rstrip(b"\0").decode(), "", "", attempts,
                       raw_nonce.rstrip(b"\0").decode(), "", lease_ms)
         text = failure.rstrip(b"\0").decode("utf-8", "ignore") if failing else ""
         return Running(lease, started, limit, kind, queue, retry_delay, text, failing == 2,
-                       failure_delay)
+                       failure_delay, abort_grace)
 
     def running(self, child: int) -> list[Running]:
         """Every job a child runs now."""
         return [r for r in map(self.read, self.of_child(child)) if r is not None]
+
+    def ask_abort(self, index: int, nonce: str) -> None:
+        """Ask the child of slot ``index`` to abort the attempt ``nonce`` it runs there,
+        before the signal that makes it look (SIGUSR1)."""
+        _ABORT.pack_into(self.mem, self._abort_offset(index), nonce.encode())
 
     def flag_time_limit(self, child: int, nonce: str) -> None:
         """Mark the child's job (by its nonce) as past its time limit, before the SIGTERM

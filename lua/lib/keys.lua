@@ -36,6 +36,9 @@ local K_busy = BASE .. 'busy'             -- hash: 10 s slot -> busy ms of the w
 -- The queue's own marks (emqtasks/clock.py, stats()):
 local K_clock = BASE .. 'clock'           -- hash: seen (latest server ms a reap saw), step, at
 local K_tally = BASE .. 'tally'           -- hash: stale_acks (acks the fence refused)
+-- The masters (store/beats.py) and the aborts asked of them (abort.lua):
+local K_workers = BASE .. 'workers'       -- hash: worker id -> "1", the heartbeats' index
+local function aborts_key(wid) return BASE .. 'aborts:' .. wid end   -- list: "<id> <nonce>"
 
 local function job_key(id) return BASE .. 'job:' .. id end
 local function lane_key(g) return BASE .. 'g:' .. g .. ':pending' end

@@ -69,7 +69,7 @@ NO_LIMIT = 2**62
 #: The row's states, as Django's statuses.
 STATUS = {"pending": "READY", "delayed": "READY", "waiting": "READY", "active": "RUNNING",
           "done": "SUCCESSFUL", "dead": "FAILED", "cancelled": "FAILED", "skipped": "FAILED",
-          "expired": "FAILED"}
+          "expired": "FAILED", "aborted": "FAILED"}
 
 _apps: dict[str, App] = {}
 _apps_lock = threading.Lock()

@@ -17,6 +17,8 @@ typedef RedisModuleKey RMK;
 
 #define WAKE_CAP 16
 #define WAKE_TTL_MS 60000
+#define ABORT_CAP 64
+#define ABORT_TTL_MS 60000
 #define NOTIFY_MAX 100
 #define CLAIM_SKIP_MAX 64
 
@@ -43,10 +45,10 @@ static RMS *F_TASK, *F_PAYLOAD, *F_GROUP, *F_STATE, *F_ATTEMPTS, *F_MAX, *F_LEAS
     *F_TTL, *F_CREATED, *F_NONCE, *F_STARTED, *F_FINISHED, *F_RESULT, *F_ERROR, *F_WAITERS,
     *F_FENCE, *F_PRIO, *F_VCHARGE, *F_WF, *F_NEXT, *F_SLOT, *F_NPEND, *F_IMM, *F_NSLOTS,
     *F_SHAPE, *F_SPLICE, *F_COMMA, *F_CD, *F_FAILED, *F_WAITING, *F_LERR, *F_EMPTY, *F_RAN,
-    *F_UNRUN, *F_SEEN, *F_STALE_ACKS, *F_EXPIRES, *F_TLINK;
+    *F_UNRUN, *F_SEEN, *F_STALE_ACKS, *F_EXPIRES, *F_TLINK, *F_ABORT;
 static RMS *S_ACTIVE, *S_PENDING, *S_DELAYED, *S_DONE, *S_DEAD, *S_ZERO, *S_ONE, *S_D,
     *S_LEASE_EXPIRED, *S_XX, *S_MINUS1, *S_LEFT, *S_RIGHT, *S_WAITING, *S_CANCELLED,
-    *S_FAILED, *S_UNRUN, *S_EXPIRED, *S_EXPIRED_WHY;
+    *S_FAILED, *S_UNRUN, *S_EXPIRED, *S_EXPIRED_WHY, *S_ABORTED;
 
 /* One command call: its context, the fixed keys and the handles open on them. */
 typedef struct {

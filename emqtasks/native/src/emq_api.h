@@ -35,6 +35,7 @@
 
 #define REDISMODULE_REPLY_STRING 0
 #define REDISMODULE_REPLY_INTEGER 2
+#define REDISMODULE_REPLY_ARRAY 3
 #define REDISMODULE_REPLY_NULL 4
 
 #define REDISMODULE_ZADD_XX (1 << 0)
@@ -99,6 +100,8 @@ typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
     X(long long, CallReplyInteger, (RedisModuleCallReply *reply)) \
     X(void, FreeCallReply, (RedisModuleCallReply *reply)) \
     X(RedisModuleString *, CreateStringFromCallReply, (RedisModuleCallReply *reply)) \
+    X(size_t, CallReplyLength, (RedisModuleCallReply *reply)) \
+    X(RedisModuleCallReply *, CallReplyArrayElement, (RedisModuleCallReply *reply, size_t idx)) \
     X(int, Replicate, (RedisModuleCtx *ctx, const char *cmd, const char *fmt, ...)) \
     X(long long, Milliseconds, (void)) \
     X(int, GetContextFlags, (RedisModuleCtx *ctx)) \

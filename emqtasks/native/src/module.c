@@ -33,12 +33,13 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     F_RAN = mk(ctx, "ran"); F_UNRUN = mk(ctx, "unrun"); F_SEEN = mk(ctx, "seen");
     F_STALE_ACKS = mk(ctx, "stale_acks"); F_EXPIRES = mk(ctx, "expires");
     S_EXPIRED = mk(ctx, "expired");
+    F_ABORT = mk(ctx, "abort"); S_ABORTED = mk(ctx, "aborted");
     S_EXPIRED_WHY = mk(ctx, "expired: not started before its expiry");
     S_UNRUN = mk(ctx, "lease expired before the job was seen running (attempt not counted)");
     static const struct { const char *name; RedisModuleCmdFunc fn; } cmds[] = {
         {"emq.enqueue", cmd_enqueue}, {"emq.claim", cmd_claim}, {"emq.ack", cmd_ack},
         {"emq.retry", cmd_retry}, {"emq.extend", cmd_extend}, {"emq.release", cmd_release},
-        {"emq.reap", cmd_reap}, {"emq.promote", cmd_promote},
+        {"emq.reap", cmd_reap}, {"emq.promote", cmd_promote}, {"emq.abort", cmd_abort},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         /* Keys 1..12 so that Cluster routes the call and refuses it while the slot moves

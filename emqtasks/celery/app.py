@@ -317,7 +317,7 @@ class AsyncResult(_AsyncResult):
 
 class Signal:
     """One of Celery's app signals: ``connect`` receivers (also as a decorator), ``send``
-    calls each with ``sender=`` and keywords."""
+    (``dispatch``) calls each with ``sender=`` and keywords."""
 
     def __init__(self) -> None:
         self.receivers: list[Callable[..., Any]] = []
@@ -326,9 +326,11 @@ class Signal:
         self.receivers.append(receiver)
         return receiver
 
-    def send(self, sender: Any, **kwargs: Any) -> None:
+    def dispatch(self, sender: Any, **kwargs: Any) -> None:
         for receiver in self.receivers:
             receiver(sender=sender, **kwargs)
+
+    send = dispatch   # Celery's name
 
 
 def current_app() -> Celery:

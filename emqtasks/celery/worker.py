@@ -25,8 +25,8 @@ def prepare() -> None:
         handle_django_connections()
     known = {name for app in all_apps() for name in app.tasks}
     for app in celery_apps():
-        app.on_after_configure.send(sender=app)
-        app.on_after_finalize.send(sender=app)
+        app.on_after_configure.dispatch(app)
+        app.on_after_finalize.dispatch(app)
         entries = app.beat_entries()
         for entry in entries:
             if entry.schedule.task not in known:

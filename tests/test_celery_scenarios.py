@@ -144,6 +144,14 @@ def test_chain_apply_async_args_go_to_the_first_step(app: App) -> None:
     assert chain(t.add.s(), t.add.s(100)).apply_async((1, 2)).get(timeout=WAIT) == 103
 
 
+def test_calling_a_chain_or_a_group_sends_it(app: App) -> None:
+    # Celery's call forms: chain(...)(), (a | b)(args), group(...)(); chord(header)(body)
+    assert chain(t.add.s(4, 4), t.add.s(8))().get(timeout=WAIT) == 16
+    assert (t.sub.s(1) | t.add.s(10))(5).get(timeout=WAIT) == 14
+    assert group(t.add.s(1), t.add.s(2))(10).get(timeout=WAIT) == [11, 12]
+    assert chord([t.add.s(1, 1), t.add.s(2, 2)])(t.tsum.s()).get(timeout=WAIT) == 6
+
+
 def test_a_chord_with_a_failing_member_runs_its_link_error_not_its_body(app: App) -> None:
     canvas = chord([t.add.s(1, 1), t.boom.s(2).set(job_id=f"boom-{uuid.uuid4().hex[:8]}")],
                    t.record.s())

@@ -205,6 +205,10 @@ class Group(_Node):
         """The members (the name before groups held more than signatures)."""
         return self.tasks
 
+    def __call__(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
+        """Celery's ``group(...)()``: ``delay()`` (``args`` go to every member)."""
+        return self.delay(*args, **kwargs)
+
     def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Group:
         return Group([t._partial(args, kwargs) for t in self.tasks])
 
@@ -245,6 +249,10 @@ class Chain(_Node):
         longer = Chain(*self.steps, other)
         longer._errback = self._errback
         return longer
+
+    def __call__(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
+        """Celery's ``chain(...)()`` and ``(a | b)(x)``: ``delay()`` (to the first step)."""
+        return self.delay(*args, **kwargs)
 
     def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Chain:
         if not self.steps:

@@ -24,6 +24,7 @@ from emqtasks import (
     MaxRetriesExceededError,
     ResultTimeout,
     TaskFailed,
+    WorkflowError,
     chain,
     chord,
     group,
@@ -165,6 +166,24 @@ def test_a_chord_with_a_failing_member_runs_its_link_error_not_its_body(app: App
     body = h.steps()[-1]
     assert body["task"] == "cs.record" and body["state"] == "cancelled"
     assert _recorded(app) == []
+
+
+def test_an_errback_on_a_chords_body_as_celerys_docs_write_it(app: App) -> None:
+    # Celery's docs: group(...) | xsum.s().on_error(on_chord_error.s()): the body's errback
+    # runs when a member fails (the body never will); it is the workflow's errback here
+    canvas = group(t.add.s(1, 1), t.boom.s(5)) | t.tsum.s().on_error(t.record.s())
+    h = canvas.apply_async()
+    with pytest.raises(TaskFailed, match="boom 5") as failed:
+        h.get(timeout=WAIT)
+    assert _next_record(app) == failed.value.job_id
+    # chord(header, body.on_error(...)) the same
+    h = chord([t.boom.s(6)], t.tsum.s().on_error(t.record.s())).apply_async()
+    with pytest.raises(TaskFailed, match="boom 6") as failed:
+        h.get(timeout=WAIT)
+    assert _next_record(app) == failed.value.job_id
+    # an errback on a step in a chain would not be Celery's workflow errback: refused
+    with pytest.raises(WorkflowError, match="link_error"):
+        (t.add.s(1, 1) | t.add.s(1).on_error(t.record.s()) | t.add.s(1)).apply_async()
 
 
 def test_a_chain_with_a_failing_step_stops_there_and_runs_link_error(app: App) -> None:

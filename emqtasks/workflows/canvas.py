@@ -333,8 +333,26 @@ def _walk(root: Canvas) -> Iterator[Canvas]:
         todo.extend((c, depth + 1) for c in reversed(children))
 
 
+def _chord_body(root: Canvas) -> Signature | None:
+    """The body of a workflow that is one chord (``chord(h, body)``, ``group | body``): its
+    errback is the workflow's, as Celery's documents it (``group(...) |
+    xsum.s().on_error(on_chord_error.s())``: run when a member fails, the body never will)."""
+    if isinstance(root, Chord) and isinstance(root.body, Signature):
+        return root.body
+    if isinstance(root, Chain) and len(root.steps) == 2 and isinstance(root.steps[0], Group) \
+            and isinstance(root.steps[1], Signature):
+        return root.steps[1]
+    return None
+
+
 class _Builder:
     def __init__(self, root: Canvas, link_error: Signature | None, app: App | None) -> None:
+        body = _chord_body(root)
+        if body is not None and body._errback is not None:
+            if link_error is not None and link_error is not body._errback:
+                raise WorkflowError(f"two errbacks, {link_error!r} and {body._errback!r} on "
+                                    f"the chord's body: one serves the whole workflow")
+            link_error = body._errback
         sigs: list[Signature] = []
         for i, node in enumerate(_walk(root)):
             if isinstance(node, Signature):
@@ -347,10 +365,11 @@ class _Builder:
             elif isinstance(node, Chord) and node.body is None:
                 raise EmptyGroup("a chord without a body: chord(header, body), or call "
                                  "chord(header)(body)")
-            if i and node._errback is not None:
+            if i and node._errback is not None and node is not body:
                 raise WorkflowError(f"link_error on {node!r} inside a workflow: one errback "
                                     f"serves the whole workflow: set it on the outermost "
-                                    f"canvas (or apply_async(link_error=...))")
+                                    f"canvas, the body of a chord that is the workflow, or "
+                                    f"apply_async(link_error=...)")
         # counted before a row is built: the bound is on the work of one script call
         if len(sigs) > MAX_STEPS:
             raise WorkflowTooLarge(f"a workflow of {len(sigs)} steps: at most {MAX_STEPS}")

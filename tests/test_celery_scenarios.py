@@ -176,8 +176,9 @@ def test_an_errback_on_a_chords_body_as_celerys_docs_write_it(app: App) -> None:
     with pytest.raises(TaskFailed, match="boom 5") as failed:
         h.get(timeout=WAIT)
     assert _next_record(app) == failed.value.job_id
-    # chord(header, body.on_error(...)) the same
-    h = chord([t.boom.s(6)], t.tsum.s().on_error(t.record.s())).apply_async()
+    # chord(header, body.on_error(...)) the same, the errback kept through .set()
+    body = t.tsum.s().on_error(t.record.s()).set(job_id=f"body-{uuid.uuid4().hex[:8]}")
+    h = chord([t.boom.s(6)], body).apply_async()
     with pytest.raises(TaskFailed, match="boom 6") as failed:
         h.get(timeout=WAIT)
     assert _next_record(app) == failed.value.job_id

@@ -165,14 +165,20 @@ class Signature(_Node):
         return self.task if isinstance(self.task, str) else self.task.name
 
     def set(self, **options: Any) -> Signature:
-        """A copy with options: group=, countdown=, priority=, job_id=, result_bytes=."""
-        return Signature(self.task, self.args, self.kwargs, immutable=self.immutable,
-                         app=self._app, **{**self.options, **options})
+        """A copy with options: group=, countdown=, priority=, job_id=, result_bytes= (and
+        its errback: Celery's ``set()`` changes the signature itself)."""
+        return self._copy(self.args, self.kwargs, {**self.options, **options})
 
     def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Signature:
         front = () if self.immutable else args
-        return Signature(self.task, (*front, *self.args), {**self.kwargs, **kwargs},
-                         immutable=self.immutable, app=self._app, **self.options)
+        return self._copy((*front, *self.args), {**self.kwargs, **kwargs}, self.options)
+
+    def _copy(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+              options: dict[str, Any]) -> Signature:
+        copy = Signature(self.task, args, kwargs, immutable=self.immutable, app=self._app,
+                         **options)
+        copy._errback = self._errback
+        return copy
 
     def __repr__(self) -> str:
         return f"{self.name}.{'si' if self.immutable else 's'}{self.args!r}"

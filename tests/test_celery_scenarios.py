@@ -9,6 +9,7 @@ task_id=. Each asserts the outcome Celery gives (or what the README says differs
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -143,6 +144,15 @@ def test_chain_apply_async_args_go_to_the_first_step(app: App) -> None:
     h = (t.sub.s(1) | t.add.s(10)).apply_async(args=(5,))
     assert h.get(timeout=WAIT) == 14
     assert chain(t.add.s(), t.add.s(100)).apply_async((1, 2)).get(timeout=WAIT) == 103
+
+
+def test_a_canvas_apply_async_countdown_delays_its_first_steps(app: App) -> None:
+    # Celery: chain(...).apply_async(countdown=N) / group(...).apply_async(countdown=N)
+    began = time.monotonic()
+    h = (t.add.s(1, 1) | t.add.s(1)).apply_async(countdown=0.5)
+    g = group(t.add.s(1), t.add.si(2, 2)).apply_async((10,), countdown=0.5)
+    assert h.get(timeout=WAIT) == 3 and g.get(timeout=WAIT) == [11, 4]
+    assert time.monotonic() - began >= 0.5
 
 
 def test_calling_a_chain_or_a_group_sends_it(app: App) -> None:
@@ -299,13 +309,13 @@ def test_ignore_result_runs_and_keeps_nothing(app: App) -> None:
 # -- revoke, expires ------------------------------------------------------------------------
 def test_revoke_of_a_pending_task(app: App) -> None:
     tag = uuid.uuid4().hex[:8]
-    res = AsyncResult.of(t.ran.apply_async((tag,), countdown=0.3))
+    res = AsyncResult.of(t.ran.apply_async((tag,), countdown=0.8))
     assert res.revoke() == CancelVerdict.CANCELLED
     assert res.state == states.REVOKED and res.ready() and not res.failed()
     with pytest.raises(TaskFailed, match="cancelled"):
         res.get(timeout=WAIT)
     # a job sent later than the revoked one was due has run: the revoked one never did
-    assert t.ran.apply_async((f"{tag}-later",), countdown=0.5).get(timeout=WAIT)
+    assert t.ran.apply_async((f"{tag}-later",), countdown=1.0).get(timeout=WAIT)
     assert _ran(app, tag) == [] and len(_ran(app, f"{tag}-later")) == 1
 
 

@@ -92,7 +92,10 @@ class _Node:
         self.link_error(errback)
         return self
 
-    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Canvas:
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 options: dict[str, Any]) -> Canvas:
+        """A copy whose first steps get ``args`` in front, ``kwargs`` merged into theirs and
+        ``options`` (a signature's) over theirs."""
         raise NotImplementedError
 
     def delay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
@@ -101,19 +104,21 @@ class _Node:
 
     def apply_async(self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None, *,
                     workflow_id: str | None = None, link_error: Signature | None = None,
-                    app: App | None = None) -> WorkflowHandle:
+                    app: App | None = None, countdown: float | None = None) -> WorkflowHandle:
         """Enqueue every step in one script call; nothing is written when any is refused.
 
         ``args`` go in front of the first step's own arguments (each first step's: the
         members of a group that starts it), ``kwargs`` are merged into theirs (Celery's
         partial arguments); an immutable signature ignores ``args``. ``link_error``: a
-        signature run with the failed step's id when any step goes dead.
+        signature run with the failed step's id when any step goes dead. ``countdown``:
+        the first steps start that many seconds from now (over their own ``countdown``).
 
         Raises EmptyGroup, UnknownTask, WorkflowTooLarge (PayloadTooLarge: a step's
         arguments, more than MAX_STEPS steps or MAX_DEPTH levels), LaneFull or
         WorkflowError (a step id that exists), all before anything is written.
         """
-        builder = _Builder(self._sent(args, kwargs), link_error or self._errback, app)
+        builder = _Builder(self._sent(args, kwargs, countdown), link_error or self._errback,
+                           app)
         with tracing.sending(builder.first, None) as span:
             built = builder.build(workflow_id, span.carrier)
             queue = built.app.queue(built.queue)
@@ -127,20 +132,24 @@ class _Node:
     async def aapply_async(self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None,
                            *, workflow_id: str | None = None,
                            link_error: Signature | None = None,
-                           app: App | None = None) -> WorkflowHandle:
+                           app: App | None = None,
+                           countdown: float | None = None) -> WorkflowHandle:
         """apply_async(), awaited: the same rows, checks and errors, sent on redis.asyncio."""
-        builder = _Builder(self._sent(args, kwargs), link_error or self._errback, app)
+        builder = _Builder(self._sent(args, kwargs, countdown), link_error or self._errback,
+                           app)
         with tracing.sending(builder.first, None) as span:
             built = builder.build(workflow_id, span.carrier)
             queue = built.app.aqueue(built.queue)
             span.set(built.attributes(queue.name))
             return built.handle(queue, await queue.send_workflow(*built.sent()))
 
-    def _sent(self, args: Iterable[Any], kwargs: dict[str, Any] | None) -> Canvas:
+    def _sent(self, args: Iterable[Any], kwargs: dict[str, Any] | None,
+              countdown: float | None = None) -> Canvas:
         args = tuple(args)
-        if not args and not kwargs:
+        options = {} if countdown is None else {"countdown": countdown}
+        if not args and not kwargs and not options:
             return cast(Canvas, self)
-        return self._partial(args, dict(kwargs or {}))
+        return self._partial(args, dict(kwargs or {}), options)
 
 
 class Signature(_Node):
@@ -169,9 +178,11 @@ class Signature(_Node):
         its errback: Celery's ``set()`` changes the signature itself)."""
         return self._copy(self.args, self.kwargs, {**self.options, **options})
 
-    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Signature:
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 options: dict[str, Any]) -> Signature:
         front = () if self.immutable else args
-        return self._copy((*front, *self.args), {**self.kwargs, **kwargs}, self.options)
+        return self._copy((*front, *self.args), {**self.kwargs, **kwargs},
+                          {**self.options, **options})
 
     def _copy(self, args: tuple[Any, ...], kwargs: dict[str, Any],
               options: dict[str, Any]) -> Signature:
@@ -215,8 +226,9 @@ class Group(_Node):
         """Celery's ``group(...)()``: ``delay()`` (``args`` go to every member)."""
         return self.delay(*args, **kwargs)
 
-    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Group:
-        return Group([t._partial(args, kwargs) for t in self.tasks])
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 options: dict[str, Any]) -> Group:
+        return Group([t._partial(args, kwargs, options) for t in self.tasks])
 
     def __repr__(self) -> str:
         return f"group({self.tasks!r})"
@@ -235,8 +247,9 @@ class Chord(_Node):
         sent._errback = self._errback
         return sent.apply_async(**options)
 
-    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Chord:
-        return Chord(self.header._partial(args, kwargs), self.body)
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 options: dict[str, Any]) -> Chord:
+        return Chord(self.header._partial(args, kwargs, options), self.body)
 
     def __repr__(self) -> str:
         return f"chord({self.header!r}, {self.body!r})"
@@ -260,10 +273,11 @@ class Chain(_Node):
         """Celery's ``chain(...)()`` and ``(a | b)(x)``: ``delay()`` (to the first step)."""
         return self.delay(*args, **kwargs)
 
-    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Chain:
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 options: dict[str, Any]) -> Chain:
         if not self.steps:
             return self
-        return Chain(self.steps[0]._partial(args, kwargs), *self.steps[1:])
+        return Chain(self.steps[0]._partial(args, kwargs, options), *self.steps[1:])
 
     def __repr__(self) -> str:
         return " | ".join(repr(s) for s in self.steps)

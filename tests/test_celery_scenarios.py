@@ -1,7 +1,8 @@
 """Celery's user-facing scenarios (issue 27, item 9) as our own tests, on one real worker
 shared by the module: canvas (chains passing results, chains of groups, chords fed by a
-group, failing members and link_error, nested chords, .si), the retry API (self.retry
-with a countdown, max_retries exceeded, autoretry_for with retry_backoff), results
+group, failing members and link_error, an errback on a chord's body, nested chords, .si,
+Celery's call forms, apply_async(args=..., countdown=...)), the retry API (self.retry with
+a countdown, max_retries exceeded, autoretry_for with retry_backoff), results
 (AsyncResult.get with a timeout, the task's own exception, children / parent), revoke and
 expires, a soft time limit caught by the task, link= / link_error=, ignore_result and
 task_id=. Each asserts the outcome Celery gives (or what the README says differs)."""

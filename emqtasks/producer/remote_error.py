@@ -9,6 +9,7 @@ traceback, whose last exception line names the class with its module (none for
 
 from __future__ import annotations
 
+import ast
 import builtins
 import importlib
 import re
@@ -19,6 +20,7 @@ from .. import errors
 __all__ = ["RemoteError", "parse", "rebuild"]
 
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_TRACEBACK = "Traceback (most recent call last):"
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,10 @@ def parse(text: str | None) -> RemoteError | None:
     name, sep, head_message = first.partition(": ")
     if not sep or not _NAME.fullmatch(name):
         return None
+    # Python's traceback follows the header line, or the header's lines (a message on many)
+    start = text.find(f"\n{_TRACEBACK}\n")
+    if start >= 0:
+        rest = text[start + 1:]
     own_line = re.compile(rf"^((?:[A-Za-z_]\w*\.)*){re.escape(name)}(?:: (.*))?$")
     lines = rest.splitlines()
     # the last line naming the class is the raised exception's (causes are printed first)
@@ -71,8 +77,15 @@ def rebuild(text: str | None) -> Exception | None:
     cls = _resolve(parts.class_path)
     if cls is None:
         return None
+    message: object = parts.message
+    if issubclass(cls, KeyError):
+        # a KeyError's str() is its key's repr: the key back, when it is a literal
+        try:
+            message = ast.literal_eval(parts.message)
+        except (ValueError, SyntaxError):
+            pass
     try:
-        return cls(parts.message)
+        return cls(message)
     except Exception:
         return None
 

@@ -66,18 +66,53 @@ def test_a_failed_job_reads_failure_with_its_error(ar_app: App) -> None:
     app = ar_app
     res = AsyncResult(app.send_task(rt.fails, ("bad input",)).id, app)
     with _worker(app) as w:
-        with pytest.raises(TaskFailed, match="bad input"):
+        # get() re-raises the task's own class (a builtin here), with its message, and the
+        # TaskFailed carrying the remote traceback as its cause
+        with pytest.raises(ValueError, match="^bad input$") as raised:
             res.get(timeout=20)
+        assert isinstance(raised.value.__cause__, TaskFailed)
+        assert "Traceback" in raised.value.__cause__.error
         err = res.get(timeout=20, propagate=False)
-        assert isinstance(err, TaskFailed) and "ValueError: bad input" in err.error
+        assert type(err) is ValueError and str(err) == "bad input"
         assert w.stop() == 0
     assert res.state == states.FAILURE and res.failed() and res.ready()
     assert not res.successful()
-    assert isinstance(res.result, TaskFailed) and "bad input" in str(res.result)
-    assert res.traceback is not None and "Traceback" in res.traceback
+    assert type(res.result) is ValueError and str(res.result) == "bad input"
+    assert res.traceback is not None
+    assert res.traceback.startswith("Traceback (most recent call last):")
+    assert res.traceback.rstrip().endswith("ValueError: bad input")
     # forget() of a dead job takes it out of `dead` too
     res.forget()
     assert app.dead_jobs(10) == [] and res.state == states.PENDING
+
+
+def test_get_re_raises_the_tasks_own_class_else_task_failed(ar_app: App) -> None:
+    app = ar_app
+    own = AsyncResult(app.send_task(rt.declined, (12,)).id, app)
+    two = AsyncResult(app.send_task(rt.needs_two).id, app)
+    hidden = AsyncResult(app.send_task(rt.local_class).id, app)
+    with _worker(app) as w:
+        # Given a task's own exception class importable here: that class, its message
+        with pytest.raises(rt.PaymentDeclined) as raised:
+            own.get(timeout=20)
+        assert str(raised.value) == "card refused for 12"
+        assert type(own.result) is rt.PaymentDeclined
+        assert str(own.result) == "card refused for 12"
+        # a class whose constructor refuses one message, one that does not import: TaskFailed
+        with pytest.raises(TaskFailed, match="NeedsTwo: 402 no funds"):
+            two.get(timeout=20)
+        with pytest.raises(TaskFailed, match="Hidden: defined in the task"):
+            hidden.get(timeout=20)
+        assert w.stop() == 0
+    assert isinstance(two.result, TaskFailed) and isinstance(hidden.result, TaskFailed)
+    assert all(r.state == states.FAILURE for r in (own, two, hidden))
+    assert own.traceback is not None and "PaymentDeclined: card refused" in own.traceback
+
+
+def test_an_unknown_id_reads_pending(ar_app: App) -> None:
+    res = AsyncResult("never-sent", ar_app)
+    assert (res.state, res.ready(), res.result, res.traceback) == (
+        states.PENDING, False, None, None)
 
 
 def test_a_failed_attempt_waiting_for_its_retry_reads_retry(ar_app: App) -> None:

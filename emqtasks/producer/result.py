@@ -13,7 +13,7 @@ from typing import Any
 from .. import serialization
 from ..errors import InvalidArgument, TaskFailed
 from ..verdicts import AbortVerdict, CancelVerdict
-from . import states
+from . import remote_error, states
 from .app import App, default_app
 from .task import JobHandle
 
@@ -79,8 +79,10 @@ class AsyncResult:
 
     @property
     def result(self) -> Any:
-        """The return value once SUCCESS, the error (a TaskFailed) once FAILURE or REVOKED,
-        None before (Celery's ``result``; a RETRY's last error is ``traceback``)."""
+        """The return value once SUCCESS; once FAILURE the task's own exception rebuilt
+        (``str()`` is its message; a TaskFailed when its class does not import here); once
+        REVOKED a TaskFailed; None before (Celery's ``result``; a RETRY's last error is
+        ``traceback``)."""
         row = self._row()
         state = state_of(row)
         if row is None or state not in states.READY_STATES:
@@ -96,32 +98,41 @@ class AsyncResult:
 
     @property
     def traceback(self) -> str | None:
-        """The error text the failed attempt left (the task's traceback), or None."""
+        """The failed attempt's traceback (FAILURE or RETRY; the whole error text when it
+        holds none), or None."""
         row = self._row()
         if row is None or state_of(row) not in (states.FAILURE, states.RETRY):
             return None
         error: str | None = row.get("error")
-        return error
+        parts = remote_error.parse(error)
+        return parts.traceback if parts is not None else error
 
-    def _failure(self, row: dict[str, Any]) -> TaskFailed:
+    def _failure(self, row: dict[str, Any]) -> Exception:
         state = row.get("state")
         if state == "aborted":
             return TaskFailed(self.id, f"aborted: {row.get('error') or ''}".rstrip(": "))
-        return TaskFailed(self.id, "cancelled" if state == "cancelled" else row.get("error"))
+        failed = TaskFailed(self.id, "cancelled" if state == "cancelled" else row.get("error"))
+        return _own(failed) if state == "dead" else failed
 
     # -- waiting ------------------------------------------------------------------------
     def get(self, timeout: float | None = None, propagate: bool = True,
             interval: float | None = None) -> Any:
         """The return value, waiting up to ``timeout`` seconds (ResultTimeout, a
-        TimeoutError, past it). A job that failed, was revoked or expired raises TaskFailed;
-        with ``propagate=False`` the TaskFailed is returned instead. ``interval``: the
-        longest single block on the server (JobHandle.get's ``poll``)."""
+        TimeoutError, past it). A job that failed raises the task's own exception, rebuilt
+        as ``cls(message)`` when its class imports here (its ``__cause__`` the TaskFailed
+        with the traceback), else TaskFailed; one revoked or expired raises TaskFailed.
+        With ``propagate=False`` that error is returned instead. ``interval``: the longest
+        single block on the server (JobHandle.get's ``poll``)."""
         try:
             return self.handle.get(timeout=timeout, poll=interval)
-        except TaskFailed as exc:
-            if propagate:
+        except TaskFailed as failed:
+            # (a cancelled, expired or skipped job's text names no exception: TaskFailed)
+            error = _own(failed)
+            if not propagate:
+                return error
+            if error is failed:
                 raise
-            return exc
+            raise error from failed
 
     def wait(self, timeout: float | None = None, propagate: bool = True,
              interval: float | None = None) -> Any:
@@ -184,3 +195,12 @@ class AsyncResult:
 
     def __str__(self) -> str:
         return self.id
+
+
+def _own(failed: TaskFailed) -> Exception:
+    """The task's own exception from a TaskFailed's text, the TaskFailed if it cannot be."""
+    own = remote_error.rebuild(failed.error)
+    if own is None:
+        return failed
+    own.__cause__ = failed
+    return own

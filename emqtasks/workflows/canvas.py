@@ -92,7 +92,10 @@ class _Node:
         self.link_error(errback)
         return self
 
-    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Canvas:
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 options: dict[str, Any]) -> Canvas:
+        """A copy whose first steps get ``args`` in front, ``kwargs`` merged into theirs and
+        ``options`` (a signature's) over theirs."""
         raise NotImplementedError
 
     def delay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
@@ -101,19 +104,21 @@ class _Node:
 
     def apply_async(self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None, *,
                     workflow_id: str | None = None, link_error: Signature | None = None,
-                    app: App | None = None) -> WorkflowHandle:
+                    app: App | None = None, countdown: float | None = None) -> WorkflowHandle:
         """Enqueue every step in one script call; nothing is written when any is refused.
 
         ``args`` go in front of the first step's own arguments (each first step's: the
         members of a group that starts it), ``kwargs`` are merged into theirs (Celery's
         partial arguments); an immutable signature ignores ``args``. ``link_error``: a
-        signature run with the failed step's id when any step goes dead.
+        signature run with the failed step's id when any step goes dead. ``countdown``:
+        the first steps start that many seconds from now (over their own ``countdown``).
 
         Raises EmptyGroup, UnknownTask, WorkflowTooLarge (PayloadTooLarge: a step's
         arguments, more than MAX_STEPS steps or MAX_DEPTH levels), LaneFull or
         WorkflowError (a step id that exists), all before anything is written.
         """
-        builder = _Builder(self._sent(args, kwargs), link_error or self._errback, app)
+        builder = _Builder(self._sent(args, kwargs, countdown), link_error or self._errback,
+                           app)
         with tracing.sending(builder.first, None) as span:
             built = builder.build(workflow_id, span.carrier)
             queue = built.app.queue(built.queue)
@@ -127,20 +132,24 @@ class _Node:
     async def aapply_async(self, args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None,
                            *, workflow_id: str | None = None,
                            link_error: Signature | None = None,
-                           app: App | None = None) -> WorkflowHandle:
+                           app: App | None = None,
+                           countdown: float | None = None) -> WorkflowHandle:
         """apply_async(), awaited: the same rows, checks and errors, sent on redis.asyncio."""
-        builder = _Builder(self._sent(args, kwargs), link_error or self._errback, app)
+        builder = _Builder(self._sent(args, kwargs, countdown), link_error or self._errback,
+                           app)
         with tracing.sending(builder.first, None) as span:
             built = builder.build(workflow_id, span.carrier)
             queue = built.app.aqueue(built.queue)
             span.set(built.attributes(queue.name))
             return built.handle(queue, await queue.send_workflow(*built.sent()))
 
-    def _sent(self, args: Iterable[Any], kwargs: dict[str, Any] | None) -> Canvas:
+    def _sent(self, args: Iterable[Any], kwargs: dict[str, Any] | None,
+              countdown: float | None = None) -> Canvas:
         args = tuple(args)
-        if not args and not kwargs:
+        options = {} if countdown is None else {"countdown": countdown}
+        if not args and not kwargs and not options:
             return cast(Canvas, self)
-        return self._partial(args, dict(kwargs or {}))
+        return self._partial(args, dict(kwargs or {}), options)
 
 
 class Signature(_Node):
@@ -165,14 +174,22 @@ class Signature(_Node):
         return self.task if isinstance(self.task, str) else self.task.name
 
     def set(self, **options: Any) -> Signature:
-        """A copy with options: group=, countdown=, priority=, job_id=, result_bytes=."""
-        return Signature(self.task, self.args, self.kwargs, immutable=self.immutable,
-                         app=self._app, **{**self.options, **options})
+        """A copy with options: group=, countdown=, priority=, job_id=, result_bytes= (and
+        its errback: Celery's ``set()`` changes the signature itself)."""
+        return self._copy(self.args, self.kwargs, {**self.options, **options})
 
-    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Signature:
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 options: dict[str, Any]) -> Signature:
         front = () if self.immutable else args
-        return Signature(self.task, (*front, *self.args), {**self.kwargs, **kwargs},
-                         immutable=self.immutable, app=self._app, **self.options)
+        return self._copy((*front, *self.args), {**self.kwargs, **kwargs},
+                          {**self.options, **options})
+
+    def _copy(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+              options: dict[str, Any]) -> Signature:
+        copy = Signature(self.task, args, kwargs, immutable=self.immutable, app=self._app,
+                         **options)
+        copy._errback = self._errback
+        return copy
 
     def __repr__(self) -> str:
         return f"{self.name}.{'si' if self.immutable else 's'}{self.args!r}"
@@ -205,12 +222,13 @@ class Group(_Node):
         """The members (the name before groups held more than signatures)."""
         return self.tasks
 
-    def __call__(self, *args: Any, **options: Any) -> WorkflowHandle:
-        """Celery's ``group(...)()``: send it (``args`` to every member)."""
-        return self.apply_async(args, **options)
+    def __call__(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
+        """Celery's ``group(...)()``: ``delay()`` (``args`` go to every member)."""
+        return self.delay(*args, **kwargs)
 
-    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Group:
-        return Group([t._partial(args, kwargs) for t in self.tasks])
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 options: dict[str, Any]) -> Group:
+        return Group([t._partial(args, kwargs, options) for t in self.tasks])
 
     def __repr__(self) -> str:
         return f"group({self.tasks!r})"
@@ -229,8 +247,9 @@ class Chord(_Node):
         sent._errback = self._errback
         return sent.apply_async(**options)
 
-    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Chord:
-        return Chord(self.header._partial(args, kwargs), self.body)
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 options: dict[str, Any]) -> Chord:
+        return Chord(self.header._partial(args, kwargs, options), self.body)
 
     def __repr__(self) -> str:
         return f"chord({self.header!r}, {self.body!r})"
@@ -251,14 +270,14 @@ class Chain(_Node):
         return longer
 
     def __call__(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
-        """Celery's ``(a.s(1) | b.s())()``: send it (``args`` and ``kwargs`` to its first
-        step)."""
-        return self.apply_async(args, kwargs)
+        """Celery's ``chain(...)()`` and ``(a | b)(x)``: ``delay()`` (to the first step)."""
+        return self.delay(*args, **kwargs)
 
-    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Chain:
+    def _partial(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 options: dict[str, Any]) -> Chain:
         if not self.steps:
             return self
-        return Chain(self.steps[0]._partial(args, kwargs), *self.steps[1:])
+        return Chain(self.steps[0]._partial(args, kwargs, options), *self.steps[1:])
 
     def __repr__(self) -> str:
         return " | ".join(repr(s) for s in self.steps)
@@ -334,8 +353,26 @@ def _walk(root: Canvas) -> Iterator[Canvas]:
         todo.extend((c, depth + 1) for c in reversed(children))
 
 
+def _chord_body(root: Canvas) -> Signature | None:
+    """The body of a workflow that is one chord (``chord(h, body)``, ``group | body``): its
+    errback is the workflow's, as Celery's documents it (``group(...) |
+    xsum.s().on_error(on_chord_error.s())``: run when a member fails, the body never will)."""
+    if isinstance(root, Chord) and isinstance(root.body, Signature):
+        return root.body
+    if isinstance(root, Chain) and len(root.steps) == 2 and isinstance(root.steps[0], Group) \
+            and isinstance(root.steps[1], Signature):
+        return root.steps[1]
+    return None
+
+
 class _Builder:
     def __init__(self, root: Canvas, link_error: Signature | None, app: App | None) -> None:
+        body = _chord_body(root)
+        if body is not None and body._errback is not None:
+            if link_error is not None and link_error is not body._errback:
+                raise WorkflowError(f"two errbacks, {link_error!r} and {body._errback!r} on "
+                                    f"the chord's body: one serves the whole workflow")
+            link_error = body._errback
         sigs: list[Signature] = []
         for i, node in enumerate(_walk(root)):
             if isinstance(node, Signature):
@@ -348,10 +385,11 @@ class _Builder:
             elif isinstance(node, Chord) and node.body is None:
                 raise EmptyGroup("a chord without a body: chord(header, body), or call "
                                  "chord(header)(body)")
-            if i and node._errback is not None:
+            if i and node._errback is not None and node is not body:
                 raise WorkflowError(f"link_error on {node!r} inside a workflow: one errback "
                                     f"serves the whole workflow: set it on the outermost "
-                                    f"canvas (or apply_async(link_error=...))")
+                                    f"canvas, the body of a chord that is the workflow, or "
+                                    f"apply_async(link_error=...)")
         # counted before a row is built: the bound is on the work of one script call
         if len(sigs) > MAX_STEPS:
             raise WorkflowTooLarge(f"a workflow of {len(sigs)} steps: at most {MAX_STEPS}")

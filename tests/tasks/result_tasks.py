@@ -26,3 +26,35 @@ def fails(why: str) -> None:
 @task(name="ar.add")
 def add(x: int, y: int = 0) -> int:
     return x + y
+
+
+class PaymentDeclined(Exception):
+    """A task's own exception, importable where the result is read."""
+
+
+class NeedsTwo(Exception):
+    """An exception whose constructor takes two arguments: not rebuilt from its message."""
+
+    def __init__(self, code: int, why: str) -> None:
+        super().__init__(f"{code} {why}")
+
+
+@task(name="ar.declined", max_attempts=1)
+def declined(amount: int) -> None:
+    try:
+        {}["card"]
+    except KeyError:
+        raise PaymentDeclined(f"card refused for {amount}") from None
+
+
+@task(name="ar.needs_two", max_attempts=1)
+def needs_two() -> None:
+    raise NeedsTwo(402, "no funds")
+
+
+@task(name="ar.local_class", max_attempts=1)
+def local_class() -> None:
+    class Hidden(Exception):
+        pass
+
+    raise Hidden("defined in the task")

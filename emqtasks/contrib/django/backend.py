@@ -29,10 +29,8 @@ hash per job, ``<job key>:django``, kept a day past the row's own expiry).
 
 from __future__ import annotations
 
-import builtins
 import logging
 import os
-import re
 import socket
 import threading
 from collections.abc import Callable
@@ -44,6 +42,7 @@ import redis
 
 from ... import serialization
 from ...errors import EmqError
+from ...producer import remote_error
 from ...producer.app import App, default_app
 from ...producer.context import JobContext, current_job
 from ...producer.registry import TaskOptions, TaskSpec, split_options
@@ -338,21 +337,13 @@ def worker_id() -> str:
 
 
 def task_error(text: str) -> Any:
-    """A TaskError from a row's error: ``Name: message``, then the traceback, whose last
-    exception line names the class with its module (``builtins`` when it names none)."""
-    first, _, rest = text.partition("\n")
-    name = first.split(":", 1)[0].strip()
-    path = name
-    pattern = re.compile(rf"^((?:[A-Za-z_][\w]*\.)*){re.escape(name)}(?::|$)")
-    for line in reversed(rest.splitlines()):
-        found = pattern.match(line)
-        if found:
-            path = f"{found.group(1)}{name}"
-            break
-    if "." not in path:
-        path = f"builtins.{name}" if isinstance(getattr(builtins, name, None), type) \
-            else f"emqtasks.errors.{name}"
-    return dt.TaskError(exception_class_path=path, traceback=rest.strip() or first)
+    """A TaskError from a row's error (producer/remote_error.py reads it): the class path
+    it names (TaskFailed for a text that names no importable path), its traceback."""
+    parts = remote_error.parse(text)
+    path = parts.class_path if parts is not None and "." in parts.class_path \
+        else "emqtasks.errors.TaskFailed"
+    return dt.TaskError(exception_class_path=path,
+                        traceback=(parts.traceback if parts is not None else text).strip())
 
 
 def _when(ms: str | None) -> datetime | None:

@@ -335,3 +335,17 @@ def test_a_worker_under_emq_durable_waits_on_its_acks_and_rides_out_a_stopped_re
         assert worker.proc.poll() is None
         assert worker.stop() == 0
     producer.close()
+
+
+# -- the cost (emqtasks bench --durable) ----------------------------------------------------------
+def test_the_bench_measures_a_durable_enqueue(pair: Replicated) -> None:
+    from emqtasks._dev.bench import durable as bench_durable
+
+    before = waits(pair)
+    figures = bench_durable.measure(pair.url, Durable(), calls=20, batches=3)
+    assert waits(pair) == before + 1 + 20 + 3     # one wait per call, per map of 100
+    assert set(figures) == {"one_p50_ms", "one_p99_ms", "one_jobs_s", "map_p50_ms",
+                            "map_p99_ms", "map_jobs_s"}
+    assert all(v > 0 for v in figures.values())
+    bad = CliRunner().invoke(main, ["bench", "--durable", "--redis-url", pair.url])
+    assert bad.exit_code != 0 and "no --redis-url" in bad.output

@@ -349,3 +349,26 @@ def test_the_bench_measures_a_durable_enqueue(pair: Replicated) -> None:
     assert all(v > 0 for v in figures.values())
     bad = CliRunner().invoke(main, ["bench", "--durable", "--redis-url", pair.url])
     assert bad.exit_code != 0 and "no --redis-url" in bad.output
+
+
+def test_a_schedules_firing_by_a_durable_worker_queue_waits(pair: Replicated, app: App) -> None:
+    from helpers import new_job
+
+    from emqtasks.schedules.schedule import ScheduleStore
+
+    t = app.tasks["tests.durable.noop"]
+    app.schedule("dur-every", t, every=60)
+    q = app.queue()
+    q.durable = Durable(timeout=TIMEOUT)     # as the worker sets it (EMQ_DURABLE / the App)
+    store = ScheduleStore(q)
+    s = store.get("dur-every")
+    assert s is not None
+    q.client.hset(q.keys.schedstate, "dur-every:last", 0)   # slots 1, 2, 3 are owed
+    store.fire(s, 1, new_job("dur-slot-1"))   # the first use of the script
+    before = waits(pair)
+    assert store.fire(s, 2, new_job("dur-slot-2")).verdict.name == "ENQUEUED"
+    assert waits(pair) == before + 1
+    with pair.paused(), pytest.raises(NotDurable) as caught:
+        store.fire(s, 3, new_job("dur-slot-3"))
+    assert caught.value.job_ids == ["dur-slot-3"]
+    assert q.status("dur-slot-3") == "pending"

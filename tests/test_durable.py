@@ -91,6 +91,8 @@ def test_bad_settings_are_refused_with_nothing_written(pair: Replicated) -> None
     t = a.task(name="tests.durable.noop")(noop)
     with pytest.raises(InvalidArgument):
         t.apply_async((), job_id="bad-1", durable=1)   # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="link="):
+        t.apply_async((), job_id="bad-1", link=t.s(), durable=True)
     assert t.apply_async((), job_id="bad-1").verdict == "enqueued"   # nothing was written
     a.close()
 

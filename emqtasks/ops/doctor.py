@@ -191,8 +191,12 @@ def check_durability(ctx: Context) -> Iterable[Finding]:
     d = ctx.durable
     info = ctx.info("replication")
     replicas = int(info.get("connected_slaves") or 0)
+    if d is None and replicas == 0:
+        yield Finding("durability", "info", f"{head} no, because there is no replica (and "
+                      "durable is off)")
+        return
     if d is None:
-        yield Finding("durability", "info" if replicas == 0 else "warn",
+        yield Finding("durability", "warn",
                       f"{head} no, because durable is off: replication is asynchronous, "
                       f"a primary that dies loses what its {replicas} replica(s) had not "
                       "received", "set EMQ_DURABLE=1 (or App(durable=True)): each "

@@ -189,6 +189,9 @@ class Task(Generic[P, R]):
             if expires is not None:
                 raise InvalidArgument("expires= with link=: a linked call is a workflow, "
                                       "whose steps do not expire")
+            if durable is not None:
+                raise InvalidArgument("durable= with link=: a linked call is a workflow, "
+                                      "which follows the App's durable setting")
             own, flow = bound.linked(self, args, kwargs, link, link_error, job_id=job_id,
                                      group=group, countdown=countdown, eta=eta,
                                      priority=priority, queue=queue, on_commit=on_commit)

@@ -374,3 +374,6 @@ def test_a_schedules_firing_by_a_durable_worker_queue_waits(pair: Replicated, ap
         store.fire(s, 3, new_job("dur-slot-3"))
     assert caught.value.job_ids == ["dur-slot-3"]
     assert q.status("dur-slot-3") == "pending"
+    before = waits(pair)
+    assert app.run_schedule("dur-every").verdict == "enqueued"   # an extra run: the App's
+    assert waits(pair) == before + 1

@@ -357,7 +357,8 @@ class App:
                     f"task {s.task} picks its group with a function that only its module "
                     f"can run: run this where the module is imported (-A), or give "
                     f"schedule {name!r} a group")
-        job_id, duplicate = _sched.run_now(store, s, spec, self.settings.max_payload_bytes)
+        job_id, duplicate = _sched.run_now(store, s, spec, self.settings.max_payload_bytes,
+                                           self.settings.durable)
         return JobHandle(store.queue, job_id, "duplicate" if duplicate else "enqueued", self)
 
     def _store(self, queue: str | None = None) -> ScheduleStore:

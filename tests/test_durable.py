@@ -280,6 +280,9 @@ def test_doctor_says_which_guarantee_holds(pair: Replicated) -> None:
     assert "acknowledged enqueues survive the loss of the primary: yes" in out.output
     bad = CliRunner().invoke(main, ["doctor", "--redis-url", pair.url, "--durable", "replicas=0"])
     assert bad.exit_code != 0 and "EMQ_DURABLE" in bad.output
+    bad = CliRunner().invoke(main, ["worker", "-A", "worker_tasks", "--redis-url", pair.url],
+                             env={"EMQ_DURABLE": "timeout=nan"})
+    assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "EMQ_DURABLE" in bad.output
 
 
 # -- a cluster: the wait goes to the queue's node -----------------------------------------------

@@ -23,7 +23,7 @@ from ..producer.registry import Registry
 from ..schedules.schedule import Schedule, ScheduleStore, deferred, register_declared
 from ..store.cluster import node_kwargs
 from ..store.connection import connect
-from ..store.durable import Durable
+from ..store.durable import Durable, parse_durable
 from ..store.queue import Queue
 from ..worker import logs
 from ..worker.queues import QueueSpec, parse_queues
@@ -70,6 +70,10 @@ def worker(modules: tuple[str, ...], django: bool, concurrency: int | None,
     if not modules and not django:
         raise CliError("worker: give the task modules (-A app.tasks) or --django "
                        "(see 'emqtasks worker --help')")
+    try:
+        parse_durable(os.environ.get("EMQ_DURABLE") or "")   # one line, not a traceback
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
     install_log_fields()   # %(emq_job_id)s / %(emq_task)s in any log format
     logs.configure(log_format.lower(), loglevel)
     with deferred():   # App.schedule in a module declares; stored below, on the final queue

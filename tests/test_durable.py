@@ -313,12 +313,21 @@ def test_on_a_cluster_the_wait_goes_to_the_queues_node() -> None:
             replica.send_signal(18)  # SIGCONT
         assert a.queue().status("cl-1") == "pending"
 
-        async def go() -> None:   # not yet on redis.asyncio's cluster client: said so
-            with pytest.raises(ConfigError, match="blocking client"):
-                await t.adelay()
+        async def go() -> None:   # the async producer's wait goes to the node too
+            first = node_waits()
+            assert (await t.adelay()).verdict == "enqueued"
+            assert (await t.adelay()).verdict == "enqueued"
+            assert node_waits() == first + 2
+            replica.send_signal(19)
+            try:
+                with pytest.raises(NotDurable):
+                    await t.aapply_async((), job_id="cl-2")
+            finally:
+                replica.send_signal(18)
             await a.aclose()
 
         asyncio.run(go())
+        assert a.queue().status("cl-2") == "pending"
         a.close()
     finally:
         servers.close()

@@ -28,7 +28,7 @@ from redis.exceptions import (
     ResponseError,
 )
 
-from ..errors import ConfigError, CorruptKey, ServerFull, WrongEventLoop
+from ..errors import CorruptKey, ServerFull, WrongEventLoop
 from ..verdicts import CancelVerdict, EnqueueVerdict
 from .admin import cancel_plan
 from .cluster import is_cluster, node_kwargs
@@ -206,9 +206,7 @@ class AsyncQueue:
             return await getattr(client, op.name)(*op.args, **op.kwargs, **extra)
         if isinstance(op, Pipe):
             if op.near is not None and hasattr(client, "get_node_from_key"):
-                # redis.asyncio's cluster pipeline routes a keyless WAIT to any node
-                raise ConfigError("durable writes on a Redis Cluster are sent by the "
-                                  "blocking client only (not yet by redis.asyncio's)")
+                return await _node_pipe(client, op)
             pipe = client.pipeline(transaction=False)
             for c in op.cmds:
                 getattr(pipe, c.name)(*c.args, **c.kwargs)
@@ -234,6 +232,25 @@ class AsyncQueue:
     async def _bounded(self, op: Bounded) -> Any:
         with pool_wait(op.seconds):
             return await self._execute(op.op)
+
+
+async def _node_pipe(client: Any, op: Pipe) -> list[Any]:
+    """``op`` on one connection of the cluster node holding ``op.near`` (redis.asyncio's
+    cluster pipeline would send a keyless command such as WAIT to any node): the replies,
+    an error in its place (raised with ``raise_on_error``)."""
+    from redis.asyncio.cluster import PipelineCommand
+
+    await client.initialize()   # the slot map (a no-op once read)
+    node = client.get_node_from_key(op.near)
+    cmds = [PipelineCommand(i, *(c.args if c.name == "execute_command"
+                                 else (c.name.upper(), *c.args)))
+            for i, c in enumerate(op.cmds)]
+    await node.execute_pipeline(cmds)
+    replies = [c.result for c in cmds]
+    for r in replies:
+        if op.raise_on_error and isinstance(r, Exception):
+            raise r
+    return replies
 
 
 def _ping(keys: QueueKeys) -> Steps[Any]:

@@ -23,7 +23,9 @@ class Replicated:
     def __init__(self, replicas: int = 1, *, aof: bool = False, binary: str | None = None,
                  module: bool | None = None) -> None:
         extra = ("--appendonly", "yes", "--appendfsync", "always") if aof else ()
-        self.primary = LocalRedis(binary=binary, module=module, extra=extra)
+        # no 5 s wait for more replicas before a full sync (the default's)
+        self.primary = LocalRedis(binary=binary, module=module,
+                                  extra=(*extra, "--repl-diskless-sync-delay", "0"))
         self.replicas = [
             LocalRedis(binary=binary, module=module,
                        extra=(*extra, "--replicaof", "127.0.0.1", str(self.primary.port)))
@@ -51,10 +53,18 @@ class Replicated:
                           and isinstance(v, dict) and v.get("state") == "online"
                           and int(v.get("offset", -1)) >= int(info["master_repl_offset"])]
                 if len(online) == len(self.replicas):
-                    return
+                    break
                 if time.monotonic() > deadline:
                     raise ConfigError(f"replicas not in sync after {timeout}s: {info}")
                 time.sleep(0.05)
+            # Online is not yet acknowledging at once (a replica just synced may take a
+            # moment to answer GETACK): one write and a blocking WAIT for all of them.
+            pipe = client.pipeline(transaction=False)
+            pipe.set("replicated-probe", "1")
+            pipe.execute_command("WAIT", len(self.replicas),  # type: ignore[no-untyped-call]
+                                 max(1, int((deadline - time.monotonic()) * 1000)))
+            if int(pipe.execute()[1]) < len(self.replicas):
+                raise ConfigError(f"replicas not acknowledging after {timeout}s")
         finally:
             client.close()
 

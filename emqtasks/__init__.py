@@ -24,6 +24,7 @@ from .errors import (
     NativeUnavailable,
     NestingTooDeep,
     NoCurrentJob,
+    NotDurable,
     PayloadTooLarge,
     RateLimited,
     Reject,
@@ -53,6 +54,7 @@ from .producer.result import AsyncResult
 from .producer.task import JobHandle, Task
 from .schedules.cron import Cron, Every, cron, every
 from .schedules.schedule import Schedule, ScheduleInfo
+from .store.durable import Durable
 from .store.queue import Acked, Lease, Queue
 from .verdicts import (
     AbortVerdict,
@@ -69,6 +71,8 @@ from .workflows.canvas import Chain, Chord, Group, Signature, WorkflowHandle, ch
 __all__ = [
     # defining and enqueueing tasks
     "task", "App", "Task", "JobHandle", "Retry", "Reject", "RateLimited", "default_app",
+    # durable writes (WAIT / WAITAOF)
+    "Durable",
     # following a job by its id, as Celery does
     "AsyncResult", "states",
     # workflows
@@ -84,7 +88,7 @@ __all__ = [
     "EmqError", "ConfigError", "ClusterUrlError", "InvalidQueueName", "NativeUnavailable",
     "InvalidJobId",
     "InvalidGroup", "InvalidArgument", "SerializationError", "PayloadTooLarge",
-    "ResultTooLarge", "AckRefused", "ServerFull",
+    "ResultTooLarge", "AckRefused", "ServerFull", "NotDurable",
     "UnknownTask", "DuplicateTaskName", "ScriptError", "TaskFailed", "ResultTimeout",
     "LaneFull", "CorruptKey", "WorkflowError", "EmptyGroup", "NestingTooDeep", "WorkflowTooLarge",
     "TimeLimitExceeded", "SoftTimeLimitExceeded", "MaxRetriesExceededError",

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import ConfigError
+from .store.durable import Durable, durable_of, parse_durable
 from .store.keys import check_queue_name
 from .validate import integer, result_bytes
 
@@ -48,25 +49,40 @@ class Settings:
     queue: str = DEFAULT_QUEUE
     max_payload_bytes: int = 1_000_000
     max_result_bytes: int = 1_000_000   # a task's result, its JSON; @task may set its own
+    #: Durable writes (store/durable.py): a Durable, or None (off); True / False are read
+    #: as Durable() / None.
+    durable: Durable | None = None
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
+        if self.durable is not None:
+            object.__setattr__(self, "durable", durable_of(self.durable))
         integer(self.max_payload_bytes, "max_payload_bytes")
         result_bytes(self.max_result_bytes)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Defaults, then ``EMQ_REDIS_URL`` / ``EMQ_QUEUE``, then non-None overrides."""
+        """Defaults, then ``EMQ_REDIS_URL`` / ``EMQ_QUEUE`` / ``EMQ_DURABLE``, then non-None
+        overrides."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {
             "redis_url": env.get("EMQ_REDIS_URL") or DEFAULT_REDIS_URL,
             "queue": env.get("EMQ_QUEUE") or DEFAULT_QUEUE,
+            "durable": parse_durable(env.get("EMQ_DURABLE") or ""),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
     def with_(self, **changes: Any) -> Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def durable_for(self, *choices: Any) -> Durable | None:
+        """The durable setting of a write: the first of ``choices`` (a call's, a task's)
+        that is not None, else this App's. False is off."""
+        for choice in choices:
+            if choice is not None:
+                return durable_of(choice)
+        return self.durable
 
 
 @dataclass(frozen=True)

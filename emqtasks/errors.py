@@ -63,6 +63,27 @@ class AckRefused(EmqError):
     cut on that call alone, as for a result over its proto-max-bulk-len): the attempt fails."""
 
 
+class NotDurable(EmqError):
+    """A durable write (``durable=``) that fewer replicas confirmed than asked within its
+    timeout: it IS written on the primary, but may be lost with it; sending the same job
+    id again is safe (it answers duplicate if the write survived)."""
+
+    def __init__(self, job_ids: list[str], confirmed: int, wanted: int,
+                 what: str = "the write", aof: bool = False) -> None:
+        self.job_ids = job_ids
+        self.confirmed = confirmed
+        self.wanted = wanted
+        #: What the write answered (the verdicts of an enqueue, the Acked of an ack).
+        self.reply: object = None
+        copies = "fsynced on" if aof else "received by"
+        shown = ", ".join(job_ids[:3]) + (f" and {len(job_ids) - 3} more"
+                                          if len(job_ids) > 3 else "")
+        super().__init__(f"{what} ({shown or 'no job'}) was {copies} {confirmed} of the "
+                         f"{wanted} replica(s) asked in time: it is written on the primary "
+                         f"but would not survive its loss; send it again with the same "
+                         f"id(s) (a duplicate if it survived)")
+
+
 class LaneFull(EmqError):
     """``delay()`` / ``apply_async()`` into a lane that holds its cap of waiting jobs."""
 

@@ -27,6 +27,7 @@ from ..errors import ConfigError, InvalidArgument
 from ..producer.app import App, _module_name
 from ..producer.result import AsyncResult as _AsyncResult
 from ..producer.task import JobHandle
+from ..store.durable import Durable
 from ..workflows.canvas import Signature
 from . import beat, conf, routes
 from .canvas import signature
@@ -191,13 +192,14 @@ class Celery(App):
                   job_id: str | None = None, queue: str | None = None,
                   countdown: float | None = None, eta: datetime | float | None = None,
                   group: str | None = None, priority: int = 0,
-                  expires: datetime | float | None = None) -> JobHandle[Any]:
+                  expires: datetime | float | None = None,
+                  durable: bool | Durable | None = None) -> JobHandle[Any]:
         """Celery's send_task: by name, routed by task_routes when no queue is given."""
         if queue is None and isinstance(name, str):
             queue = routes.route(self._routes, name)
         return super().send_task(name, args or (), kwargs, job_id=job_id or task_id,
                                  group=group, countdown=countdown, eta=eta, queue=queue,
-                                 priority=priority, expires=expires)
+                                 priority=priority, expires=expires, durable=durable)
 
     def signature(self, name: str, args: Iterable[Any] = (),
                   kwargs: dict[str, Any] | None = None, **options: Any) -> Signature:

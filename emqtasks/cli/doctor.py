@@ -11,6 +11,8 @@ import click
 import redis
 
 from ..config import redacted
+from ..errors import EmqError
+from ..store.durable import parse_durable
 from .common import AdminCommand, CliError, open_queue, queue_options, settings_for
 
 ROLE_CHOICE = click.Choice(["any", "producer", "worker"])
@@ -23,8 +25,11 @@ ROLE_CHOICE = click.Choice(["any", "producer", "worker"])
 @click.option("--skip", multiple=True, metavar="CHECK",
               help="leave a check out (repeatable), e.g. --skip invariants on a huge queue")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.option("--durable", "durable_text", envvar="EMQ_DURABLE", metavar="SETTING",
+              help="the durable setting to judge: 1, 0 or replicas=N,timeout=S,aof=0|1 "
+                   "[env EMQ_DURABLE]")
 def doctor(redis_url: str | None, queue: str | None, role: str, skip: tuple[str, ...],
-           as_json: bool) -> None:
+           as_json: bool, durable_text: str | None) -> None:
     """Check the server and the queue before going live: exit 1 if something would lose jobs
     or stop the worker."""
     from ..ops.doctor import CHECKS, run, worst
@@ -34,9 +39,13 @@ def doctor(redis_url: str | None, queue: str | None, role: str, skip: tuple[str,
         raise CliError(f"--skip: no check named {', '.join(unknown)} (checks: "
                        f"{', '.join(repr(name) for name, _ in CHECKS)})")
     settings = settings_for(redis_url, queue)
+    try:
+        durable = parse_durable(durable_text or "")
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
     q = open_queue(settings)
     try:
-        findings = run(q, role=role, skip=skip)
+        findings = run(q, role=role, skip=skip, durable=durable)
     except redis.exceptions.RedisError as exc:   # the server went away mid-way
         raise CliError(f"Redis error: {exc}") from None
     finally:

@@ -15,7 +15,7 @@ import click
 import redis
 
 from .. import __version__
-from ..config import DEFAULT_QUEUE, WorkerSettings, redacted
+from ..config import DEFAULT_QUEUE, Settings, WorkerSettings, redacted
 from ..errors import EmqError
 from ..producer.app import App, all_apps, default_app
 from ..producer.context import install_log_fields
@@ -23,6 +23,7 @@ from ..producer.registry import Registry
 from ..schedules.schedule import Schedule, ScheduleStore, deferred, register_declared
 from ..store.cluster import node_kwargs
 from ..store.connection import connect
+from ..store.durable import Durable, parse_durable
 from ..store.queue import Queue
 from ..worker import logs
 from ..worker.queues import QueueSpec, parse_queues
@@ -73,6 +74,10 @@ def worker(modules: tuple[str, ...], django: bool, concurrency: int | None,
     if not modules and not django:
         raise CliError("worker: give the task modules (-A app.tasks) or --django "
                        "(see 'emqtasks worker --help')")
+    try:
+        parse_durable(os.environ.get("EMQ_DURABLE") or "")   # one line, not a traceback
+    except EmqError as exc:
+        raise CliError(str(exc)) from None
     install_log_fields()   # %(emq_job_id)s / %(emq_task)s in any log format
     logs.configure(log_format.lower(), loglevel)
     with deferred():   # App.schedule in a module declares; stored below, on the final queue
@@ -132,18 +137,31 @@ def describe_queues(specs: list[QueueSpec]) -> str:
     return ", ".join(f"{s.name}:{s.weight}" for s in specs) + " (by weight)"
 
 
+def worker_durable() -> Durable | None:
+    """The durable setting of a worker's writes: the first App served that has one (an
+    App's falls back to EMQ_DURABLE), else EMQ_DURABLE."""
+    for app in all_apps():
+        if app.settings.durable is not None:
+            return app.settings.durable
+    return Settings.from_env().durable
+
+
 def run_master(url: str, specs: list[QueueSpec], wsettings: WorkerSettings,
                registry: Any) -> int:
     from ..worker.master import Master
 
     names = [s.name for s in specs]
     weights = [s.weight for s in specs if s.weight is not None] or None
+    durable = worker_durable()
 
     def make_queues() -> list[Queue]:
         # Each call serves one thread (the master's main loop, a park thread, one child):
         # one connection, shared by the Queue of every -Q name.
         client = connect(url, single_thread=True)
-        return [Queue(client, name) for name in names]
+        queues = [Queue(client, name) for name in names]
+        for q in queues:
+            q.durable = durable   # the ack that stores a result, a schedule's firing
+        return queues
 
     try:
         hooks = every_hook()

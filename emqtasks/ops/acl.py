@@ -48,6 +48,7 @@ PRODUCER_COMMANDS = (
     "time", "exists", "get", "hset", "hget", "hmget", "hincrby", "hdel", "hgetall", "incr",
     "zadd", "zrange", "zcard", "sismember", "rpush", "llen", "lindex", "expire",
     "blpop", "ping", "type",
+    "wait",    # durable writes (store/durable.py); aof=True needs +waitaof too (Redis >= 7.2)
 )
 
 #: claim, ack, retry, release, extend, reap, promote and schedule .lua, plus the direct
@@ -65,6 +66,7 @@ WORKER_COMMANDS = (
     "sismember",
     "zadd", "zcard", "zpopmin", "zrange", "zrangebyscore", "zrem", "zscore",
     "ping", "info", "type",
+    "wait",    # a durable worker's acks
 )
 
 
@@ -128,6 +130,7 @@ PROBES: dict[str, tuple[str, ...]] = {
     "get": ("{k}",), "hexists": ("{k}", "f"), "zscore": ("{k}", "m"),
     "set": ("{k}", "v", "PX", "0"),   # refused after the ACL check: invalid expire time
     "expire": ("{k}", "1"), "del": ("{k}",), "type": ("{k}",),
+    "wait": ("0", "1"),   # for no replica: answers at once
 }
 
 #: ``redis.acl_check_cmd`` (Redis >= 7.0, Valkey) over calls packed as n, arg1..argn, ...

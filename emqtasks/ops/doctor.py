@@ -19,8 +19,10 @@ import redis
 
 from .. import clock
 from ..store.cluster import is_cluster, node_kwargs
+from ..store.durable import Durable
 from ..store.queue import Queue
 from ..store.selection import MODULE_NAME, loaded_version, missing_hint, native_mode
+from ..store.waits import aof_refusal
 from . import acl
 from .check import check
 from .servers import ServerInfo, identify
@@ -52,6 +54,7 @@ class Context:
 
     queue: Queue
     role: str = "any"
+    durable: Durable | None = None     # the setting of the App / EMQ_DURABLE
     _info: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
@@ -181,6 +184,45 @@ def check_replication(ctx: Context) -> Iterable[Finding]:
                       "(writes are then refused while no replica follows)")
 
 
+def check_durability(ctx: Context) -> Iterable[Finding]:
+    """Whether an acknowledged enqueue survives the loss of the primary, with this server
+    and the durable setting (EMQ_DURABLE, or the App's)."""
+    head = "acknowledged enqueues survive the loss of the primary:"
+    d = ctx.durable
+    info = ctx.info("replication")
+    replicas = int(info.get("connected_slaves") or 0)
+    if d is None and replicas == 0:
+        yield Finding("durability", "info", f"{head} no, because there is no replica (and "
+                      "durable is off)")
+        return
+    if d is None:
+        yield Finding("durability", "warn",
+                      f"{head} no, because durable is off: replication is asynchronous, "
+                      f"a primary that dies loses what its {replicas} replica(s) had not "
+                      "received", "set EMQ_DURABLE=1 (or App(durable=True)): each "
+                      "enqueue waits for a replica (WAIT)")
+        return
+    if d.aof:
+        why = aof_refusal(ctx.info("server"), ctx.info("persistence"))
+        if why is not None:
+            yield Finding("durability", "error", f"{head} no, because {why}",
+                          "use Durable(aof=False), or a server with WAITAOF and appendonly yes")
+            return
+    if replicas < d.replicas:
+        yield Finding("durability", "error",
+                      f"{head} no, because {replicas} replica(s) connected and durable asks "
+                      f"for {d.replicas}: every durable write raises NotDurable after "
+                      f"{d.timeout:g}s", "connect more replicas, or ask for fewer "
+                      "(Durable(replicas=N))")
+        return
+    how = ("written to the append-only file here and on" if d.aof else "received by")
+    yield Finding("durability", "ok",
+                  f"{head} yes: each enqueue and stored result returns once {how} "
+                  f"{d.replicas} of the {replicas} replica(s) (timeout {d.timeout:g}s, "
+                  f"else NotDurable)" + ("" if d.aof else "; in their memory: losing them "
+                                         "and the primary at once loses it"))
+
+
 def check_latency(ctx: Context) -> Iterable[Finding]:
     times = []
     for _ in range(LATENCY_PINGS):
@@ -294,6 +336,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("maxmemory-policy", check_eviction),
     ("persistence", check_persistence),
     ("replication", check_replication),
+    ("durability", check_durability),
     ("latency", check_latency),
     ("server clock", check_clock),
     ("acl", check_acl),
@@ -302,11 +345,13 @@ CHECKS: tuple[tuple[str, Check], ...] = (
 )
 
 
-def run(queue: Queue, role: str = "any", skip: Iterable[str] = ()) -> list[Finding]:
-    """Every finding of every check not skipped, in order."""
+def run(queue: Queue, role: str = "any", skip: Iterable[str] = (),
+        durable: Durable | None = None) -> list[Finding]:
+    """Every finding of every check not skipped, in order (``durable``: the setting the
+    durability check judges)."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
-    ctx = Context(queue, role)
+    ctx = Context(queue, role, durable)
     skipped = set(skip)
     findings: list[Finding] = []
     for name, fn in CHECKS:

@@ -18,6 +18,7 @@ from ..observe import history, lanes
 from ..schedules import schedule as _sched
 from ..schedules.schedule import Schedule, ScheduleInfo, ScheduleStore
 from ..store.connection import connect
+from ..store.durable import Durable, durable_of
 from ..store.keys import check_job_id as validate_job_id
 from ..store.keys import check_queue_name
 from ..store.queue import Queue
@@ -64,14 +65,19 @@ class App:
 
     def __init__(self, redis_url: str | None = None, queue: str | None = None,
                  max_payload_bytes: int | None = None,
-                 max_result_bytes: int | None = None) -> None:
+                 max_result_bytes: int | None = None,
+                 durable: bool | Durable | None = None) -> None:
         if max_payload_bytes is not None:   # checked now; the rest of Settings on first use
             validate.integer(max_payload_bytes, "max_payload_bytes")
         if max_result_bytes is not None:
             validate.result_bytes(max_result_bytes)
+        # durable: None reads EMQ_DURABLE; True / Durable(...) / False (off) decide
+        if durable is not None:
+            durable_of(durable)   # checked now
         self._explicit: dict[str, Any] = {"redis_url": redis_url, "queue": queue,
                                           "max_payload_bytes": max_payload_bytes,
-                                          "max_result_bytes": max_result_bytes}
+                                          "max_result_bytes": max_result_bytes,
+                                          "durable": durable}
         self._settings: Settings | None = None
         self._client: Any = None
         self._queues: dict[str, Queue] = {}
@@ -164,11 +170,12 @@ class App:
                          kwargs: dict[str, Any] | None = None, *, job_id: str | None = None,
                          group: str | None = None, countdown: float | None = None,
                          eta: datetime | float | None = None, queue: str | None = None,
-                         priority: int = 0) -> JobHandle[Any]:
+                         priority: int = 0,
+                         durable: bool | Durable | None = None) -> JobHandle[Any]:
         """send_task(), awaited."""
         spec = task.spec if isinstance(task, Task) else self._spec_for(validate.task_name(task))
         return await asend(self, spec, args, kwargs, queue=queue, job_id=job_id, group=group,
-                           countdown=countdown, eta=eta, priority=priority)
+                           countdown=countdown, eta=eta, priority=priority, durable=durable)
 
     async def astats(self) -> dict[str, Any]:
         """stats(), awaited."""
@@ -264,7 +271,8 @@ class App:
                   group: str | None = None, countdown: float | None = None,
                   eta: datetime | float | None = None, queue: str | None = None,
                   priority: int = 0,
-                  expires: datetime | float | None = None) -> JobHandle[Any]:
+                  expires: datetime | float | None = None,
+                  durable: bool | Durable | None = None) -> JobHandle[Any]:
         """Enqueue a call by task name (or Task) on this app's server.
 
         A name registered on this App (else on another App of this process) keeps its
@@ -272,11 +280,12 @@ class App:
         defaults of ``@task``, for a worker elsewhere that knows it. Raises LaneFull
         (nothing written) when the job's lane holds its cap of waiting jobs, CorruptKey
         (nothing written) when a key it would write holds the wrong type. ``expires``: as
-        ``Task.apply_async``'s.
+        ``Task.apply_async``'s, and so is ``durable``.
         """
         spec = task.spec if isinstance(task, Task) else self._spec_for(validate.task_name(task))
         return send(self, spec, args, kwargs, queue=queue, job_id=job_id, group=group,
-                    countdown=countdown, eta=eta, priority=priority, expires=expires)
+                    countdown=countdown, eta=eta, priority=priority, expires=expires,
+                    durable=durable)
 
     def _spec_for(self, name: str) -> TaskSpec:
         return self._local_spec(name) or TaskSpec(name=name, fn=_not_here)
@@ -349,7 +358,8 @@ class App:
                     f"task {s.task} picks its group with a function that only its module "
                     f"can run: run this where the module is imported (-A), or give "
                     f"schedule {name!r} a group")
-        job_id, duplicate = _sched.run_now(store, s, spec, self.settings.max_payload_bytes)
+        job_id, duplicate = _sched.run_now(store, s, spec, self.settings.max_payload_bytes,
+                                           self.settings.durable)
         return JobHandle(store.queue, job_id, "duplicate" if duplicate else "enqueued", self)
 
     def _store(self, queue: str | None = None) -> ScheduleStore:

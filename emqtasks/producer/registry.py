@@ -12,6 +12,7 @@ from typing import Any, TypedDict
 from .. import validate
 from ..errors import DuplicateTaskName, InvalidArgument, InvalidGroup, UnknownTask
 from ..schedules.cron import Timing
+from ..store.durable import Durable, durable_of
 from ..store.keys import check_group
 from . import celery_options
 from .retry_policy import DEFAULT_POLICY, ExceptionTypes, RetryPolicy
@@ -52,6 +53,7 @@ class TaskOptions(TypedDict, total=False):
     soft_time_limit: float | None
     rate_limit: str | float | None    # "10/m", "5/s", "100/h" or jobs per second
     abort_grace: float | None         # s an aborted job gets to return; None: the worker's
+    durable: bool | Durable | None    # None: as the App says (store/durable.py)
     # Celery's spellings, read onto the options above (celery_options.py)
     autoretry_for: ExceptionTypes     # retry_for
     default_retry_delay: float        # retry_delay
@@ -80,6 +82,7 @@ class TaskSpec:
     soft_time_limit: float | None = None  # SoftTimeLimitExceeded raised in the task
     rate_limit: str | float | None = None # a rate of the task's group (celery_options.py)
     abort_grace: float | None = None      # None: the worker's --abort-grace (5 s)
+    durable: bool | Durable | None = None  # None: as the App says
 
     def __post_init__(self) -> None:
         # Every option is checked here, when the task is defined, so a bad one never
@@ -103,6 +106,8 @@ class TaskSpec:
                                       f"below time_limit ({self.time_limit})")
         if self.abort_grace is not None:
             checked["abort_grace"] = validate.seconds(self.abort_grace, "abort_grace")
+        if self.durable is not None:
+            durable_of(self.durable, "a task's durable")
         if not isinstance(self.bind, bool):
             raise InvalidArgument(f"bind is True or False, not {self.bind!r}")
         for field, value in checked.items():

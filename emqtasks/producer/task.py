@@ -17,6 +17,7 @@ from .. import serialization, validate
 from ..errors import InvalidArgument, LaneFull, ResultTimeout, TaskFailed
 from ..observe import tracing
 from ..store.connection import MAX_BLOCK
+from ..store.durable import Durable
 from ..store.queue import NewJob, Queue
 from ..store.replies import Outcome
 from ..verdicts import AbortVerdict, EnqueueVerdict
@@ -173,7 +174,8 @@ class Task(Generic[P, R]):
                     on_commit: bool = False,
                     expires: datetime | float | None = None, *, task_id: str | None = None,
                     queue: str | None = None, link: Any = None,
-                    link_error: Signature | None = None) -> JobHandle[R]:
+                    link_error: Signature | None = None,
+                    durable: bool | Durable | None = None) -> JobHandle[R]:
         """Enqueue one call. ``eta`` is a datetime or a UNIX timestamp; both go via delayed.
         ``priority`` (-100..100, lower first) orders jobs within the group's lane only.
         ``expires`` (seconds from now, a UNIX timestamp or a datetime): a job not started
@@ -186,12 +188,19 @@ class Task(Generic[P, R]):
 
         Celery's spellings: ``task_id=`` is job_id, ``queue=`` another queue than the
         task's; ``link=`` (a signature, or a list: each gets the result) and ``link_error=``
-        send the call as a workflow (bound.linked); the handle is the task's own job."""
+        send the call as a workflow (bound.linked); the handle is the task's own job.
+
+        ``durable`` (True, False or emqtasks.Durable; None: the task's, else the App's):
+        the enqueue returns once that many replicas have it, else raises NotDurable (the
+        job is written on the primary; sending the same job_id again is safe)."""
         job_id = bound.one_id(job_id, task_id)
         if link is not None or link_error is not None:
             if expires is not None:
                 raise InvalidArgument("expires= with link=: a linked call is a workflow, "
                                       "whose steps do not expire")
+            if durable is not None:
+                raise InvalidArgument("durable= with link=: a linked call is a workflow, "
+                                      "which follows the App's durable setting")
             own, flow = bound.linked(self, args, kwargs, link, link_error, job_id=job_id,
                                      group=group, countdown=countdown, eta=eta,
                                      priority=priority, queue=queue, on_commit=on_commit)
@@ -199,7 +208,8 @@ class Task(Generic[P, R]):
                                    self.app, workflow=flow)
         return send(self.app, self.spec, args, kwargs, queue=queue, job_id=job_id,
                     group=group, countdown=countdown, eta=eta, priority=priority,
-                    later=run_on_commit if on_commit else None, expires=expires)
+                    later=run_on_commit if on_commit else None, expires=expires,
+                    durable=durable)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature of this call for a workflow: chain, group, chord (emqtasks.canvas).
@@ -211,18 +221,22 @@ class Task(Generic[P, R]):
         return Signature(self, args, kwargs, immutable=True)
 
     def map(self, calls: Iterable[Any], priority: int = 0,
-            expires: datetime | float | None = None) -> list[JobHandle[R]]:
+            expires: datetime | float | None = None, *,
+            durable: bool | Durable | None = None) -> list[JobHandle[R]]:
         """Enqueue many calls in one round trip; each item a tuple of args or a dict of kwargs.
         A call into a full lane is not written and its handle says ``verdict == "full"``.
-        ``expires``: as apply_async's, the same deadline for every call."""
+        ``expires``: as apply_async's, the same deadline for every call; ``durable`` too,
+        with one wait for the whole batch."""
         calls = list(calls)
         if not calls:
             return []
         queue = self.app.queue(self.spec.queue)
         ex = validate.expires_ms(expires)
+        wait = self.app.settings.durable_for(durable, self.spec.durable)
         with tracing.sending(self.name, queue.name, len(calls)) as span:
             jobs = self._jobs(calls, priority, span.carrier)
-            verdicts = queue.enqueue_many(jobs, None if ex is None else [ex] * len(jobs))
+            verdicts = queue.enqueue_many(jobs, None if ex is None else [ex] * len(jobs),
+                                          wait)
         return [JobHandle(queue, j.id, v.word, self.app) for j, v in zip(jobs, verdicts)]
 
     def _jobs(self, calls: Iterable[Any], priority: int,
@@ -241,22 +255,27 @@ class Task(Generic[P, R]):
                            group: str | None = None, countdown: float | None = None,
                            eta: datetime | float | None = None,
                            priority: int = 0,
-                           expires: datetime | float | None = None) -> JobHandle[R]:
+                           expires: datetime | float | None = None, *,
+                           durable: bool | Durable | None = None) -> JobHandle[R]:
         """apply_async(), awaited."""
         return await asend(self.app, self.spec, args, kwargs, job_id=job_id, group=group,
-                           countdown=countdown, eta=eta, priority=priority, expires=expires)
+                           countdown=countdown, eta=eta, priority=priority, expires=expires,
+                           durable=durable)
 
     async def amap(self, calls: Iterable[Any], priority: int = 0,
-                   expires: datetime | float | None = None) -> list[JobHandle[R]]:
+                   expires: datetime | float | None = None, *,
+                   durable: bool | Durable | None = None) -> list[JobHandle[R]]:
         """map(), awaited."""
         calls = list(calls)
         if not calls:
             return []
         queue = self.app.aqueue(self.spec.queue)
         ex = validate.expires_ms(expires)
+        wait = self.app.settings.durable_for(durable, self.spec.durable)
         with tracing.sending(self.name, queue.name, len(calls)) as span:
             jobs = self._jobs(calls, priority, span.carrier)
-            verdicts = await queue.enqueue_many(jobs, None if ex is None else [ex] * len(jobs))
+            verdicts = await queue.enqueue_many(
+                jobs, None if ex is None else [ex] * len(jobs), wait)
         return [JobHandle(queue, j.id, v.word, self.app) for j, v in zip(jobs, verdicts)]
 
     def __repr__(self) -> str:
@@ -268,7 +287,8 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
          job_id: str | None = None, group: str | None = None, countdown: float | None = None,
          eta: datetime | float | None = None, priority: int = 0,
          later: Callable[[Callable[[], None]], None] | None = None,
-         expires: datetime | float | None = None) -> JobHandle[Any]:
+         expires: datetime | float | None = None,
+         durable: bool | Durable | None = None) -> JobHandle[Any]:
     """Enqueue one call of ``spec`` on ``app``'s server (``Task.apply_async`` and
     ``App.send_task``): LaneFull or CorruptKey, nothing written, as the verdict says.
 
@@ -276,6 +296,7 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
     enqueue to run when it will; the handle says "on_commit" until then."""
     q = app.queue(queue if queue is not None else spec.queue)
     ex = validate.expires_ms(expires)
+    wait = app.settings.durable_for(durable, spec.durable)
     with tracing.sending(spec.name, q.name) as span:
         job = build_job(spec, tuple(args), kwargs or {},
                         limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
@@ -285,15 +306,16 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
             handle: JobHandle[Any] = JobHandle(q, job.id, "on_commit", app)
 
             def enqueue() -> None:
-                handle.verdict = _enqueue(app, q, job, ex).verdict
+                handle.verdict = _enqueue(app, q, job, ex, wait).verdict
 
             later(enqueue)
             return handle
-        return _enqueue(app, q, job, ex)
+        return _enqueue(app, q, job, ex, wait)
 
 
-def _enqueue(app: App, q: Queue, job: NewJob, expires_ms: int | None) -> JobHandle[Any]:
-    verdict = q.enqueue_many([job], None if expires_ms is None else [expires_ms])[0]
+def _enqueue(app: App, q: Queue, job: NewJob, expires_ms: int | None,
+             durable: Durable | None) -> JobHandle[Any]:
+    verdict = q.enqueue_many([job], None if expires_ms is None else [expires_ms], durable)[0]
     if verdict == EnqueueVerdict.UNREADABLE:
         raise q.corrupt([job.group], f"job {job.id} was not enqueued")
     return JobHandle(q, job.id, _accepted(job, verdict), app)
@@ -304,16 +326,18 @@ async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
                 job_id: str | None = None, group: str | None = None,
                 countdown: float | None = None, eta: datetime | float | None = None,
                 priority: int = 0,
-                expires: datetime | float | None = None) -> JobHandle[Any]:
+                expires: datetime | float | None = None,
+                durable: bool | Durable | None = None) -> JobHandle[Any]:
     """send(), awaited on the App's async client of the running event loop."""
     q = app.aqueue(queue if queue is not None else spec.queue)
     ex = validate.expires_ms(expires)
+    wait = app.settings.durable_for(durable, spec.durable)
     with tracing.sending(spec.name, q.name) as span:
         job = build_job(spec, tuple(args), kwargs or {},
                         limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
                         countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
         span.job(job.id, job.group)
-        verdict = (await q.enqueue_many([job], None if ex is None else [ex]))[0]
+        verdict = (await q.enqueue_many([job], None if ex is None else [ex], wait))[0]
         if verdict == EnqueueVerdict.UNREADABLE:
             raise await q.corrupt([job.group], f"job {job.id} was not enqueued")
         return JobHandle(q, job.id, _accepted(job, verdict), app)

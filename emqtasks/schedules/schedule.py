@@ -28,6 +28,7 @@ from ..errors import EmqError, InvalidSchedule, InvalidScheduleName, UnknownTask
 from ..producer.jobs import build_job
 from ..producer.registry import TaskSpec
 from ..store.cluster import node_kwargs
+from ..store.durable import Durable
 from ..store.keys import check_group, check_job_id, new_job_id
 from ..store.queue import NewJob, Queue
 from ..verdicts import EnqueueVerdict, FireVerdict
@@ -331,11 +332,11 @@ def declared_timing(value: object) -> Timing:
 
 
 def run_now(store: ScheduleStore, schedule: Schedule, spec: TaskSpec,
-            limit: int = 1_000_000) -> tuple[str, bool]:
+            limit: int = 1_000_000, durable: Durable | None = None) -> tuple[str, bool]:
     """Enqueue one extra run of a schedule now, with an id of its own (not a slot's): its
     slots, marker and overlap books are untouched. Returns (job id, duplicate)."""
     job = build_slot_job(spec, schedule, run_id(schedule.name), limit)
-    verdict = store.queue.enqueue_many([job])[0]
+    verdict = store.queue.enqueue_many([job], None, durable)[0]
     return job.id, verdict == EnqueueVerdict.DUPLICATE
 
 

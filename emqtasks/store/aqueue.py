@@ -35,10 +35,24 @@ from .cluster import is_cluster, node_kwargs
 from .commands import COMMANDS
 from .connection import MAX_BLOCK, pool_wait
 from .core import corrupt_plan, groups_plan
+from .durable import Durable
 from .flows import workflow_plan
 from .hot import enqueue_plan
 from .keys import QueueKeys
-from .plan import Bounded, Cmd, Hot, Op, Pipe, Pop, Scan, Script, Steps, advance, block_seconds
+from .plan import (
+    Bounded,
+    Cmd,
+    Hot,
+    Op,
+    Pipe,
+    Pop,
+    Routing,
+    Scan,
+    Script,
+    Steps,
+    advance,
+    block_seconds,
+)
 from .reads import job_plan, status_plan, wait_plan
 from .replies import NewJob, Outcome, WorkflowSent
 from .scripts import out_of_memory, source
@@ -118,9 +132,9 @@ class AsyncQueue:
 
     # -- the verbs (each the sync Queue's plan) ---------------------------------------------
     async def enqueue_many(self, jobs: Sequence[NewJob],
-                           expires_ms: Sequence[int | None] | None = None
-                           ) -> list[EnqueueVerdict]:
-        return await self.run(enqueue_plan(self.keys, jobs, expires_ms))
+                           expires_ms: Sequence[int | None] | None = None,
+                           durable: Durable | None = None) -> list[EnqueueVerdict]:
+        return await self.run(enqueue_plan(self.keys, jobs, expires_ms, durable))
 
     async def corrupt(self, groups: Iterable[str], outcome: str) -> CorruptKey:
         return await self.run(corrupt_plan(self.keys, groups, outcome))
@@ -139,9 +153,10 @@ class AsyncQueue:
         return await self.run(cancel_plan(self.keys, job_id))
 
     async def send_workflow(self, workflow_id: str, ttl: int, meta: dict[str, str],
-                            steps: Sequence[tuple[NewJob, str, dict[str, str]]]
-                            ) -> WorkflowSent:
-        return await self.run(workflow_plan(self.keys, workflow_id, ttl, meta, steps))
+                            steps: Sequence[tuple[NewJob, str, dict[str, str]]],
+                            durable: Durable | None = None) -> WorkflowSent:
+        return await self.run(workflow_plan(self.keys, workflow_id, ttl, meta, steps,
+                                            durable))
 
     async def groups(self) -> set[str]:
         return await self.run(groups_plan(self.keys))
@@ -190,12 +205,16 @@ class AsyncQueue:
             extra = node_kwargs(client, op.node) if op.node is not None else {}
             return await getattr(client, op.name)(*op.args, **op.kwargs, **extra)
         if isinstance(op, Pipe):
+            if op.near is not None and hasattr(client, "get_node_from_key"):
+                return await _node_pipe(client, op)
             pipe = client.pipeline(transaction=False)
             for c in op.cmds:
                 getattr(pipe, c.name)(*c.args, **c.kwargs)
             return await pipe.execute(raise_on_error=op.raise_on_error)
         if isinstance(op, Hot):
             return await self.hot.call(op.verb, op.keys, op.args)
+        if isinstance(op, Routing):
+            return self.hot
         if isinstance(op, Script):
             return await self.scripts.run(op.verb, op.keys, op.args)
         if isinstance(op, Pop):
@@ -213,6 +232,25 @@ class AsyncQueue:
     async def _bounded(self, op: Bounded) -> Any:
         with pool_wait(op.seconds):
             return await self._execute(op.op)
+
+
+async def _node_pipe(client: Any, op: Pipe) -> list[Any]:
+    """``op`` on one connection of the cluster node holding ``op.near`` (redis.asyncio's
+    cluster pipeline would send a keyless command such as WAIT to any node): the replies,
+    an error in its place (raised with ``raise_on_error``)."""
+    from redis.asyncio.cluster import PipelineCommand
+
+    await client.initialize()   # the slot map (a no-op once read)
+    node = client.get_node_from_key(op.near)
+    cmds = [PipelineCommand(i, *(c.args if c.name == "execute_command"
+                                 else (c.name.upper(), *c.args)))
+            for i, c in enumerate(op.cmds)]
+    await node.execute_pipeline(cmds)
+    replies = [c.result for c in cmds]
+    for r in replies:
+        if op.raise_on_error and isinstance(r, Exception):
+            raise r
+    return replies
 
 
 def _ping(keys: QueueKeys) -> Steps[Any]:

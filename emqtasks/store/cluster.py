@@ -158,3 +158,16 @@ def node_kwargs(client: Any, near: str) -> dict[str, Any]:
     if not is_cluster(client):
         return {}
     return {"target_nodes": client.get_node_from_key(near)}
+
+
+def node_client(client: Any, near: str | None) -> Any:
+    """The client whose pipelines go to the node holding ``near`` on one connection (the
+    node's own client; redis-py's cluster pipeline would route each command on its own,
+    and a keyless one such as WAIT to a random node): ``client`` itself when it is not a
+    cluster client or ``near`` is None."""
+    if near is None or not is_cluster(client):
+        return client
+    node = client.get_node_from_key(near)
+    if node.redis_connection is None:   # a node not yet connected to
+        client.get_redis_connection(node)
+    return node.redis_connection

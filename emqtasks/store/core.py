@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from ..errors import CorruptKey
 from .cluster import node_kwargs, scan_keys
 from .diagnose import diagnose_plan
+from .durable import Durable
 from .groups import GROUP_BOOKS, group_names, queue_group_books
 from .keys import QueueKeys
 from .plan import Cmd, Pipe, Recorder, Scan, Steps, run
@@ -31,6 +32,9 @@ class QueueCore:
         #: ``native`` = auto / off / require), else the scripts.
         self.hot = HotVerbs(client, self.scripts, native)
         self._k = self.keys.fixed
+        #: The durable setting of the writes a worker makes (the ack that stores a result,
+        #: a schedule's firing) when the call gives none (store/durable.py); None: off.
+        self.durable: Durable | None = None
 
     def run(self, steps: Steps[T]) -> T:
         """Carry out a verb's plan (plan.py) on this queue's client."""

@@ -8,10 +8,12 @@ from typing import Any
 
 from ..verdicts import FireVerdict
 from .core import QueueCore
+from .durable import Durable
 from .keys import QueueKeys
 from .plan import Script, Steps
 from .replies import NewJob, WorkflowSent
 from .scripts import VERB_KEYS
+from .waits import check, waited
 
 
 class Flows(QueueCore):
@@ -19,9 +21,10 @@ class Flows(QueueCore):
 
     # -- workflows (canvas.py) ----------------------------------------------------------
     def send_workflow(self, workflow_id: str, ttl: int, meta: dict[str, str],
-                      steps: Sequence[tuple[NewJob, str, dict[str, str]]]) -> WorkflowSent:
+                      steps: Sequence[tuple[NewJob, str, dict[str, str]]],
+                      durable: Durable | None = None) -> WorkflowSent:
         """Write a workflow and its steps in one call (workflow_plan)."""
-        return self.run(workflow_plan(self.keys, workflow_id, ttl, meta, steps))
+        return self.run(workflow_plan(self.keys, workflow_id, ttl, meta, steps, durable))
 
     def cancel_workflow(self, workflow_id: str) -> int:
         """Cancel every step of a workflow not yet started; how many (lua/wfcancel.lua)."""
@@ -33,9 +36,16 @@ class Flows(QueueCore):
         return int(self.scripts.wffail(self._k, [workflow_id, step, orphan])) == 1
 
     # -- periodic schedules (schedules.py, lua/schedule.lua) ------------------------------
-    def _schedule(self, args: list[Any]) -> Any:
+    def _schedule(self, args: list[Any], durable: Durable | None = None,
+                  job_id: str = "") -> Any:
         keys = (*self._k, *(self.keys.named(k) for k in VERB_KEYS["schedule"]))
-        return self.scripts.schedule(keys, args)
+        durable = self.durable if durable is None and job_id else durable
+        if durable is None:
+            return self.scripts.schedule(keys, args)
+        reply, confirmed = self.run(waited(Script("schedule", keys, args), durable,
+                                           self.keys.ring))
+        check(durable, confirmed, [job_id], "the schedule's firing", reply)
+        return reply
 
     def schedule_put(self, name: str, spec_json: str, timing_key: str, origin: str) -> bool:
         """Store (or update) a schedule; True when something changed."""
@@ -45,18 +55,21 @@ class Flows(QueueCore):
         return bool(self._schedule(["drop", name]))
 
     def schedule_fire(self, name: str, slot: int, overlap: bool,
-                      job: NewJob) -> tuple[FireVerdict, int, int]:
+                      job: NewJob, durable: Durable | None = None
+                      ) -> tuple[FireVerdict, int, int]:
         """Enqueue one slot of a schedule, at most once per slot: (verdict, the server's
-        time in ms, the latest slot handled)."""
+        time in ms, the latest slot handled). With ``durable``, the wait rides along."""
         verdict, now, last = self._schedule(["fire", name, slot, "1" if overlap else "0",
-                                             *job])
+                                             *job], durable, job.id)
         return FireVerdict(int(verdict)), int(now), int(last)
 
 
 def workflow_plan(keys: QueueKeys, workflow_id: str, ttl: int, meta: dict[str, str],
-                  steps: Sequence[tuple[NewJob, str, dict[str, str]]]) -> Steps[WorkflowSent]:
+                  steps: Sequence[tuple[NewJob, str, dict[str, str]]],
+                  durable: Durable | None = None) -> Steps[WorkflowSent]:
     """Write a workflow and its steps in one call (lua/workflow.lua): each step its job,
-    its mode and its extra row fields. Ids are the caller's to gate."""
+    its mode and its extra row fields. Ids are the caller's to gate. ``durable``: the
+    wait rides along (NotDurable names every step's job)."""
     args: list[Any] = [workflow_id, ttl, len(meta)]
     for k, v in meta.items():
         args += [k, v]
@@ -65,5 +78,12 @@ def workflow_plan(keys: QueueKeys, workflow_id: str, ttl: int, meta: dict[str, s
         args += [*job, mode, len(extra)]
         for k, v in extra.items():
             args += [k, v]
-    code, what = yield Script("workflow", keys.fixed, args)
+    op = Script("workflow", keys.fixed, args)
+    if durable is None:
+        code, what = yield op
+    else:
+        (code, what), confirmed = yield from waited(op, durable, keys.ring)
+        if int(code) == 1:
+            check(durable, confirmed, [job.id for job, _, _ in steps], "the workflow",
+                  WorkflowSent(int(code), what))
     return WorkflowSent(int(code), what)

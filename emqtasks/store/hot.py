@@ -23,9 +23,11 @@ from ..verdicts import (
 from . import beats
 from .beats import Beat
 from .core import QueueCore, corrupt_plan
+from .durable import Durable
 from .keys import WAKE_DUE, WAKE_WORK, QueueKeys, check_group, check_job_id
 from .plan import Hot, Steps, blpop
 from .replies import Acked, Lease, NewJob, Reaped
+from .waits import check, waited
 
 #: The most jobs one enqueue script call admits. At 9 arguments a job it stays far under the
 #: 1,048,576 arguments Redis 6.2 takes in one command (a bigger batch is refused with a
@@ -55,9 +57,11 @@ class HotPath(QueueCore):
 
     # -- producer ---------------------------------------------------------------------
     def enqueue_many(self, jobs: Sequence[NewJob],
-                     expires_ms: Sequence[int | None] | None = None) -> list[EnqueueVerdict]:
-        """Admit jobs, one round trip per ENQUEUE_CHUNK of them (enqueue_plan)."""
-        return self.run(enqueue_plan(self.keys, jobs, expires_ms))
+                     expires_ms: Sequence[int | None] | None = None,
+                     durable: Durable | None = None) -> list[EnqueueVerdict]:
+        """Admit jobs, one round trip per ENQUEUE_CHUNK of them (enqueue_plan); with
+        ``durable``, the last one carries the wait (NotDurable: too few replicas)."""
+        return self.run(enqueue_plan(self.keys, jobs, expires_ms, durable))
 
     # -- consumer ---------------------------------------------------------------------
     def claim(self, n: int = 1) -> list[Lease]:
@@ -66,16 +70,26 @@ class HotPath(QueueCore):
         return [Lease.from_reply(r) for r in self.hot.call("claim", self._k, [n, _nonce()])]
 
     def ack(self, lease: Lease, result: str = "null",
-            claim_next: bool = False) -> Acked:
+            claim_next: bool = False, durable: Durable | None = None) -> Acked:
         """Complete a job (fenced); with claim_next, lease the next job in the same call.
 
         Returns Acked(verdict, next): verdict DONE, or STALE when this holder's lease is no
-        longer current (nothing of it was written).
+        longer current (nothing of it was written). With ``durable`` (default: the
+        queue's ``durable``), the ack and the result it stores are followed by the wait in
+        the same round trip; too few replicas is NotDurable, whose ``reply`` is the Acked
+        (the ack is made on the primary, a next lease is in it).
         """
-        verdict, nxt = self.hot.call(
-            "ack", self._k, [lease.id, lease.attempts, lease.nonce, result,
-                             _nonce() if claim_next else ""])
-        return Acked(AckVerdict(verdict), Lease.from_reply(nxt) if nxt else None)
+        args = [lease.id, lease.attempts, lease.nonce, result, _nonce() if claim_next else ""]
+        durable = self.durable if durable is None else durable
+        if durable is None:
+            verdict, nxt = self.hot.call("ack", self._k, args)
+            return Acked(AckVerdict(verdict), Lease.from_reply(nxt) if nxt else None)
+        (verdict, nxt), confirmed = self.run(waited(
+            Hot("ack", self._k, args), durable, self.keys.ring))
+        acked = Acked(AckVerdict(verdict), Lease.from_reply(nxt) if nxt else None)
+        if acked.verdict == AckVerdict.DONE:
+            check(durable, confirmed, [lease.id], "the ack", acked)
+        return acked
 
     def retry(self, lease: Lease, error: str, delay: float | None = None,
               final: bool = False, link: str | None = None) -> RetryVerdict:
@@ -214,7 +228,8 @@ class HotPath(QueueCore):
 
 
 def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
-                 expires_ms: Sequence[int | None] | None = None) -> Steps[list[EnqueueVerdict]]:
+                 expires_ms: Sequence[int | None] | None = None,
+                 durable: Durable | None = None) -> Steps[list[EnqueueVerdict]]:
     """Admit jobs, one round trip per ENQUEUE_CHUNK of them; per job ENQUEUED or
     DUPLICATE (bad ids raise before anything is sent). A batch bigger than a chunk is
     not admitted atomically, but every job is idempotent by its id: a batch cut short
@@ -222,7 +237,11 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
 
     ``expires_ms``: per job, ms from now after which it is never started (None: never;
     validate.expires_ms makes them). A call whose jobs have none sends none: the
-    arguments are the previous release's, so an older server's scripts or module take it."""
+    arguments are the previous release's, so an older server's scripts or module take it.
+
+    ``durable``: the last chunk is pipelined with the wait (one wait for the batch: the
+    replication offset it waits for covers every chunk before it); NotDurable names the
+    jobs the primary holds (enqueued or duplicate) when too few replicas confirmed."""
     if expires_ms is not None and len(expires_ms) != len(jobs):
         raise InvalidArgument("one expiry per job (None for none)")
     for job in jobs:
@@ -237,8 +256,13 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
         tail = expires_ms[start:start + ENQUEUE_CHUNK] if expires_ms is not None else ()
         if any(e is not None for e in tail):
             args.extend("" if e is None else int(e) for e in tail)
+        op = Hot("enqueue", keys.fixed, args)
+        last = start + ENQUEUE_CHUNK >= len(jobs)
         try:
-            replies = yield Hot("enqueue", keys.fixed, args)
+            if durable is not None and last:
+                replies, confirmed = yield from waited(op, durable, keys.ring)
+            else:
+                replies = yield op
         except ResponseError as exc:
             if "WRONGTYPE" not in str(exc):
                 raise
@@ -247,4 +271,8 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
         verdicts += [EnqueueVerdict(v) for v in replies]
     if EnqueueVerdict.BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
         raise InvalidJobId("the server refused a malformed job id")
+    if durable is not None and jobs:
+        held = [j.id for j, v in zip(jobs, verdicts)
+                if v in (EnqueueVerdict.ENQUEUED, EnqueueVerdict.DUPLICATE)]
+        check(durable, confirmed, held, "the enqueue", verdicts)
     return verdicts

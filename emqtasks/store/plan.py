@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 from redis import ConnectionPool
 from redis.exceptions import ReadOnlyError, ResponseError
 
-from .cluster import node_kwargs, scan_keys
+from .cluster import node_client, node_kwargs, scan_keys
 from .connection import pool_wait
 
 T = TypeVar("T")
@@ -41,11 +41,13 @@ def cmd(name: str, *args: Any, **kwargs: Any) -> Cmd:
 
 
 class Pipe(NamedTuple):
-    """Commands in one round trip (a pipeline, not a transaction); the reply is the list of
-    theirs, an error in its place when ``raise_on_error`` is False."""
+    """Commands in one round trip (a pipeline, not a transaction, on one connection); the
+    reply is the list of theirs, an error in its place when ``raise_on_error`` is False.
+    With ``near`` (a key), on a cluster it goes to the node holding that key (cluster.py)."""
 
     cmds: Sequence[Cmd]
     raise_on_error: bool = True
+    near: str | None = None
 
 
 class Hot(NamedTuple):
@@ -86,7 +88,12 @@ class Bounded(NamedTuple):
     seconds: float | None
 
 
-Op = Cmd | Pipe | Hot | Script | Pop | Scan | Bounded
+class Routing(NamedTuple):
+    """The runner's choice of path for the hot verbs (its selection.Route), for a plan that
+    sends a hot verb in a pipeline of its own (waits.py: a durable write and its wait)."""
+
+
+Op = Cmd | Pipe | Hot | Script | Pop | Scan | Bounded | Routing
 #: A verb's plan: yields Ops, is sent their replies, returns the verb's answer.
 Steps = Generator[Op, Any, T]
 
@@ -132,12 +139,14 @@ def execute(op: Op, client: Any, scripts: Any, hot: Any) -> Any:
         extra = node_kwargs(client, op.node) if op.node is not None else {}
         return getattr(client, op.name)(*op.args, **op.kwargs, **extra)
     if isinstance(op, Pipe):
-        pipe = client.pipeline(transaction=False)
+        pipe = node_client(client, op.near).pipeline(transaction=False)
         for c in op.cmds:
             getattr(pipe, c.name)(*c.args, **c.kwargs)
         return pipe.execute(raise_on_error=op.raise_on_error)
     if isinstance(op, Hot):
         return hot.call(op.verb, op.keys, op.args)
+    if isinstance(op, Routing):
+        return hot
     if isinstance(op, Script):
         return getattr(scripts, op.verb)(op.keys, op.args)
     if isinstance(op, Pop):

@@ -9,10 +9,15 @@ the rotation comes round again, so an idle queue costs one empty claim per turn.
 
 from __future__ import annotations
 
+import logging
+
 from redis.exceptions import ResponseError
 
 from ..config import QueueSpec, parse_queues
-from ..store.queue import Lease, Queue
+from ..errors import NotDurable
+from ..store.queue import Acked, Lease, Queue
+
+log = logging.getLogger("emqtasks.worker")
 
 __all__ = ["Claimed", "QueueSet", "QueueSpec", "parse_queues"]
 
@@ -63,7 +68,7 @@ class QueueSet:
         when the order would claim from qi next, else by a claim after the ack."""
         q = self.queues[qi]
         if self.single or (claim_next and self._next_is(qi)):
-            acked, nxt = q.ack(lease, result, claim_next)
+            acked, nxt = durable_ack(q, lease, result, claim_next)
             if nxt is not None:
                 if self.weights is not None:
                     self._commit(qi)
@@ -73,7 +78,7 @@ class QueueSet:
             if self.weights is not None:
                 self._empty.add(qi)
             return bool(acked), self._claim_after(qi)   # strict: qi (the top) had none
-        acked, _ = q.ack(lease, result, False)
+        acked, _ = durable_ack(q, lease, result, False)
         return bool(acked), self._claim_after(-1) if claim_next else None
 
     def _claim_after(self, after: int) -> Claimed | None:
@@ -115,3 +120,15 @@ class QueueSet:
         if self._turns >= sum(self.weights):
             self._turns = 0
             self._empty.clear()   # a full turn: look at the queues found empty again
+
+
+def durable_ack(q: Queue, lease: Lease, result: str, claim_next: bool) -> Acked:
+    """``q.ack``; with the queue durable (q.durable), an ack too few replicas confirmed is
+    logged, not raised: the job is done and its result stored on the primary (running it
+    again would not make that copy safer, and the producer is not waiting on this call)."""
+    try:
+        return q.ack(lease, result, claim_next)
+    except NotDurable as exc:
+        log.warning("job %s: %s", lease.id, exc)
+        acked: Acked = exc.reply   # type: ignore[assignment]
+        return acked

@@ -123,7 +123,8 @@ class _Node:
             built = builder.build(workflow_id, span.carrier)
             queue = built.app.queue(built.queue)
             span.set(built.attributes(queue.name))
-            return built.handle(queue, queue.send_workflow(*built.sent()))
+            return built.handle(queue, queue.send_workflow(
+                *built.sent(), durable=built.app.settings.durable))
 
     async def adelay(self, *args: Any, **kwargs: Any) -> WorkflowHandle:
         """delay(), awaited (on the App's async client of the running event loop)."""
@@ -141,7 +142,8 @@ class _Node:
             built = builder.build(workflow_id, span.carrier)
             queue = built.app.aqueue(built.queue)
             span.set(built.attributes(queue.name))
-            return built.handle(queue, await queue.send_workflow(*built.sent()))
+            return built.handle(queue, await queue.send_workflow(
+                *built.sent(), durable=built.app.settings.durable))
 
     def _sent(self, args: Iterable[Any], kwargs: dict[str, Any] | None,
               countdown: float | None = None) -> Canvas:

@@ -73,12 +73,24 @@ from .scenarios import Row, render, run_all
                    "killed, poisoned rows written, the server filled, a master frozen and "
                    "a pool partitioned; checks no job is lost (exit 1 if a promise broke)")
 @click.option("--seed", type=int, default=None, help="with --chaos: the seed of its schedule")
+@click.option("--durable", "durable_", is_flag=True,
+              help="only durable writes: enqueue p50/p99 and jobs/s, delay() and map() of "
+                   "100, with durable off, replicas=1 and aof=True (Valkey), on a private "
+                   "primary + replica")
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
           as_json: bool, quick: bool, cluster: bool, controls: bool, fairness: bool,
           peers: bool, async_: bool, chaos_seconds: float | None, seed: int | None,
           workflows: bool = False, dashboard_: bool = False, loop_lag: bool = False,
-          tracing_: bool = False) -> None:
+          tracing_: bool = False, durable_: bool = False) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
+    if durable_:   # its own servers, scenarios and report: see durable.py
+        if redis_url:
+            raise BenchError("--durable starts a primary and a replica of its own: it takes "
+                             "no --redis-url")
+        from . import durable as bench_durable
+
+        bench_durable.run(runs, quick, as_json)
+        return
     if tracing_:   # its own scenarios and report: see tracing.py
         from . import tracing as bench_tracing
 

@@ -373,6 +373,26 @@ class App:
     def set_group_weight(self, group: str, weight: int | None) -> None:
         self.queue().set_group_weight(group, weight)
 
+    def set_tenant_weight(self, tenant: str, weight: int | None) -> None:
+        """The tenant's consecutive claims per turn of the ring of tenants (None: 1)."""
+        self.queue().set_tenant_weight(tenant, weight)
+
+    def set_tenant_limit(self, tenant: str, limit: int | None) -> None:
+        """At most ``limit`` of the tenant's jobs in flight over all its groups (None:
+        none); at its limit the tenant sits out until one of its jobs leaves flight."""
+        self.queue().set_tenant_limit(tenant, limit)
+
+    def pause_tenant(self, tenant: str) -> bool:
+        """Park every group of the tenant (their backlog and in-flight work stay)."""
+        return self.queue().pause_tenant(tenant)
+
+    def resume_tenant(self, tenant: str) -> bool:
+        return self.queue().resume_tenant(tenant)
+
+    def tenant(self, tenant: str) -> dict[str, Any]:
+        """A tenant's groups, backlog, jobs in flight, controls, and why it waits."""
+        return self.queue().tenant(tenant)
+
     def set_fairness(self, mode: str) -> int:
         """"turns" (the default: one claim per backlogged group per turn of the ring) or
         "time" (each backlogged group gets a share of the worker time proportional to its

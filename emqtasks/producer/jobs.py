@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import serialization, validate
 from ..errors import InvalidGroup
-from ..store.keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
+from ..store.keys import DEFAULT_GROUP, check_group, check_job_id, check_tenant, new_job_id
 from ..store.queue import NewJob
 from ..validate import integer
 from .callshape import fits, signature_of
@@ -23,7 +23,8 @@ from .registry import TaskSpec
 def build_job(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any], *, limit: int,
               job_id: str | None = None, group: str | None = None,
               countdown: float | None = None, eta: datetime | float | None = None,
-              priority: int = 0, trace: dict[str, str] | None = None) -> NewJob:
+              priority: int = 0, trace: dict[str, str] | None = None,
+              tenant: str | None = None) -> NewJob:
     """The row of one call of a task, gated: raises before anything is written. ``trace``:
     the trace context the job carries to its runs (observe/tracing.py)."""
     payload = serialization.dumps_args(args, kwargs, limit, trace)
@@ -38,7 +39,17 @@ def build_job(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any], *, 
         ttl=spec.result_ttl,
         countdown_ms=validate.countdown_ms(countdown, eta),
         priority=integer(priority, "a priority", -100, 100),
+        tenant=check_tenant(tenant) if tenant is not None else _tenant_of(spec, args, kwargs),
     )
+
+
+def _tenant_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The call's tenant by the task's ``tenant=`` (a name, or a function of the call's
+    arguments as a group's), or None."""
+    t = spec.tenant
+    if t is None or isinstance(t, str):
+        return t
+    return check_tenant(_picked(spec, t, args, kwargs, "tenant"))
 
 
 def _group_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -47,13 +58,18 @@ def _group_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
         return DEFAULT_GROUP
     if isinstance(g, str):
         return g
+    return _picked(spec, g, args, kwargs, "group")
+
+
+def _picked(spec: TaskSpec, g: Callable[..., str], args: tuple[Any, ...],
+            kwargs: dict[str, Any], what: str) -> str:
     # The call as made, if it fits the group function; else the task's arguments by name,
     # so ``lambda tenant, **_: tenant`` serves ``build_report.delay("acme", 42)``.
     call = (args, kwargs) if fits(g, args, kwargs) else _by_name(spec.fn, args, kwargs)
     try:
         group: str = g(*call[0], **call[1])
     except Exception as exc:
-        raise InvalidGroup(f"the group function of {spec.name} failed: {exc!r}") from exc
+        raise InvalidGroup(f"the {what} function of {spec.name} failed: {exc!r}") from exc
     return group
 
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
 
 from .. import serialization, validate
-from ..errors import InvalidArgument, LaneFull, ResultTimeout, TaskFailed
+from ..errors import InvalidArgument, InvalidGroup, LaneFull, ResultTimeout, TaskFailed
 from ..observe import tracing
 from ..store.connection import MAX_BLOCK
 from ..store.queue import NewJob, Queue
@@ -164,11 +164,14 @@ class Task(Generic[P, R]):
                     on_commit: bool = False,
                     expires: datetime | float | None = None, *, task_id: str | None = None,
                     queue: str | None = None, link: Any = None,
-                    link_error: Signature | None = None) -> JobHandle[R]:
+                    link_error: Signature | None = None,
+                    tenant: str | None = None) -> JobHandle[R]:
         """Enqueue one call. ``eta`` is a datetime or a UNIX timestamp; both go via delayed.
         ``priority`` (-100..100, lower first) orders jobs within the group's lane only.
         ``expires`` (seconds from now, a UNIX timestamp or a datetime): a job not started
         by then ends ``expired``, never run, and ``get()`` raises TaskFailed.
+        ``tenant``: the group's tenant (else the task's ``tenant=``); InvalidGroup, nothing
+        written, when the group is another tenant's and not empty.
         Raises LaneFull (nothing written) when the lane holds its cap of waiting jobs.
 
         ``on_commit=True`` (Django): the call is checked now and sent when the current
@@ -180,9 +183,9 @@ class Task(Generic[P, R]):
         send the call as a workflow (bound.linked); the handle is the task's own job."""
         job_id = bound.one_id(job_id, task_id)
         if link is not None or link_error is not None:
-            if expires is not None:
-                raise InvalidArgument("expires= with link=: a linked call is a workflow, "
-                                      "whose steps do not expire")
+            if expires is not None or tenant is not None:
+                raise InvalidArgument("expires= or tenant= with link=: a linked call is a "
+                                      "workflow, whose steps take neither")
             own, flow = bound.linked(self, args, kwargs, link, link_error, job_id=job_id,
                                      group=group, countdown=countdown, eta=eta,
                                      priority=priority, queue=queue, on_commit=on_commit)
@@ -190,7 +193,8 @@ class Task(Generic[P, R]):
                                    self.app, workflow=flow)
         return send(self.app, self.spec, args, kwargs, queue=queue, job_id=job_id,
                     group=group, countdown=countdown, eta=eta, priority=priority,
-                    later=run_on_commit if on_commit else None, expires=expires)
+                    later=run_on_commit if on_commit else None, expires=expires,
+                    tenant=tenant)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature of this call for a workflow: chain, group, chord (emqtasks.canvas).
@@ -232,10 +236,12 @@ class Task(Generic[P, R]):
                            group: str | None = None, countdown: float | None = None,
                            eta: datetime | float | None = None,
                            priority: int = 0,
-                           expires: datetime | float | None = None) -> JobHandle[R]:
+                           expires: datetime | float | None = None,
+                           tenant: str | None = None) -> JobHandle[R]:
         """apply_async(), awaited."""
         return await asend(self.app, self.spec, args, kwargs, job_id=job_id, group=group,
-                           countdown=countdown, eta=eta, priority=priority, expires=expires)
+                           countdown=countdown, eta=eta, priority=priority, expires=expires,
+                           tenant=tenant)
 
     async def amap(self, calls: Iterable[Any], priority: int = 0,
                    expires: datetime | float | None = None) -> list[JobHandle[R]]:
@@ -259,7 +265,7 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
          job_id: str | None = None, group: str | None = None, countdown: float | None = None,
          eta: datetime | float | None = None, priority: int = 0,
          later: Callable[[Callable[[], None]], None] | None = None,
-         expires: datetime | float | None = None) -> JobHandle[Any]:
+         expires: datetime | float | None = None, tenant: str | None = None) -> JobHandle[Any]:
     """Enqueue one call of ``spec`` on ``app``'s server (``Task.apply_async`` and
     ``App.send_task``): LaneFull or CorruptKey, nothing written, as the verdict says.
 
@@ -270,7 +276,8 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
     with tracing.sending(spec.name, q.name) as span:
         job = build_job(spec, tuple(args), kwargs or {},
                         limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
-                        countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
+                        countdown=countdown, eta=eta, priority=priority, trace=span.carrier,
+                        tenant=tenant)
         span.job(job.id, job.group)
         if later is not None:
             handle: JobHandle[Any] = JobHandle(q, job.id, "on_commit", app)
@@ -295,14 +302,16 @@ async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
                 job_id: str | None = None, group: str | None = None,
                 countdown: float | None = None, eta: datetime | float | None = None,
                 priority: int = 0,
-                expires: datetime | float | None = None) -> JobHandle[Any]:
+                expires: datetime | float | None = None,
+                tenant: str | None = None) -> JobHandle[Any]:
     """send(), awaited on the App's async client of the running event loop."""
     q = app.aqueue(queue if queue is not None else spec.queue)
     ex = validate.expires_ms(expires)
     with tracing.sending(spec.name, q.name) as span:
         job = build_job(spec, tuple(args), kwargs or {},
                         limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
-                        countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
+                        countdown=countdown, eta=eta, priority=priority, trace=span.carrier,
+                        tenant=tenant)
         span.job(job.id, job.group)
         verdict = (await q.enqueue_many([job], None if ex is None else [ex]))[0]
         if verdict == EnqueueVerdict.UNREADABLE:
@@ -314,6 +323,9 @@ def _accepted(job: NewJob, verdict: EnqueueVerdict) -> str:
     """The handle's verdict of a job sent alone: LaneFull when its lane was full."""
     if verdict == EnqueueVerdict.FULL:
         raise LaneFull(job.group, job.id)
+    if verdict == EnqueueVerdict.TENANT:
+        raise InvalidGroup(f"group {job.group!r} belongs to another tenant than "
+                           f"{job.tenant!r} and is not empty: job {job.id} was not enqueued")
     return verdict.word
 
 

@@ -10,7 +10,7 @@ from ..errors import InvalidArgument, ScriptError
 from ..validate import MAX_COUNT, integer, seconds
 from ..verdicts import CancelVerdict
 from .core import QueueCore
-from .keys import QueueKeys, check_group, check_job_id
+from .keys import TENANT_MARK, QueueKeys, check_group, check_job_id, check_tenant
 from .minutes import DEFAULT_HOURS, DEFAULT_MAX_GROUPS, MAX_HOURS
 from .plan import Script, Steps
 from .settings import SETTINGS, parse_rate
@@ -71,6 +71,60 @@ class Admin(QueueCore):
         raw = self.client.hgetall(self.keys.gdefaults)
         return {name: parse_rate(value) if name == "rate" else int(value)
                 for name, value in raw.items() if name in SETTINGS}
+
+    # -- tenants: the same controls one level up (lua/tenant.lua) ---------------------------
+    def set_tenant_weight(self, tenant: str, weight: int | None) -> None:
+        """The tenant's consecutive claims per turn of the ring (None: 1)."""
+        value = "" if weight is None else integer(weight, "a tenant weight", 1)
+        self.scripts.tenant(self._k, ["weight", check_tenant(tenant), value])
+
+    def set_tenant_limit(self, tenant: str, limit: int | None) -> None:
+        """At most ``limit`` of the tenant's jobs in flight, over all its groups (None: no
+        limit)."""
+        value = "" if limit is None else integer(limit, "a tenant limit", 1)
+        self.scripts.tenant(self._k, ["limit", check_tenant(tenant), value])
+
+    def pause_tenant(self, tenant: str) -> bool:
+        return bool(self.scripts.tenant(self._k, ["pause", check_tenant(tenant), "1"]) == 1)
+
+    def resume_tenant(self, tenant: str) -> bool:
+        return bool(self.scripts.tenant(self._k, ["pause", check_tenant(tenant), "0"]) == 1)
+
+    def tenant(self, tenant: str) -> dict[str, Any]:
+        """What the queue holds of a tenant: its groups, their waiting jobs, its jobs in
+        flight, its weight, limit and pause, whether it stands on the ring, and ``waits``:
+        why it is not served now (None when it is, or has nothing waiting)."""
+        k, t = self.keys, check_tenant(tenant)
+        groups = sorted(g for g, owner in self.client.hgetall(k.gtenant).items() if owner == t)
+        pipe = self.client.pipeline(transaction=False)
+        for g in groups:
+            pipe.zcard(k.lane(g))
+        pipe.hget(k.tactive, t)
+        pipe.hget(k.tlimit, t)
+        pipe.hget(k.tweight, t)
+        pipe.sismember(k.tpaused, t)
+        pipe.llen(k.tenant_ring(t))
+        *sizes, active, limit, weight, paused, ringed = pipe.execute()
+        standing = TENANT_MARK + t in self.client.lrange(k.ring, 0, -1)
+        waiting = sum(sizes)
+        info: dict[str, Any] = {
+            "tenant": t, "groups": dict(zip(groups, sizes)), "waiting": waiting,
+            "active": int(active or 0), "limit": None if limit is None else int(limit),
+            "weight": int(weight or 1), "paused": bool(paused), "groups_ready": int(ringed),
+            "on_ring": standing,
+        }
+        why = None
+        if waiting and not standing:
+            if paused:
+                why = "paused (resume_tenant)"
+            elif limit is not None and info["active"] >= int(limit):
+                why = f"at its limit: {info['active']} of {limit} jobs in flight"
+            elif self.fairness() == "time":
+                why = None   # time mode serves the groups flat
+            elif not ringed:
+                why = "each of its groups waits for its own reason (see emqtasks lane)"
+        info["waits"] = why
+        return info
 
     def set_fairness(self, mode: str) -> int:
         """"turns" (one claim per turn of the ring, the default) or "time" (each backlogged

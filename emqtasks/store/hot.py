@@ -15,7 +15,7 @@ from ..verdicts import AckVerdict, EnqueueVerdict, ExtendVerdict, ReleaseVerdict
 from . import beats
 from .beats import Beat
 from .core import QueueCore, corrupt_plan
-from .keys import WAKE_DUE, WAKE_WORK, QueueKeys, check_group, check_job_id
+from .keys import WAKE_DUE, WAKE_WORK, QueueKeys, check_group, check_job_id, check_tenant
 from .plan import Hot, Steps, blpop
 from .replies import Acked, Lease, NewJob, Reaped
 
@@ -196,15 +196,22 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
     for job in jobs:
         check_job_id(job.id)
         check_group(job.group)
+        if job.tenant is not None:
+            check_tenant(job.tenant)
     verdicts: list[EnqueueVerdict] = []
     for start in range(0, len(jobs), ENQUEUE_CHUNK):
         chunk = jobs[start:start + ENQUEUE_CHUNK]
         args: list[Any] = [len(chunk)]
         for job in chunk:
-            args.extend(job)
+            args.extend(job[:10])
         tail = expires_ms[start:start + ENQUEUE_CHUNK] if expires_ms is not None else ()
-        if any(e is not None for e in tail):
-            args.extend("" if e is None else int(e) for e in tail)
+        # tenants after the expiries (then sent, '' for none), only when a job names one
+        named = any(job.tenant is not None for job in chunk)
+        if named or any(e is not None for e in tail):
+            args.extend("" if e is None else int(e)
+                        for e in (tail or [None] * len(chunk)))
+        if named:
+            args.extend("" if job.tenant is None else job.tenant for job in chunk)
         try:
             replies = yield Hot("enqueue", keys.fixed, args)
         except ResponseError as exc:

@@ -40,3 +40,8 @@ local function rate_of(g)
   if not m then return nil end
   return tonumber(m), tonumber(p), #m > 15 or #p > 15
 end
+
+-- A group's tenant (nil: the group is its own tenant), a tenant's limit and weight.
+local function tenant_of(g) return redis.call('HGET', K_gtenant, g) or nil end
+local function tenant_limit(t) return tonumber(redis.call('HGET', K_tlimit, t)) end
+local function tenant_weight(t) return tonumber(redis.call('HGET', K_tweight, t)) or 1 end

@@ -27,8 +27,12 @@ from emqtasks.verdicts import EnqueueVerdict
 pytestmark = pytest.mark.timeout(180)
 
 
-def _job(job_id: str, group: str, tenant: str | None = None) -> NewJob:
-    return NewJob(job_id, "t.noop", "{}", group, 1, 60_000, 0, 60, tenant=tenant)
+def _job(job_id: str, group: str, tenant: str | None = None) -> tuple[NewJob, str | None]:
+    return NewJob(job_id, "t.noop", "{}", group, 1, 60_000, 0, 60), tenant
+
+
+def _send(q: Queue, jobs: list[tuple[NewJob, str | None]]) -> list[EnqueueVerdict]:
+    return q.enqueue_many([j for j, _ in jobs], None, [t for _, t in jobs])
 
 
 def _run(q: Queue, claims: int, concurrency: int = 4) -> list[tuple[str, str]]:
@@ -59,10 +63,10 @@ def _flood(q: Queue, tenants: bool) -> dict[str, float]:
     the claim (1-based, after B's arrival) at which B's last job started, and the Jain
     index of the first 20 claims after B's arrival (A and B both backlogged)."""
     a = [_job(f"a-{i}", f"user-{i % 1000}", "A" if tenants else None) for i in range(10_000)]
-    q.enqueue_many(a)
+    _send(q, a)
     warm = _run(q, 100)                      # the workers are busy with A when B arrives
     assert len(warm) == 100
-    q.enqueue_many([_job(f"b-{i}", "b-user", "B" if tenants else None) for i in range(10)])
+    _send(q, [_job(f"b-{i}", "b-user", "B" if tenants else None) for i in range(10)])
     order = _run(q, 12_000)
     at = [n + 1 for n, (job_id, _) in enumerate(order) if job_id.startswith("b-")]
     assert len(at) == 10
@@ -87,8 +91,8 @@ def test_a_tenant_spreading_over_many_groups_gets_one_turn(path_app: App) -> Non
 
 
 def _shares(q: Queue, claims: int) -> tuple[int, int]:
-    q.enqueue_many([_job(f"a-{i}", f"a-{i % 100}", "A") for i in range(claims)])
-    q.enqueue_many([_job(f"b-{i}", "b", "B") for i in range(claims)])
+    _send(q, [_job(f"a-{i}", f"a-{i % 100}", "A") for i in range(claims)])
+    _send(q, [_job(f"b-{i}", "b", "B") for i in range(claims)])
     order = _run(q, claims)
     a = sum(1 for job_id, _ in order if job_id.startswith("a-"))
     return a, len(order) - a
@@ -110,8 +114,8 @@ def test_a_tenant_at_its_limit_leaves_the_ring_and_a_completion_returns_it(
         path_app: App) -> None:
     q = path_app.queue()
     path_app.set_tenant_limit("A", 2)
-    q.enqueue_many([_job(f"a-{i}", f"a-{i % 3}", "A") for i in range(9)])
-    q.enqueue_many([_job(f"b-{i}", "b", "B") for i in range(9)])
+    _send(q, [_job(f"a-{i}", f"a-{i % 3}", "A") for i in range(9)])
+    _send(q, [_job(f"b-{i}", "b", "B") for i in range(9)])
     leases = q.claim(8)
     tenants = [lease.id[0] for lease in leases]
     assert tenants.count("a") == 2                   # its limit, over all its groups
@@ -130,8 +134,8 @@ def test_a_tenant_at_its_limit_leaves_the_ring_and_a_completion_returns_it(
 
 def test_a_paused_tenant_keeps_its_backlog_and_runs_again_on_resume(path_app: App) -> None:
     q = path_app.queue()
-    q.enqueue_many([_job(f"a-{i}", f"a-{i % 2}", "A") for i in range(4)])
-    q.enqueue_many([_job(f"b-{i}", "b", "B") for i in range(4)])
+    _send(q, [_job(f"a-{i}", f"a-{i % 2}", "A") for i in range(4)])
+    _send(q, [_job(f"b-{i}", "b", "B") for i in range(4)])
     assert path_app.pause_tenant("A") and not path_app.pause_tenant("A")
     assert path_app.tenant("A")["waits"] == "paused (resume_tenant)"
     assert {lease.id[0] for lease in q.claim(10)} == {"b"}
@@ -147,6 +151,8 @@ def test_a_busy_group_refuses_a_second_tenant_with_nothing_written(path_app: App
     h = report.delay("ann", "acme")
     q = path_app.queue()
     assert path_app.client.hget(q.keys.gtenant, "ann") == "acme"
+    report.map([("bob", "acme")])
+    assert path_app.client.hget(q.keys.gtenant, "bob") == "acme"
     # Then another tenant for the busy group is refused, nothing written
     with pytest.raises(InvalidGroup, match="another tenant"):
         report.apply_async(("ann", "globex"), job_id="refused")
@@ -155,11 +161,11 @@ def test_a_busy_group_refuses_a_second_tenant_with_nothing_written(path_app: App
     assert path_app.queue().status("refused") is None
     assert path_app.client.zcard(q.keys.lane("ann")) == 1
     # no tenant at all is a tenant of its own: refused too
-    assert q.enqueue_many([_job("none", "ann")]) == [EnqueueVerdict.TENANT]
+    assert _send(q, [_job("none", "ann")]) == [EnqueueVerdict.TENANT]
     # Once the group is empty (nothing waiting, nothing in flight) it may change tenant
     lease = q.claim(1)[0]
     assert lease.id == h.id
-    assert q.enqueue_many([_job("x", "ann", "globex")]) == [EnqueueVerdict.TENANT]
+    assert _send(q, [_job("x", "ann", "globex")]) == [EnqueueVerdict.TENANT]
     q.ack(lease)
     report.apply_async(("ann", "globex"), job_id="moved")
     assert path_app.client.hget(q.keys.gtenant, "ann") == "globex"
@@ -175,8 +181,8 @@ def test_a_busy_group_refuses_a_second_tenant_with_nothing_written(path_app: App
 
 def test_the_checker_and_repair_know_the_tenants_books(path_app: App) -> None:
     q = path_app.queue()
-    q.enqueue_many([_job(f"a-{i}", f"a-{i % 3}", "A") for i in range(6)])
-    q.enqueue_many([_job(f"c-{i}", "c") for i in range(2)])
+    _send(q, [_job(f"a-{i}", f"a-{i % 3}", "A") for i in range(6)])
+    _send(q, [_job(f"c-{i}", "c") for i in range(2)])
     path_app.set_tenant_limit("A", 5)
     q.claim(2)
     assert check(q).ok
@@ -194,8 +200,8 @@ def test_the_checker_and_repair_know_the_tenants_books(path_app: App) -> None:
 def test_time_mode_serves_a_tenants_groups_and_turns_mode_takes_them_back(
         path_app: App) -> None:
     q = path_app.queue()
-    q.enqueue_many([_job(f"a-{i}", f"a-{i % 3}", "A") for i in range(6)])
-    q.enqueue_many([_job(f"b-{i}", "b", "B") for i in range(2)])
+    _send(q, [_job(f"a-{i}", f"a-{i % 3}", "A") for i in range(6)])
+    _send(q, [_job(f"b-{i}", "b", "B") for i in range(2)])
     assert path_app.set_fairness("time") == 4
     assert path_app.client.llen(q.keys.ring) == 0
     assert path_app.set_fairness("turns") == 4
@@ -235,7 +241,8 @@ def test_a_queue_without_tenants_claims_as_before(app: App) -> None:
         held: list[Any] = []
         out: list[Any] = []
 
-        def call(verb: str, *args: Any) -> Any:
+        def call(verb: str, *args: Any, keys: QueueKeys = keys,
+                 texts: dict[str, str] = texts) -> Any:
             return c.eval(texts[verb], len(keys.fixed), *keys.fixed, *args)
 
         for step in range(3_000):

@@ -23,8 +23,7 @@ from .registry import TaskSpec
 def build_job(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any], *, limit: int,
               job_id: str | None = None, group: str | None = None,
               countdown: float | None = None, eta: datetime | float | None = None,
-              priority: int = 0, trace: dict[str, str] | None = None,
-              tenant: str | None = None) -> NewJob:
+              priority: int = 0, trace: dict[str, str] | None = None) -> NewJob:
     """The row of one call of a task, gated: raises before anything is written. ``trace``:
     the trace context the job carries to its runs (observe/tracing.py)."""
     payload = serialization.dumps_args(args, kwargs, limit, trace)
@@ -39,13 +38,16 @@ def build_job(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any], *, 
         ttl=spec.result_ttl,
         countdown_ms=validate.countdown_ms(countdown, eta),
         priority=integer(priority, "a priority", -100, 100),
-        tenant=check_tenant(tenant) if tenant is not None else _tenant_of(spec, args, kwargs),
     )
 
 
-def _tenant_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    """The call's tenant by the task's ``tenant=`` (a name, or a function of the call's
-    arguments as a group's), or None."""
+def tenant_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
+              tenant: str | None = None) -> str | None:
+    """The call's tenant: ``tenant`` (the call's own), else by the task's ``tenant=`` (a
+    name, or a function of the call's arguments as a group's), else None (its group is
+    its own tenant). Gated: InvalidGroup before anything is written."""
+    if tenant is not None:
+        return check_tenant(tenant)
     t = spec.tenant
     if t is None or isinstance(t, str):
         return t

@@ -24,7 +24,7 @@ from ..workflows.canvas import Signature, WorkflowHandle
 from . import bound
 from .bound import Request, current_request
 from .handle import Handle
-from .jobs import build_job
+from .jobs import build_job, tenant_of
 from .oncommit import run_on_commit
 from .registry import TaskSpec
 
@@ -217,7 +217,8 @@ class Task(Generic[P, R]):
         ex = validate.expires_ms(expires)
         with tracing.sending(self.name, queue.name, len(calls)) as span:
             jobs = self._jobs(calls, priority, span.carrier)
-            verdicts = queue.enqueue_many(jobs, None if ex is None else [ex] * len(jobs))
+            verdicts = queue.enqueue_many(jobs, None if ex is None else [ex] * len(jobs),
+                                          self._tenants(calls))
         return [JobHandle(queue, j.id, v.word, self.app) for j, v in zip(jobs, verdicts)]
 
     def _jobs(self, calls: Iterable[Any], priority: int,
@@ -225,6 +226,12 @@ class Task(Generic[P, R]):
         limit = self.app.settings.max_payload_bytes
         return [build_job(self.spec, *_split_call(c), limit=limit, priority=priority,
                           trace=trace) for c in calls]
+
+    def _tenants(self, calls: list[Any]) -> list[str | None] | None:
+        """Each call's tenant by the task's ``tenant=``; None when the task names none."""
+        if self.spec.tenant is None:
+            return None
+        return [tenant_of(self.spec, *_split_call(c)) for c in calls]
 
     # -- the awaitable twins (on the App's async client of the running event loop) ----------
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
@@ -253,7 +260,8 @@ class Task(Generic[P, R]):
         ex = validate.expires_ms(expires)
         with tracing.sending(self.name, queue.name, len(calls)) as span:
             jobs = self._jobs(calls, priority, span.carrier)
-            verdicts = await queue.enqueue_many(jobs, None if ex is None else [ex] * len(jobs))
+            verdicts = await queue.enqueue_many(jobs, None if ex is None else [ex] * len(jobs),
+                                                self._tenants(calls))
         return [JobHandle(queue, j.id, v.word, self.app) for j, v in zip(jobs, verdicts)]
 
     def __repr__(self) -> str:
@@ -276,25 +284,27 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
     with tracing.sending(spec.name, q.name) as span:
         job = build_job(spec, tuple(args), kwargs or {},
                         limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
-                        countdown=countdown, eta=eta, priority=priority, trace=span.carrier,
-                        tenant=tenant)
+                        countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
+        tn = tenant_of(spec, tuple(args), kwargs or {}, tenant)
         span.job(job.id, job.group)
         if later is not None:
             handle: JobHandle[Any] = JobHandle(q, job.id, "on_commit", app)
 
             def enqueue() -> None:
-                handle.verdict = _enqueue(app, q, job, ex).verdict
+                handle.verdict = _enqueue(app, q, job, ex, tn).verdict
 
             later(enqueue)
             return handle
-        return _enqueue(app, q, job, ex)
+        return _enqueue(app, q, job, ex, tn)
 
 
-def _enqueue(app: App, q: Queue, job: NewJob, expires_ms: int | None) -> JobHandle[Any]:
-    verdict = q.enqueue_many([job], None if expires_ms is None else [expires_ms])[0]
+def _enqueue(app: App, q: Queue, job: NewJob, expires_ms: int | None,
+             tenant: str | None) -> JobHandle[Any]:
+    verdict = q.enqueue_many([job], None if expires_ms is None else [expires_ms],
+                             None if tenant is None else [tenant])[0]
     if verdict == EnqueueVerdict.UNREADABLE:
         raise q.corrupt([job.group], f"job {job.id} was not enqueued")
-    return JobHandle(q, job.id, _accepted(job, verdict), app)
+    return JobHandle(q, job.id, _accepted(job, verdict, tenant), app)
 
 
 async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
@@ -310,22 +320,23 @@ async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
     with tracing.sending(spec.name, q.name) as span:
         job = build_job(spec, tuple(args), kwargs or {},
                         limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
-                        countdown=countdown, eta=eta, priority=priority, trace=span.carrier,
-                        tenant=tenant)
+                        countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
+        tn = tenant_of(spec, tuple(args), kwargs or {}, tenant)
         span.job(job.id, job.group)
-        verdict = (await q.enqueue_many([job], None if ex is None else [ex]))[0]
+        verdict = (await q.enqueue_many([job], None if ex is None else [ex],
+                                        None if tn is None else [tn]))[0]
         if verdict == EnqueueVerdict.UNREADABLE:
             raise await q.corrupt([job.group], f"job {job.id} was not enqueued")
-        return JobHandle(q, job.id, _accepted(job, verdict), app)
+        return JobHandle(q, job.id, _accepted(job, verdict, tn), app)
 
 
-def _accepted(job: NewJob, verdict: EnqueueVerdict) -> str:
+def _accepted(job: NewJob, verdict: EnqueueVerdict, tenant: str | None = None) -> str:
     """The handle's verdict of a job sent alone: LaneFull when its lane was full."""
     if verdict == EnqueueVerdict.FULL:
         raise LaneFull(job.group, job.id)
     if verdict == EnqueueVerdict.TENANT:
         raise InvalidGroup(f"group {job.group!r} belongs to another tenant than "
-                           f"{job.tenant!r} and is not empty: job {job.id} was not enqueued")
+                           f"{tenant!r} and is not empty: job {job.id} was not enqueued")
     return verdict.word
 
 

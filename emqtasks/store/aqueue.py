@@ -118,9 +118,10 @@ class AsyncQueue:
 
     # -- the verbs (each the sync Queue's plan) ---------------------------------------------
     async def enqueue_many(self, jobs: Sequence[NewJob],
-                           expires_ms: Sequence[int | None] | None = None
+                           expires_ms: Sequence[int | None] | None = None,
+                           tenants: Sequence[str | None] | None = None
                            ) -> list[EnqueueVerdict]:
-        return await self.run(enqueue_plan(self.keys, jobs, expires_ms))
+        return await self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants))
 
     async def corrupt(self, groups: Iterable[str], outcome: str) -> CorruptKey:
         return await self.run(corrupt_plan(self.keys, groups, outcome))

@@ -47,9 +47,10 @@ class HotPath(QueueCore):
 
     # -- producer ---------------------------------------------------------------------
     def enqueue_many(self, jobs: Sequence[NewJob],
-                     expires_ms: Sequence[int | None] | None = None) -> list[EnqueueVerdict]:
+                     expires_ms: Sequence[int | None] | None = None,
+                     tenants: Sequence[str | None] | None = None) -> list[EnqueueVerdict]:
         """Admit jobs, one round trip per ENQUEUE_CHUNK of them (enqueue_plan)."""
-        return self.run(enqueue_plan(self.keys, jobs, expires_ms))
+        return self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants))
 
     # -- consumer ---------------------------------------------------------------------
     def claim(self, n: int = 1) -> list[Lease]:
@@ -182,7 +183,8 @@ class HotPath(QueueCore):
 
 
 def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
-                 expires_ms: Sequence[int | None] | None = None) -> Steps[list[EnqueueVerdict]]:
+                 expires_ms: Sequence[int | None] | None = None,
+                 tenants: Sequence[str | None] | None = None) -> Steps[list[EnqueueVerdict]]:
     """Admit jobs, one round trip per ENQUEUE_CHUNK of them; per job ENQUEUED or
     DUPLICATE (bad ids raise before anything is sent). A batch bigger than a chunk is
     not admitted atomically, but every job is idempotent by its id: a batch cut short
@@ -190,28 +192,36 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
 
     ``expires_ms``: per job, ms from now after which it is never started (None: never;
     validate.expires_ms makes them). A call whose jobs have none sends none: the
-    arguments are the previous release's, so an older server's scripts or module take it."""
+    arguments are the previous release's, so an older server's scripts or module take it.
+
+    ``tenants``: per job, its group's tenant (None: the group is its own); sent, after the
+    expiries, only when a job of the call names one. A job whose group is another tenant's
+    and busy answers TENANT (nothing written)."""
     if expires_ms is not None and len(expires_ms) != len(jobs):
         raise InvalidArgument("one expiry per job (None for none)")
+    if tenants is not None and len(tenants) != len(jobs):
+        raise InvalidArgument("one tenant per job (None for none)")
     for job in jobs:
         check_job_id(job.id)
         check_group(job.group)
-        if job.tenant is not None:
-            check_tenant(job.tenant)
+    for tenant in tenants or ():
+        if tenant is not None:
+            check_tenant(tenant)
     verdicts: list[EnqueueVerdict] = []
     for start in range(0, len(jobs), ENQUEUE_CHUNK):
         chunk = jobs[start:start + ENQUEUE_CHUNK]
         args: list[Any] = [len(chunk)]
         for job in chunk:
-            args.extend(job[:10])
+            args.extend(job)
         tail = expires_ms[start:start + ENQUEUE_CHUNK] if expires_ms is not None else ()
         # tenants after the expiries (then sent, '' for none), only when a job names one
-        named = any(job.tenant is not None for job in chunk)
+        named_of = tenants[start:start + ENQUEUE_CHUNK] if tenants is not None else ()
+        named = any(t is not None for t in named_of)
         if named or any(e is not None for e in tail):
             args.extend("" if e is None else int(e)
                         for e in (tail or [None] * len(chunk)))
         if named:
-            args.extend("" if job.tenant is None else job.tenant for job in chunk)
+            args.extend("" if t is None else t for t in named_of)
         try:
             replies = yield Hot("enqueue", keys.fixed, args)
         except ResponseError as exc:

@@ -25,7 +25,6 @@ class NewJob(NamedTuple):
     ttl: int
     countdown_ms: int = 0
     priority: int = 0     # -100..100, lower first within the lane
-    tenant: str | None = None   # the group's tenant (None: the group is its own)
 
 
 class Outcome(NamedTuple):

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from emqtasks import App, InvalidArgument, InvalidGroup
+from emqtasks.cli import main
 from emqtasks.ops.check import check, repair
 from emqtasks.store.keys import TENANT_MARK, QueueKeys
 from emqtasks.store.queue import NewJob, Queue
@@ -130,6 +132,32 @@ def test_a_tenant_at_its_limit_leaves_the_ring_and_a_completion_returns_it(
     # raising the limit frees it at once; clearing it too
     path_app.set_tenant_limit("A", None)
     assert path_app.tenant("A")["on_ring"]
+
+
+def test_the_command_line_sets_and_explains_a_tenant(path_app: App) -> None:
+    q = path_app.queue()
+    _send(q, [_job(f"a-{i}", f"a-{i % 2}", "A") for i in range(4)])
+    url, name = path_app.settings.redis_url, path_app.settings.queue
+
+    def cli(*args: str) -> str:
+        out = CliRunner().invoke(main, [*args, "--redis-url", url, "--queue", name])
+        assert out.exit_code == 0, "".join(__import__("traceback").format_exception(out.exc_info[1]))
+        return out.output
+
+    assert cli("limit", "--tenant", "A", "1") == "limit of tenant A set to 1\n"
+    assert cli("weight", "--tenant", "A", "2") == "weight of tenant A set to 2\n"
+    q.claim(1)
+    shown = cli("tenant", "A")
+    assert shown.startswith("tenant A: waits: at its limit: 1 of 1 jobs in flight\n"), shown
+    assert "2 groups, 3 jobs waiting, 1 in flight" in shown
+    assert "tenant_at_limit" in cli("lane", "a-1")
+    assert cli("pause", "--tenant", "A") == "paused tenant A\n"
+    assert cli("limit", "--tenant", "A", "none") == "limit of tenant A cleared\n"
+    assert "waits: paused" in cli("tenant", "A")
+    assert cli("resume", "--tenant", "A") == "resumed tenant A\n"
+    assert cli("limit", "a-1", "3") == "limit of group a-1 set to 3\n"
+    bad = CliRunner().invoke(main, ["limit", "--tenant", "A", "0", "--redis-url", url])
+    assert bad.exit_code == 2 and "limit" in bad.output
 
 
 def test_a_paused_tenant_keeps_its_backlog_and_runs_again_on_resume(path_app: App) -> None:

@@ -117,6 +117,8 @@ def lane(redis_url: str | None, queue: str | None, group: str, as_json: bool) ->
         click.echo(f"  oldest waiting job: {view['oldest_age']:.1f}s")
     click.echo(f"  pending {view['pending']}, active {view['active']}, "
                f"paused {'yes' if view['paused'] else 'no'}")
+    if view.get("tenant") is not None:
+        click.echo(f"  tenant:    {view['tenant']} (emqtasks tenant {view['tenant']})")
     if view["busy_share"] is not None or view["target_share"] is not None:
         def pct(x: float | None) -> str:
             return "-" if x is None else f"{100 * x:.0f}%"
@@ -147,4 +149,24 @@ def fairness(redis_url: str | None, queue: str | None, mode: str | None) -> None
     click.echo(f"fairness: {current}" if mode is None else f"fairness set to {current}")
 
 
-COMMANDS = (fairness, rate, maxsize, defaults, lane)
+@click.command(cls=AdminCommand)
+@click.argument("name")
+@queue_options
+@click.option("--json", "as_json", is_flag=True, help="the tenant as a JSON object")
+def tenant(redis_url: str | None, queue: str | None, name: str, as_json: bool) -> None:
+    """Why is tenant NAME waiting: its groups, backlog, jobs in flight and controls."""
+    view = run_admin(redis_url, queue, lambda q: q.tenant(name))
+    if as_json:
+        click.echo(json.dumps(view, indent=2))
+        return
+    state = ("empty" if not view["waiting"] else f"waits: {view['waits']}" if view["waits"]
+             else "ready" if view["on_ring"] else "ready (time mode: its groups served flat)")
+    click.echo(f"tenant {name}: {state}")
+    click.echo(f"  {len(view['groups'])} groups, {view['waiting']} jobs waiting, "
+               f"{view['active']} in flight, {view['groups_ready']} groups ready")
+    click.echo(f"  limit:     {'-' if view['limit'] is None else view['limit']}")
+    click.echo(f"  weight:    {view['weight']}")
+    click.echo(f"  paused:    {'yes' if view['paused'] else 'no'}")
+
+
+COMMANDS = (fairness, rate, maxsize, defaults, lane, tenant)

@@ -94,7 +94,12 @@ def resume(redis_url: str | None, queue: str | None, group: str | None,
 def _target(words: tuple[str, ...], tenant: str | None, value: str) -> tuple[str, str]:
     """(group or tenant, the value's text) of ``GROUP VALUE`` or ``--tenant T VALUE``."""
     if len(words) != (1 if tenant is not None else 2):
-        raise CliError(f"give {'--tenant TENANT ' if tenant is not None else 'GROUP '}{value}")
+        ctx = click.get_current_context()
+        what = "Missing argument" if len(words) < (1 if tenant is not None else 2) else \
+            "Got unexpected extra argument"
+        raise CliError(f"{ctx.info_name}: {what}: give "
+                       f"{'--tenant TENANT ' if tenant is not None else 'GROUP '}{value} "
+                       f"(see '{ctx.command_path} --help')")
     return (tenant, words[0]) if tenant is not None else (words[0], words[1])
 
 

@@ -76,7 +76,8 @@ end
 -- from_tail: where the group is known to stand (just rotated to the tail, or still at the
 -- head), so LREM finds it in one step; nil scans the whole ring (admin verbs only). For a
 -- tenant's group, from_tail is its place in its tenant's ring and t_tail the tenant mark's
--- in the queue's; t: its tenant, false for none, nil to read it.
+-- in the queue's; t: its tenant, false for none, nil to read it. A claim knows the mark
+-- stands (it just served the tenant): there the tenant's last group takes it out unread.
 local function ring_leave(g, from_tail, t_tail, t)
   if time_fair() then
     redis.call('ZREM', K_gvt, g)
@@ -89,7 +90,9 @@ local function ring_leave(g, from_tail, t_tail, t)
     else
       local tr = tring_key(t)
       redis.call('LREM', tr, count, g)
-      if redis.call('LLEN', tr) == 0 and tenant_open(t) then tenant_leave(t, t_tail) end
+      if redis.call('LLEN', tr) == 0 and (t_tail ~= nil or tenant_open(t)) then
+        tenant_leave(t, t_tail)
+      end
     end
   end
   redis.call('HDEL', K_gturn, g)

@@ -181,7 +181,8 @@ static int wait_push(Q *q, RMS *g, double at) {
 }
 
 /* A tenant's group g leaves its tenant's ring (count as list_rem's); the tenant's mark
- * leaves the ring with its last group (t_count: where the mark stands, 0 to scan). */
+ * leaves the ring with its last group (t_count: where the mark stands, known to a claim,
+ * which just served the tenant, so the mark goes unread; 0: scan, if the tenant is open). */
 static int tring_leave(Q *q, RMS *g, RMS *t, long long count, long long t_count) {
     RMS *key = tring_key(q, t);
     RMK *h;
@@ -190,8 +191,11 @@ static int tring_leave(Q *q, RMS *g, RMS *t, long long count, long long t_count)
     size_t n = vlen(h);
     if (h) RedisModule_CloseKey(h);
     sfree(q, key);
-    if (rc == 0 && n == 0 && (rc = tenant_open(q, t, &open)) == 0 && open)
-        rc = tenant_leave(q, t, t_count);
+    if (rc == 0 && n == 0) {
+        open = 1;
+        if (t_count == 0) rc = tenant_open(q, t, &open);
+        if (rc == 0 && open) rc = tenant_leave(q, t, t_count);
+    }
     if (rc == 0) hdel_fx(q, K_GTURN, g);
     return rc;
 }

@@ -610,8 +610,8 @@ class Run:
     def op_tenant(self) -> None:
         """Lua's tenant controls on both queues: weights, limits, pauses (lua/tenant.lua)."""
         r = self.rnd
-        t = r.choice(["T1", "T2", "T3"])
-        what = r.choice(["weight", "limit", "limit", "pause"])
+        t = r.choice(["T1", "T2", "T3", ""])               # '': the default of every tenant
+        what = r.choice(["weight", "limit", "limit"] + (["pause"] if t else []))
         value = (r.choice(["0", "1"]) if what == "pause"
                  else r.choice(["", "1", "2", "3"]))
         self.p.admin("tenant", [what, t, value])

@@ -156,8 +156,28 @@ def test_the_command_line_sets_and_explains_a_tenant(path_app: App) -> None:
     assert "waits: paused" in cli("tenant", "A")
     assert cli("resume", "--tenant", "A") == "resumed tenant A\n"
     assert cli("limit", "a-1", "3") == "limit of group a-1 set to 3\n"
+    assert "tenant limit:     2" in cli("defaults", "--tenant-limit", "2")
+    assert "tenant limit" not in cli("defaults", "--tenant-limit", "none")
     bad = CliRunner().invoke(main, ["limit", "--tenant", "A", "0", "--redis-url", url])
     assert bad.exit_code == 2 and "limit" in bad.output
+
+
+def test_defaults_for_every_tenant_and_a_tenants_own_setting_wins(path_app: App) -> None:
+    q = path_app.queue()
+    _send(q, [_job(f"{t}-{i}", f"{t}-{i % 2}", t.upper()) for t in "abc" for i in range(4)])
+    path_app.set_tenant_defaults(limit=1, weight=2)
+    path_app.set_tenant_limit("C", 3)                 # its own wins over the default
+    assert path_app.tenant_defaults() == {"limit": 1, "weight": 2}
+    leases = q.claim(20)
+    assert sorted(lease.id[0] for lease in leases) == ["a", "b", "c", "c", "c"]
+    assert path_app.tenant("A")["waits"] == "at its limit: 1 of 1 jobs in flight"
+    assert path_app.tenant("B")["weight"] == 2
+    path_app.clear_tenant_defaults("limit")           # every tenant at the default opens
+    assert sorted(lease.id[0] for lease in q.claim(20)).count("a") == 3
+    with pytest.raises(InvalidArgument):
+        path_app.set_tenant_defaults(limit=0)
+    assert path_app.tenant_defaults() == {"weight": 2}
+    assert check(q).ok
 
 
 def test_a_paused_tenant_keeps_its_backlog_and_runs_again_on_resume(path_app: App) -> None:

@@ -72,9 +72,20 @@ def maxsize(redis_url: str | None, queue: str | None, group: str, size: str) -> 
 @click.option("--rate", "rate_text", default=None, metavar="M/S|none", help="default rate")
 @click.option("--max-size", default=None, metavar="N|none", help="default lane cap")
 @click.option("--weight", default=None, metavar="W|none", help="default weight")
+@click.option("--tenant-limit", default=None, metavar="N|none",
+              help="default concurrency limit of every tenant")
+@click.option("--tenant-weight", default=None, metavar="W|none",
+              help="default weight of every tenant")
 def defaults(redis_url: str | None, queue: str | None, limit: str | None,
-             rate_text: str | None, max_size: str | None, weight: str | None) -> None:
-    """Set the settings every group has unless it has its own; alone, print them."""
+             rate_text: str | None, max_size: str | None, weight: str | None,
+             tenant_limit: str | None, tenant_weight: str | None) -> None:
+    """Set the settings every group (or with --tenant-*, every tenant) has unless it has its
+    own; alone, print them."""
+    tenant_changes: dict[str, int | None] = {}
+    for name, text in (("limit", tenant_limit), ("weight", tenant_weight)):
+        if text is not None:
+            tenant_changes[name] = None if text.strip().lower() == "none" else \
+                positive_int(text, f"a default tenant {name}")
     changes: dict[str, Any] = {}
     for name, text in (("limit", limit), ("weight", weight)):
         if text is not None:
@@ -85,18 +96,22 @@ def defaults(redis_url: str | None, queue: str | None, limit: str | None,
     if rate_text is not None:
         changes["rate"] = parse_rate(rate_text)
 
-    def verb(q: Queue) -> dict[str, Any]:
+    def verb(q: Queue) -> tuple[dict[str, Any], dict[str, int]]:
         if changes:
             q.set_group_defaults(**changes)
-        return q.group_defaults()
+        for name, value in tenant_changes.items():
+            q.set_tenant_default(name, value)
+        return q.group_defaults(), q.tenant_defaults()
 
-    current = run_admin(redis_url, queue, verb)
+    current, tenants = run_admin(redis_url, queue, verb)
     if not current:
         click.echo("no defaults set: every group is unlimited, weight 1, no rate, no cap")
     for name in ("limit", "rate", "max_size", "weight"):
         if name in current:
             shown = describe_rate(current[name]) if name == "rate" else current[name]
             click.echo(f"{name + ':':<10} {shown}")
+    for name, value in tenants.items():
+        click.echo(f"{'tenant ' + name + ':':<17} {value}")
 
 
 @click.command(cls=AdminCommand)

@@ -216,7 +216,7 @@ def tenant_state(books: dict[str, Any], g: str) -> str:
         return "ready"
     if t in books["tpaused"]:
         return "tenant_paused"
-    limit = _int(books["tlimit"].get(t))
+    limit = _int(books["tlimit"].get(t, books["tlimit"].get("")))
     if limit is not None and (_int(books["tactive"].get(t, "0")) or 0) >= limit:
         return "tenant_at_limit"
     return "ready"

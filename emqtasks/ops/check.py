@@ -301,7 +301,7 @@ def _check_tenants(report: Report, b: dict[str, Any], in_flight: Counter[str | N
     if b["time_mode"]:
         return
     for t in set(marks) | set(b["trings"]):
-        limit = b["tlimit"].get(t)
+        limit = b["tlimit"].get(t, b["tlimit"].get(""))
         active = b["tactive"].get(t, "0")
         is_open = t not in b["tpaused"] and (
             limit is None or not int_ok(limit) or not int_ok(active)

@@ -382,6 +382,23 @@ class App:
         none); at its limit the tenant sits out until one of its jobs leaves flight."""
         self.queue().set_tenant_limit(tenant, limit)
 
+    def set_tenant_defaults(self, limit: int | None = None, weight: int | None = None) -> None:
+        """A limit and/or weight for every tenant without its own, including tenants that do
+        not exist yet; a None argument leaves that default as it is
+        (``clear_tenant_defaults`` clears)."""
+        q = self.queue()
+        for name, value in (("limit", limit), ("weight", weight)):
+            if value is not None:
+                q.set_tenant_default(name, value)
+
+    def clear_tenant_defaults(self, *names: str) -> None:
+        """Clear the named tenant defaults ("limit", "weight"), or all of them."""
+        for name in names or ("limit", "weight"):
+            self.queue().set_tenant_default(name, None)
+
+    def tenant_defaults(self) -> dict[str, int]:
+        return self.queue().tenant_defaults()
+
     def pause_tenant(self, tenant: str) -> bool:
         """Park every group of the tenant (their backlog and in-flight work stay)."""
         return self.queue().pause_tenant(tenant)

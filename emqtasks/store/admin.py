@@ -84,6 +84,23 @@ class Admin(QueueCore):
         value = "" if limit is None else integer(limit, "a tenant limit", 1)
         self.scripts.tenant(self._k, ["limit", check_tenant(tenant), value])
 
+    def set_tenant_default(self, name: str, value: int | None) -> None:
+        """The ``limit`` or ``weight`` of every tenant without its own (None clears it);
+        tenants already waiting follow at once."""
+        if name not in ("limit", "weight"):
+            raise InvalidArgument(f"a tenant default is limit or weight, not {name!r}")
+        text = "" if value is None else integer(value, f"a default tenant {name}", 1)
+        self.scripts.tenant(self._k, [name, "", text])
+
+    def tenant_defaults(self) -> dict[str, int]:
+        """The defaults for every tenant that are set (limit, weight)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(self.keys.tlimit, "")
+        pipe.hget(self.keys.tweight, "")
+        limit, weight = pipe.execute()
+        return {name: int(v) for name, v in (("limit", limit), ("weight", weight))
+                if v is not None}
+
     def pause_tenant(self, tenant: str) -> bool:
         return bool(self.scripts.tenant(self._k, ["pause", check_tenant(tenant), "1"]) == 1)
 
@@ -104,7 +121,11 @@ class Admin(QueueCore):
         pipe.hget(k.tweight, t)
         pipe.sismember(k.tpaused, t)
         pipe.llen(k.tenant_ring(t))
-        *sizes, active, limit, weight, paused, ringed = pipe.execute()
+        pipe.hget(k.tlimit, "")
+        pipe.hget(k.tweight, "")
+        *sizes, active, limit, weight, paused, ringed, dlimit, dweight = pipe.execute()
+        limit = dlimit if limit is None else limit        # its own, else the default
+        weight = dweight if weight is None else weight
         standing = TENANT_MARK + t in self.client.lrange(k.ring, 0, -1)
         waiting = sum(sizes)
         info: dict[str, Any] = {

@@ -240,7 +240,7 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out, RMS *t) {
         sfree(q, tk);
         if (rc < 0) goto out;
         if (!tf) {
-            if ((rc = book_num(q, "tlimit", t, &has, &tlim)) < 0) goto out;
+            if ((rc = tenant_setting(q, "tlimit", t, &has, &tlim)) < 0) goto out;
             if (has && (double)tact >= tlim) {
                 RMS *rk = tring_key(q, t);
                 RMK *rh;

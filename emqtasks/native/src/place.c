@@ -142,7 +142,7 @@ static int tenant_drop(Q *q, RMS *t) {
     if (rc < 0) return -1;
     int has, tf;
     double lim;
-    if (book_num(q, "tlimit", t, &has, &lim) < 0) return -1;
+    if (tenant_setting(q, "tlimit", t, &has, &lim) < 0) return -1;
     if (!has || !((double)act + 1 >= lim && (double)act < lim)) return 0;
     if ((tf = time_fair(q)) < 0) return -1;
     if (tf) return 0;

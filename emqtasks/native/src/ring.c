@@ -36,7 +36,7 @@ static int tenant_of(Q *q, RMS *g, RMS **t) { return book_get(q, "gtenant", g, t
 static int tenant_weight(Q *q, RMS *t, long long *w) {
     int has;
     double v;
-    if (book_num(q, "tweight", t, &has, &v) < 0) return -1;
+    if (tenant_setting(q, "tweight", t, &has, &v) < 0) return -1;
     *w = has ? (long long)v : 1;
     return 0;
 }
@@ -56,7 +56,7 @@ static int tenant_open(Q *q, RMS *t, int *open) {
     if (paused) return 0;
     int has, hact;
     double lim, act;
-    if (book_num(q, "tlimit", t, &has, &lim) < 0) return -1;
+    if (tenant_setting(q, "tlimit", t, &has, &lim) < 0) return -1;
     if (!has) return 0;
     if (book_num(q, "tactive", t, &hact, &act) < 0) return -1;
     *open = (hact ? act : 0) < lim;

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from workerproc import WorkerProc
 
 from emqtasks import App, InvalidArgument, InvalidGroup
 from emqtasks.cli import main
@@ -255,6 +256,30 @@ def test_time_mode_serves_a_tenants_groups_and_turns_mode_takes_them_back(
     assert path_app.set_fairness("turns") == 4
     assert path_app.client.lrange(q.keys.ring, 0, -1) == [TENANT_MARK + "A", TENANT_MARK + "B"]
     assert len(_run(q, 100)) == 8
+
+
+def test_a_live_worker_serves_a_quiet_tenant_behind_a_spread_flood(app: App) -> None:
+    # Given tenant A's 600 jobs over 200 groups, then tenant B's 5 jobs in one group
+    app.pause()
+    for i in range(600):
+        app.send_task("f.tick", (f"a{i % 200}", f"a-{i}"), job_id=f"a-{i}", group=f"a{i % 200}",
+                      tenant="A")
+    for i in range(5):
+        app.send_task("f.tick", ("b", f"b-{i}"), job_id=f"b-{i}", group="b", tenant="B")
+    # When a worker of 4 children drains the queue
+    with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=4,
+                    modules=("fairness_tasks",), tick=0.5) as w:
+        w.wait_ready()
+        app.resume()
+        w.wait_for(lambda: all(app.queue().status(f"b-{i}") == "done" for i in range(5)),
+                   30, "tenant B's jobs")
+        w.wait_for(lambda: app.stats()["pending"] == 0, 60, "the flood")
+    # Then B's jobs started among the first claims, one turn in two
+    started = sorted((int(app.job(f"a-{i}")["started"]), f"a-{i}") for i in range(600))
+    started += [(int(app.job(f"b-{i}")["started"]), f"b-{i}") for i in range(5)]
+    order = [job for _, job in sorted(started)]
+    last_b = max(order.index(f"b-{i}") for i in range(5)) + 1
+    assert last_b <= 20, order[:30]
 
 
 # -- a queue that never names a tenant: the same claims and replies as before ------------

@@ -263,7 +263,8 @@ class App:
                   group: str | None = None, countdown: float | None = None,
                   eta: datetime | float | None = None, queue: str | None = None,
                   priority: int = 0,
-                  expires: datetime | float | None = None) -> JobHandle[Any]:
+                  expires: datetime | float | None = None,
+                  tenant: str | None = None) -> JobHandle[Any]:
         """Enqueue a call by task name (or Task) on this app's server.
 
         A name registered on this App (else on another App of this process) keeps its
@@ -271,11 +272,12 @@ class App:
         defaults of ``@task``, for a worker elsewhere that knows it. Raises LaneFull
         (nothing written) when the job's lane holds its cap of waiting jobs, CorruptKey
         (nothing written) when a key it would write holds the wrong type. ``expires``: as
-        ``Task.apply_async``'s.
+        ``Task.apply_async``'s, and ``tenant`` (the group's tenant, else the task's).
         """
         spec = task.spec if isinstance(task, Task) else self._spec_for(validate.task_name(task))
         return send(self, spec, args, kwargs, queue=queue, job_id=job_id, group=group,
-                    countdown=countdown, eta=eta, priority=priority, expires=expires)
+                    countdown=countdown, eta=eta, priority=priority, expires=expires,
+                    tenant=tenant)
 
     def _spec_for(self, name: str) -> TaskSpec:
         return self._local_spec(name) or TaskSpec(name=name, fn=_not_here)

@@ -179,13 +179,14 @@ class Celery(App):
                   job_id: str | None = None, queue: str | None = None,
                   countdown: float | None = None, eta: datetime | float | None = None,
                   group: str | None = None, priority: int = 0,
-                  expires: datetime | float | None = None) -> JobHandle[Any]:
+                  expires: datetime | float | None = None,
+                  tenant: str | None = None) -> JobHandle[Any]:
         """Celery's send_task: by name, routed by task_routes when no queue is given."""
         if queue is None and isinstance(name, str):
             queue = routes.route(self._routes, name)
         return super().send_task(name, args or (), kwargs, job_id=job_id or task_id,
                                  group=group, countdown=countdown, eta=eta, queue=queue,
-                                 priority=priority, expires=expires)
+                                 priority=priority, expires=expires, tenant=tenant)
 
     def signature(self, name: str, args: Iterable[Any] = (),
                   kwargs: dict[str, Any] | None = None, **options: Any) -> Signature:

@@ -173,6 +173,12 @@ def test_defaults_for_every_tenant_and_a_tenants_own_setting_wins(path_app: App)
     assert sorted(lease.id[0] for lease in leases) == ["a", "b", "c", "c", "c"]
     assert path_app.tenant("A")["waits"] == "at its limit: 1 of 1 jobs in flight"
     assert path_app.tenant("B")["weight"] == 2
+    seen = path_app.stats()["tenants"]
+    assert {t: (v["groups"], v["pending"], v["active"], v["limit"], v["weight"], v["state"])
+            for t, v in seen.items()} == {"A": (2, 3, 1, 1, 2, "at_limit"),
+                                          "B": (2, 3, 1, 1, 2, "at_limit"),
+                                          "C": (2, 1, 3, 3, 2, "at_limit")}
+    assert path_app.stats()["groups"]["a-0"]["tenant"] == "A"
     path_app.clear_tenant_defaults("limit")           # every tenant at the default opens
     assert sorted(lease.id[0] for lease in q.claim(20)).count("a") == 3
     with pytest.raises(InvalidArgument):

@@ -36,7 +36,7 @@ def split_score(score: float) -> tuple[int, int]:
 
 
 _BOOK_HASHES = ("gactive", "glimit", "gweight", "grate", "gmax", "gdefaults", "gtenant",
-                "tactive", "tlimit")
+                "tactive", "tlimit", "tweight")
 #: The other shared books: (name in QueueKeys, what a missing or unreadable key reads as).
 _BOOK_OTHERS: tuple[tuple[str, Any], ...] = (("gpaused", set()), ("paused", 0), ("gwait", []),
                                              ("fairness", None), ("gvt", []), ("busy", {}),
@@ -306,7 +306,32 @@ def stats_plan(k: QueueKeys) -> Steps[dict[str, Any]]:
         "pending": sum(v["pending"] for v in per_group.values()),
         "active": active, "delayed": delayed, "dead": dead, "ring": ring + ring_time,
         **marks, "corrupt": faults, "groups": per_group,
+        "tenants": tenant_rows(per_group, books),
     }
+
+
+def tenant_rows(per_group: dict[str, dict[str, Any]], books: dict[str, Any]
+                ) -> dict[str, dict[str, Any]]:
+    """Per tenant (lua/lib/ring.lua): its groups, their waiting jobs and oldest job's age,
+    its jobs in flight, its effective limit and weight, whether paused, and its state:
+    "empty", "paused", "at_limit" or "ready" (in time mode its groups are served flat)."""
+    names = {t for t in (*books["gtenant"].values(), *books["tactive"], *books["tpaused"])
+             if t}
+    rows: dict[str, dict[str, Any]] = {}
+    for t in sorted(names):
+        mine = [row for g, row in per_group.items() if books["gtenant"].get(g) == t]
+        pending = sum(row["pending"] for row in mine)
+        ages = [row["oldest_age"] for row in mine if row["oldest_age"] is not None]
+        active = _int(books["tactive"].get(t, "0")) or 0
+        limit = _int(books["tlimit"].get(t, books["tlimit"].get("")))
+        weight = _int(books["tweight"].get(t, books["tweight"].get(""))) or 1
+        paused = t in books["tpaused"]
+        state = ("empty" if not pending else "paused" if paused else
+                 "at_limit" if limit is not None and active >= limit else "ready")
+        rows[t] = {"groups": len(mine), "pending": pending, "active": active, "limit": limit,
+                   "weight": weight, "paused": paused, "state": state,
+                   "oldest_age": max(ages) if ages else None}
+    return rows
 
 
 def lane(queue: Queue, group: str) -> dict[str, Any]:

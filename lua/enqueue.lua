@@ -66,7 +66,8 @@ for i = 0, n - 1 do
     out[#out + 1] = 0
   elseif refused[i] then
     out[#out + 1] = 3
-  elseif not tenant_claim(ARGV[at + J_GROUP], tenants and ARGV[tenants + i]) then
+  elseif not tenant_claim(ARGV[at + J_GROUP], tenants and ARGV[tenants + i],
+                          caps[i] and tonumber(caps[i]) == 0) then
     out[#out + 1] = 4
   else
     -- A producer's job: held to its lane's cap when due now (caps[i], nil for a countdown:

@@ -224,6 +224,10 @@ def test_a_busy_group_refuses_a_second_tenant_with_nothing_written(path_app: App
     q.ack(lease)
     report.apply_async(("ann", "globex"), job_id="moved")
     assert path_app.client.hget(q.keys.gtenant, "ann") == "globex"
+    # a job refused for its lane's cap (0 here) moves no group either
+    path_app.set_group_max_size("zero", 0)
+    assert _send(q, [_job("z", "zero", "acme")]) == [EnqueueVerdict.FULL]
+    assert path_app.client.hget(q.keys.gtenant, "zero") is None
     # bad input, refused before anything is sent
     with pytest.raises(InvalidGroup):
         report.apply_async(("ann", "acme"), tenant="")

@@ -112,8 +112,9 @@ static int enqueue_books(Q *q, RMS **a, long long n, char *refused) {
 
 /* tenant_claim (lua/lib/enqueue.lua): a job of group g names tenant t (NULL or '': none, the
  * group is its own tenant). *ok 1 when g is t's (passed to t when it is empty: nothing in
- * its lane nor in flight), 0 when it is another tenant's and busy (the job is refused). */
-static int tenant_claim(Q *q, RMS *g, RMS *t, int *ok) {
+ * its lane nor in flight), 0 when it is another tenant's and busy (the job is refused).
+ * full: the job will be refused for its lane's cap of 0 (the group stays whose it is). */
+static int tenant_claim(Q *q, RMS *g, RMS *t, int full, int *ok) {
     size_t tl = 0;
     if (t) RedisModule_StringPtrLen(t, &tl);
     if (tl == 0) t = NULL;
@@ -140,6 +141,7 @@ static int tenant_claim(Q *q, RMS *g, RMS *t, int *ok) {
         *ok = 0;
         return 0;
     }
+    if (full) return 0;
     RMS *key = book_key(q, "gtenant");
     RMK *h;
     int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_HASH, &h);
@@ -175,9 +177,10 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *ten
         sfree(q, jk);
         return 0;
     }
-    if (RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) {
+    if (countdown <= 0) rc = max_size_of(q, g, &has_cap, &cap);   /* the cap on waiting jobs */
+    if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) {
         int ok;
-        if (tenant_claim(q, g, tenant, &ok) < 0) rc = -1;
+        if (tenant_claim(q, g, tenant, has_cap && cap == 0, &ok) < 0) rc = -1;
         else if (!ok) {                          /* its group is another tenant's, busy */
             *verdict = 4;
             RedisModule_CloseKey(job);
@@ -185,7 +188,6 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *ten
             return 0;
         }
     }
-    if (rc == 0 && countdown <= 0) rc = max_size_of(q, g, &has_cap, &cap);   /* the cap */
     /* A producer's job: held to its lane's cap when due now (a countdown joins its lane when
      * due), and counted in the minute's history as enqueued (lua/enqueue.lua says the same). */
     RMS *expires = NULL;

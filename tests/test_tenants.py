@@ -111,6 +111,11 @@ def test_equal_weights_share_claims_one_to_one_and_weight_three_three_to_one(
     a, b = _shares(path_app.queue(), 2_000)
     print(f"A weight 3, 2,000 claims: A {a} B {b}")
     assert abs(a / b / 3 - 1) <= 0.05
+    # and the history shows it: shares against the entitled ones, Jain's index
+    seen = path_app.tenant_shares(minutes=2)
+    assert {t: v["claims"] for t, v in seen["tenants"].items()} == {"A": 1500, "B": 500}
+    assert seen["tenants"]["A"]["entitled"] == 0.75 and seen["tenants"]["A"]["share"] == 0.75
+    assert max(j for _, j in seen["jain"] if j is not None) > 0.99
 
 
 def test_a_tenant_at_its_limit_leaves_the_ring_and_a_completion_returns_it(

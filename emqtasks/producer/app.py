@@ -384,6 +384,14 @@ class App:
         none); at its limit the tenant sits out until one of its jobs leaves flight."""
         self.queue().set_tenant_limit(tenant, limit)
 
+    def tenant_shares(self, minutes: int = 5) -> dict[str, Any]:
+        """Per tenant over the last ``minutes`` (from the history): its claims, its share of
+        them and the share its weight entitles it to; Jain's index per minute
+        (observe/tenants.py)."""
+        from ..observe import tenants
+
+        return tenants.shares(self.queue(), minutes)
+
     def set_tenant_defaults(self, limit: int | None = None, weight: int | None = None) -> None:
         """A limit and/or weight for every tenant without its own, including tenants that do
         not exist yet; a None argument leaves that default as it is

@@ -257,7 +257,7 @@ class Pair:
     def __init__(self, srv: Server, a: str = "dl", b: str = "dn") -> None:
         self.srv = srv
         self.raw = Resp(srv.port)
-        self.r = srv.client(decode_responses=True)
+        self.r = srv.client(decode_responses=True, encoding_errors="surrogateescape")
         self.rb = srv.client()
         self.ka, self.kb = QueueKeys(a), QueueKeys(b)
         self.qa, self.qb = Queue(self.r, a), Queue(self.r, b)
@@ -265,7 +265,7 @@ class Pair:
         self.sha = {}
         for verb in (*VERBS, "pause", "pause_group", "limit", "weight", "cancel", "requeue",
                      "wait", "rate", "maxsize", "defaults", "fairness", "workflow", "wffail",
-                     "wfcancel"):
+                     "wfcancel", "tenant"):
             s = getattr(scripts, verb)
             self.r.script_load(s.script)
             self.sha[verb] = s.sha
@@ -505,6 +505,9 @@ def compare_history(sa: dict[str, Any], sb: dict[str, Any], tol: int,
 
 GROUPS = ["g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "{br}ace", "co:lon", "ünï",
           "sp ace", "default", "g*?["]
+#: The tenant a group's jobs usually name (op_enqueue): two tenants of several groups, one
+#: of one; the other groups are their own tenants.
+TENANTS = {"g0": "T1", "g1": "T1", "g2": "T1", "{br}ace": "T2", "co:lon": "T2", "g3": "T3"}
 BAD_IDS = ["bad id", "", "x" * 129, "é", "a/b", "a\x00b", "semi;colon"]
 
 
@@ -591,7 +594,27 @@ class Run:
             # the job ends it expired, on both sides alike) or far ahead; never one that
             # could pass between the two sides' claims
             args += [self.rnd.choice(["", "", "0", "-5", str(10**9)]) for _ in jobs]
+        if self.rnd.random() < 0.4:
+            # tenants (after the expiries, '' for none): mostly each group's usual tenant,
+            # now and then another one (refused while the group is busy: 4)
+            if len(args) == 1 + 10 * len(jobs):
+                args += ["" for _ in jobs]
+            args += [self.tenant_of(j[3]) for j in jobs]
         self.p.verb("enqueue", args)
+
+    def tenant_of(self, group: str) -> str:
+        """The tenant a job of this group names: the usual one, or another one in ten."""
+        usual = TENANTS.get(group, "")
+        return usual if self.rnd.random() < 0.9 else self.rnd.choice(["", "T1", "T2", "T3"])
+
+    def op_tenant(self) -> None:
+        """Lua's tenant controls on both queues: weights, limits, pauses (lua/tenant.lua)."""
+        r = self.rnd
+        t = r.choice(["T1", "T2", "T3", ""])               # '': the default of every tenant
+        what = r.choice(["weight", "limit", "limit"] + (["pause"] if t else []))
+        value = (r.choice(["0", "1"]) if what == "pause"
+                 else r.choice(["", "1", "2", "3"]))
+        self.p.admin("tenant", [what, t, value])
 
     def op_claim(self) -> None:
         for lease in self.p.verb("claim", [self.rnd.choice([0, 1, 1, 1, 2, 4, 8]), self.nonce()]):
@@ -850,7 +873,8 @@ class Run:
                  (self.op_workflow, 6), (self.op_workflow_admin, 1),
                  (self.op_retry, 7), (self.op_extend, 6), (self.op_release, 3),
                  (self.op_reap, 6), (self.op_promote, 6), (self.op_admin, 7),
-                 (self.op_fault, 3), (self.op_fairness, 4), (self.op_mode, 2)]
+                 (self.op_fault, 3), (self.op_fairness, 4), (self.op_mode, 2),
+                 (self.op_tenant, 3)]
         fns = [f for f, _ in table]
         weights = [w for _, w in table]
         for i in range(ops):
@@ -1416,6 +1440,59 @@ def test_fairness_paths(server: Server) -> None:
         p.verb("promote", [10])
         again = p.verb("claim", [3, f"n{rnd.randrange(9)}"])
         assert again and again[0][8] == 2, again                # a3 again: fence 2
+        p.compare()
+        p.checked()
+    finally:
+        p.close()
+
+
+def test_tenant_paths(server: Server) -> None:
+    """Fixed paths of two-level lanes, in lockstep: tenants' marks on the ring and their
+    groups' turns (weights at both levels), a tenant at its limit leaving and a completion
+    returning it, a pause, a back-off that takes a tenant's last group out (its mark goes),
+    a busy group refusing a second tenant (4), and a mode flip that takes the groups flat."""
+    p = Pair(server, "tl", "tn")
+    try:
+        def job(i: str, g: str) -> list[Any]:
+            return [i, "t", "p", g, 3, 10**7, 1000, 60, 0, 0]
+
+        def enqueue(jobs: list[tuple[str, str, str]]) -> Any:
+            args: list[Any] = [len(jobs)]
+            for i, g, _ in jobs:
+                args += job(i, g)
+            args += ["" for _ in jobs] + [t for _, _, t in jobs]
+            return p.verb("enqueue", args)
+
+        def ids(leases: list[Any]) -> list[str]:
+            return [lease[0].decode() for lease in leases]
+
+        assert enqueue([(f"a{i}", f"ga{i % 3}", "A") for i in range(9)]) == [1] * 9
+        assert enqueue([(f"b{i}", "gb", "B") for i in range(4)] + [("c0", "gc", "")]) == [1] * 5
+        assert enqueue([("x", "gb", "A"), ("y", "gc", "B")]) == [4, 4]    # busy: refused
+        p.admin("weight", ["ga1", "2"])
+        p.admin("tenant", ["weight", "A", "2"])
+        first = p.verb("claim", [8, "n1"])
+        assert ids(first) == ["a0", "a1", "b0", "c0", "a4", "a2", "b1", "a3"], ids(first)
+        p.compare()
+        p.admin("tenant", ["limit", "A", "5"])              # 5 in flight: A leaves
+        assert p.r.lrange(p.ka.ring, 0, -1) == p.r.lrange(p.kb.ring, 0, -1) == ["\udcffB"]
+        assert ids(p.verb("claim", [2, "n2"])) == ["b2", "b3"]
+        tok = (first[0][0].decode(), first[0][3], first[0][4].decode())
+        p.verb("ack", [*tok, "1", ""])                       # a completion: A is back
+        assert ids(p.verb("claim", [1, "n3"])) == ["a7"]
+        p.compare()
+        tok = (first[1][0].decode(), first[1][3], first[1][4].decode())
+        p.verb("release", [*tok, "RateLimited", str(10**8)])   # ga1 backs off
+        p.admin("tenant", ["pause", "A", "1"])
+        assert p.verb("claim", [3, "n4"]) == []
+        p.admin("tenant", ["pause", "A", "0"])
+        p.admin("tenant", ["limit", "A", ""])
+        p.compare()
+        p.admin("fairness", ["time"])
+        p.verb("claim", [1, "n5"])
+        p.admin("fairness", ["turns"])
+        rest = p.verb("claim", [20, "n6"])
+        assert len(rest) == 2, ids(rest)
         p.compare()
         p.checked()
     finally:

@@ -47,10 +47,17 @@ from .fairness import describe_rate
 @queue_options
 @click.option("--group", "-g", default=None, metavar="GROUP",
               help="pause only this group's lane (default: the whole queue)")
-def pause(redis_url: str | None, queue: str | None, group: str | None) -> None:
-    """Stop claims on the whole queue, or on one group's lane (backlog and running jobs stay)."""
+@click.option("--tenant", "-t", default=None, metavar="TENANT",
+              help="pause every group of this tenant")
+def pause(redis_url: str | None, queue: str | None, group: str | None,
+          tenant: str | None) -> None:
+    """Stop claims on the whole queue, one group's lane or one tenant's groups (backlog and
+    running jobs stay)."""
 
     def verb(q: Queue) -> str:
+        if tenant is not None:
+            changed = q.pause_tenant(tenant)
+            return f"paused tenant {tenant}" if changed else f"tenant {tenant} was already paused"
         if group is None:
             q.pause()
             return f"paused queue {q.name}"
@@ -64,10 +71,16 @@ def pause(redis_url: str | None, queue: str | None, group: str | None) -> None:
 @queue_options
 @click.option("--group", "-g", default=None, metavar="GROUP",
               help="resume only this group's lane (default: the whole queue)")
-def resume(redis_url: str | None, queue: str | None, group: str | None) -> None:
-    """Let claims run again on the whole queue, or on one paused group's lane."""
+@click.option("--tenant", "-t", default=None, metavar="TENANT",
+              help="resume this paused tenant's groups")
+def resume(redis_url: str | None, queue: str | None, group: str | None,
+           tenant: str | None) -> None:
+    """Let claims run again on the whole queue, one paused group's lane or one tenant's."""
 
     def verb(q: Queue) -> str:
+        if tenant is not None:
+            changed = q.resume_tenant(tenant)
+            return f"resumed tenant {tenant}" if changed else f"tenant {tenant} was not paused"
         if group is None:
             q.resume()
             return f"resumed queue {q.name}"
@@ -79,27 +92,53 @@ def resume(redis_url: str | None, queue: str | None, group: str | None) -> None:
 
 # -- limit / weight ----------------------------------------------------------------------
 
-@click.command(cls=AdminCommand)
-@click.argument("group")
-@click.argument("limit", metavar="N|none")
-@queue_options
-def limit(redis_url: str | None, queue: str | None, group: str, limit: str) -> None:
-    """Set a group's concurrency limit to N (>= 1), or clear it with 'none'."""
-    value = None if limit.strip().lower() == "none" else positive_int(limit, "a group limit")
-    run_admin(redis_url, queue, lambda q: q.set_group_limit(group, value))
-    click.echo(f"limit of group {group} cleared" if value is None
-               else f"limit of group {group} set to {value}")
+def _target(words: tuple[str, ...], tenant: str | None, value: str) -> tuple[str, str]:
+    """(group or tenant, the value's text) of ``GROUP VALUE`` or ``--tenant T VALUE``."""
+    if len(words) != (1 if tenant is not None else 2):
+        ctx = click.get_current_context()
+        what = "Missing argument" if len(words) < (1 if tenant is not None else 2) else \
+            "Got unexpected extra argument"
+        raise CliError(f"{ctx.info_name}: {what}: give "
+                       f"{'--tenant TENANT ' if tenant is not None else 'GROUP '}{value} "
+                       f"(see '{ctx.command_path} --help')")
+    return (tenant, words[0]) if tenant is not None else (words[0], words[1])
+
+
+_TENANT = click.option("--tenant", "-t", default=None, metavar="TENANT",
+                       help="the tenant's, over all its groups, instead of a group's")
 
 
 @click.command(cls=AdminCommand)
-@click.argument("group")
-@click.argument("weight", metavar="W")
+@click.argument("words", nargs=-1, metavar="[GROUP] N|none")
+@_TENANT
 @queue_options
-def weight(redis_url: str | None, queue: str | None, group: str, weight: str) -> None:
-    """Give a group W (>= 1) consecutive turns per rotation of the ring (default 1)."""
-    value = positive_int(weight, "a group weight")
-    run_admin(redis_url, queue, lambda q: q.set_group_weight(group, value))
-    click.echo(f"weight of group {group} set to {value}")
+def limit(redis_url: str | None, queue: str | None, words: tuple[str, ...],
+          tenant: str | None) -> None:
+    """Set a group's (or with --tenant a tenant's) concurrency limit to N (>= 1), or clear
+    it with 'none'."""
+    name, text = _target(words, tenant, "N|none")
+    kind = "tenant" if tenant is not None else "group"
+    value = None if text.strip().lower() == "none" else positive_int(text, f"a {kind} limit")
+    run_admin(redis_url, queue, lambda q: (q.set_tenant_limit if tenant is not None
+                                           else q.set_group_limit)(name, value))
+    click.echo(f"limit of {kind} {name} cleared" if value is None
+               else f"limit of {kind} {name} set to {value}")
+
+
+@click.command(cls=AdminCommand)
+@click.argument("words", nargs=-1, metavar="[GROUP] W")
+@_TENANT
+@queue_options
+def weight(redis_url: str | None, queue: str | None, words: tuple[str, ...],
+           tenant: str | None) -> None:
+    """Give a group W (>= 1) consecutive turns per rotation of its ring (default 1); with
+    --tenant, a tenant W turns of the ring of tenants."""
+    name, text = _target(words, tenant, "W")
+    kind = "tenant" if tenant is not None else "group"
+    value = positive_int(text, f"a {kind} weight")
+    run_admin(redis_url, queue, lambda q: (q.set_tenant_weight if tenant is not None
+                                           else q.set_group_weight)(name, value))
+    click.echo(f"weight of {kind} {name} set to {value}")
 
 
 # -- dead / requeue ----------------------------------------------------------------------

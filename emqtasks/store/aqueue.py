@@ -133,8 +133,9 @@ class AsyncQueue:
     # -- the verbs (each the sync Queue's plan) ---------------------------------------------
     async def enqueue_many(self, jobs: Sequence[NewJob],
                            expires_ms: Sequence[int | None] | None = None,
+                           tenants: Sequence[str | None] | None = None,
                            durable: Durable | None = None) -> list[EnqueueVerdict]:
-        return await self.run(enqueue_plan(self.keys, jobs, expires_ms, durable))
+        return await self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants, durable))
 
     async def corrupt(self, groups: Iterable[str], outcome: str) -> CorruptKey:
         return await self.run(corrupt_plan(self.keys, groups, outcome))

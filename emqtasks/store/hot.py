@@ -24,7 +24,7 @@ from . import beats
 from .beats import Beat
 from .core import QueueCore, corrupt_plan
 from .durable import Durable
-from .keys import WAKE_DUE, WAKE_WORK, QueueKeys, check_group, check_job_id
+from .keys import WAKE_DUE, WAKE_WORK, QueueKeys, check_group, check_job_id, check_tenant
 from .plan import Hot, Steps, blpop
 from .replies import Acked, Lease, NewJob, Reaped
 from .waits import check, waited
@@ -58,10 +58,11 @@ class HotPath(QueueCore):
     # -- producer ---------------------------------------------------------------------
     def enqueue_many(self, jobs: Sequence[NewJob],
                      expires_ms: Sequence[int | None] | None = None,
+                     tenants: Sequence[str | None] | None = None,
                      durable: Durable | None = None) -> list[EnqueueVerdict]:
         """Admit jobs, one round trip per ENQUEUE_CHUNK of them (enqueue_plan); with
         ``durable``, the last one carries the wait (NotDurable: too few replicas)."""
-        return self.run(enqueue_plan(self.keys, jobs, expires_ms, durable))
+        return self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants, durable))
 
     # -- consumer ---------------------------------------------------------------------
     def claim(self, n: int = 1) -> list[Lease]:
@@ -229,6 +230,7 @@ class HotPath(QueueCore):
 
 def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
                  expires_ms: Sequence[int | None] | None = None,
+                 tenants: Sequence[str | None] | None = None,
                  durable: Durable | None = None) -> Steps[list[EnqueueVerdict]]:
     """Admit jobs, one round trip per ENQUEUE_CHUNK of them; per job ENQUEUED or
     DUPLICATE (bad ids raise before anything is sent). A batch bigger than a chunk is
@@ -239,14 +241,23 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
     validate.expires_ms makes them). A call whose jobs have none sends none: the
     arguments are the previous release's, so an older server's scripts or module take it.
 
+    ``tenants``: per job, its group's tenant (None: the group is its own); sent, after the
+    expiries, only when a job of the call names one. A job whose group is another tenant's
+    and busy answers TENANT (nothing written).
+
     ``durable``: the last chunk is pipelined with the wait (one wait for the batch: the
     replication offset it waits for covers every chunk before it); NotDurable names the
     jobs the primary holds (enqueued or duplicate) when too few replicas confirmed."""
     if expires_ms is not None and len(expires_ms) != len(jobs):
         raise InvalidArgument("one expiry per job (None for none)")
+    if tenants is not None and len(tenants) != len(jobs):
+        raise InvalidArgument("one tenant per job (None for none)")
     for job in jobs:
         check_job_id(job.id)
         check_group(job.group)
+    for tenant in tenants or ():
+        if tenant is not None:
+            check_tenant(tenant)
     verdicts: list[EnqueueVerdict] = []
     for start in range(0, len(jobs), ENQUEUE_CHUNK):
         chunk = jobs[start:start + ENQUEUE_CHUNK]
@@ -254,8 +265,14 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
         for job in chunk:
             args.extend(job)
         tail = expires_ms[start:start + ENQUEUE_CHUNK] if expires_ms is not None else ()
-        if any(e is not None for e in tail):
-            args.extend("" if e is None else int(e) for e in tail)
+        # tenants after the expiries (then sent, '' for none), only when a job names one
+        named_of = tenants[start:start + ENQUEUE_CHUNK] if tenants is not None else ()
+        named = any(t is not None for t in named_of)
+        if named or any(e is not None for e in tail):
+            args.extend("" if e is None else int(e)
+                        for e in (tail or [None] * len(chunk)))
+        if named:
+            args.extend("" if t is None else t for t in named_of)
         op = Hot("enqueue", keys.fixed, args)
         last = start + ENQUEUE_CHUNK >= len(jobs)
         try:

@@ -107,18 +107,26 @@ def test_a_job_runs_in_the_trace_of_the_request_that_sent_it(
         assert run["parent_id"] == sent_flaky["span_id"]
         assert run["attributes"]["messaging.message.id"] == flaky.id
         assert run["attributes"]["emqtasks.group"] == "globex"
-    # a workflow: one send span for all its steps, each step's run a child of it
+    # a workflow: one send span for all its steps; the first step's run a child of it, each
+    # step after a child of the step that released it
     sent_flow = one(mine, "send t.otel.add", **{"messaging.message.id": flow.id})
     assert sent_flow["attributes"]["messaging.batch.message_count"] == 3
-    steps = [s for s in theirs if s["parent_id"] == sent_flow["span_id"]]
-    assert sorted(s["attributes"]["messaging.message.id"] for s in steps) == sorted(
-        step["id"] for step in flow.steps())
-    assert all(s["name"] == "process t.otel.add" and s["status"] == "UNSET" for s in steps)
-    # a chord: its members and its callback, children of its one send span
+    parent = sent_flow
+    for step in flow.steps():
+        ran_step = one(theirs, "process t.otel.add", **{"messaging.message.id": step["id"]})
+        assert ran_step["parent_id"] == parent["span_id"] and ran_step["links"] == []
+        assert ran_step["status"] == "UNSET"
+        parent = ran_step
+    # a chord: its members children of its one send span; its callback a child of the member
+    # that released it (the last in) and linked to the other two
     sent_chord = one(mine, "send t.otel.add", **{"messaging.message.id": both.id})
     assert sent_chord["attributes"]["messaging.batch.message_count"] == 4
-    runs = sorted(s["name"] for s in theirs if s["parent_id"] == sent_chord["span_id"])
-    assert runs == ["process t.otel.add"] * 3 + ["process t.otel.total"]
+    members = [s for s in theirs if s["parent_id"] == sent_chord["span_id"]]
+    assert [s["name"] for s in members] == ["process t.otel.add"] * 3
+    callback = one(theirs, "process t.otel.total")
+    member_ids = {s["span_id"] for s in members}
+    assert callback["parent_id"] in member_ids
+    assert sorted(callback["links"]) == sorted(member_ids - {callback["parent_id"]})
     assert len(theirs) == 10
 
 

@@ -427,7 +427,9 @@ class _Builder:
         job = build_job(self._spec(sig), sig.args, sig.kwargs, limit=self.limit,
                         job_id=o.get("job_id"), group=o.get("group"),
                         countdown=o.get("countdown") if mode == "r" else None,
-                        priority=o.get("priority", 0), trace=self.trace)
+                        priority=o.get("priority", 0),
+                        # a waiting step's run reads its parent off its row
+                        trace=tracing.released(self.trace) if mode == "w" else self.trace)
         step = _Step(sig, job, mode)
         if mode == "w":
             cd = validate.countdown_ms(o.get("countdown"), None)

@@ -261,3 +261,44 @@ def test_without_an_sdk_a_current_context_is_passed_on(app: App) -> None:
     q = app.queue()
     carrier = json.loads(q.client.hget(q.keys.job(h.id), "payload"))["t"]
     assert carrier == {"traceparent": f"00-{0x1234:032x}-{0x5678:016x}-01"}
+
+
+def test_without_tracing_an_ack_sends_nothing_more(app: App) -> None:
+    """A worker with no SDK (its tasks module installs none): a chain's acks carry the five
+    arguments they did (no span), and the steps they release keep none. The server's slow
+    log, told to keep every command, holds each ack as sent."""
+    q = app.queue()
+    client = q.client
+    before = client.config_get("slowlog-*")
+    client.config_set("slowlog-log-slower-than", 0)
+    client.config_set("slowlog-max-len", 100_000)
+    client.slowlog_reset()
+    try:
+        with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                        modules=("workflow_tasks",)) as w:
+            w.wait_ready()
+            add = app.task(name="wf.add")(_add)   # the worker's, known here by name
+            flow = chain(add.s(1, 2), add.s(3), add.s(4)).apply_async(app=app)
+            assert flow.get(timeout=10) == 10
+            assert w.stop() == 0
+        entries = client.slowlog_get(100_000)
+    finally:
+        for name, value in before.items():
+            client.config_set(name, value)
+    keys, sha = len(q.keys.fixed), q.scripts.ack.sha
+    step_ids = [step["id"] for step in flow.steps()]
+    acks: dict[str, list[str]] = {}
+    for entry in entries:
+        command = entry["command"]
+        words = (command.decode() if isinstance(command, bytes) else command).split(" ")
+        if words[0].upper() == "EMQ.ACK":
+            args = words[1 + keys:]
+        elif words[0].upper() == "EVALSHA" and words[1] == sha:
+            args = words[3 + keys:]
+        else:
+            continue
+        acks[args[0]] = args
+    assert sorted(acks) == sorted(step_ids)
+    assert all(len(args) == 5 for args in acks.values()), acks   # id .. next: no span
+    for step_id in step_ids:
+        assert client.hmget(q.keys.job(step_id), "tparent", "tlinks") == [None, None]

@@ -47,6 +47,10 @@ def _total(values: list[int]) -> int:
     return sum(values)
 
 
+def _attempts() -> int:
+    return 1
+
+
 def records(memory: InMemorySpanExporter) -> list[dict[str, Any]]:
     return [spanfile.as_record(s) for s in memory.get_finished_spans()]
 
@@ -302,3 +306,29 @@ def test_without_tracing_an_ack_sends_nothing_more(app: App) -> None:
     assert all(len(args) == 5 for args in acks.values()), acks   # id .. next: no span
     for step_id in step_ids:
         assert client.hmget(q.keys.job(step_id), "tparent", "tlinks") == [None, None]
+
+
+def test_a_released_step_whose_child_dies_is_still_the_child_of_the_step_before(
+        app: App, exported: InMemorySpanExporter, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain's second step dies on its first attempt: the master's span of that run and
+    the retry's run are both children of the first step's run (the row's tparent), the
+    retry linked to the run that died."""
+    out = tmp_path / "spans.jsonl"
+    monkeypatch.setenv("EMQ_TEST_SPANS", str(out))
+    add = app.task(name="t.otel.add")(_add)
+    dies_once = app.task(name="t.otel.dies_once")(_attempts)   # the worker's, by name
+    with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                    modules=("otel_tasks",)) as w:
+        w.wait_ready()
+        flow = chain(add.s(1, 2), dies_once.si()).apply_async(app=app)
+        assert flow.get(timeout=15) == 2
+        assert w.stop() == 0
+    theirs = spanfile.read(out)
+    first = one(theirs, "process t.otel.add")
+    died = one(theirs, "process t.otel.dies_once", **{"emqtasks.attempt": 1})
+    again = one(theirs, "process t.otel.dies_once", **{"emqtasks.attempt": 2})
+    assert died["attributes"]["emqtasks.settled_by"] == "master"
+    assert died["parent_id"] == first["span_id"] and died["status"] == "ERROR"
+    assert again["parent_id"] == first["span_id"] and again["links"] == [died["span_id"]]
+    assert {s["trace_id"] for s in theirs} == {first["trace_id"]}

@@ -10,7 +10,7 @@ job's argument envelope as a W3C carrier (``"t"``, last, which workers before it
 
 A retry's run is a new ``process`` span in the same trace, linked to the attempt before:
 the retry verb keeps the failed attempt's traceparent on the job's row (``tlink``), which
-the next run reads (one HGET, only a traced run past its first attempt). A run whose child
+the next run reads (one HMGET, only a traced run past its first attempt). A run whose child
 died or was killed at its time limit gets its span from the master (``settling``), ERROR,
 its traceparent kept on the row the same way.
 

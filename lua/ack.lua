@@ -8,6 +8,9 @@
 -- ARGV[3]  nonce, drawn at claim time
 -- ARGV[4]  result (JSON text)
 -- ARGV[5]  next: '' for none, else the nonce for the next claim
+-- ARGV[6]  optional: the W3C traceparent of the run's span; the waiting steps it releases
+--          keep it (`tparent`, a chord's callback: `tlinks` for the members before the
+--          last), see wf_handover; absent or '' (a worker that does not trace) keeps none
 -- Reply: {verdict, next_job}: verdict 1 done, 0 stale (nothing of the job was written: no
 --   result, no books; the queue's tally counts it: `stale_acks`, tally in lib/marks.lua);
 --   next_job as in claim.lua, or false when none was asked or none is serviceable
@@ -43,7 +46,11 @@ if row then
   if not books then active_drop(g, now) end
   hist_succeeded(now, row[F_TASK] or '', g, tonumber(row[F_STARTED]))
   notify(id, row[F_WAITERS])
-  if row[F_NEXT] then wf_handover(row[F_NEXT], row[F_SLOT], ARGV[4], now) end
+  if row[F_NEXT] then
+    local tp = ARGV[6]
+    if tp == '' then tp = nil end
+    wf_handover(row[F_NEXT], row[F_SLOT], ARGV[4], now, tp)
+  end
   verdict = 1
 else
   tally('stale_acks')

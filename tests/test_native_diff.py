@@ -626,7 +626,11 @@ class Run:
             return
         nxt = self.nonce() if self.rnd.random() < 0.6 else ""
         self._ran_for(tok)
-        verdict, job = self.p.verb("ack", [*tok, f'{{"r":{self.rnd.randrange(99)}}}', nxt])
+        args = [*tok, f'{{"r":{self.rnd.randrange(99)}}}', nxt]
+        if self.rnd.random() < 0.5:   # the run's span (tparent/tlinks on what it releases)
+            span = f"00-{self.rnd.randrange(16**32):032x}-{self.rnd.randrange(16**16):016x}-01"
+            args.append(self.rnd.choice(["", span]))
+        verdict, job = self.p.verb("ack", args)
         self.done_with(tok)
         if job is not None:
             self.take(job)
@@ -1574,6 +1578,85 @@ def test_retry_keeps_the_failed_attempts_span(server: Server) -> None:
             assert p.r.hget(k.job("j1"), "tlink") == link
             assert p.r.hget(k.job("j2"), "tlink") == "00-old-span-01"
             assert p.r.hget(k.job("j3"), "tlink") == "00-old-span-01"
+        p.checked()
+    finally:
+        p.close()
+
+
+def test_ack_keeps_the_runs_span_on_the_steps_it_releases(server: Server) -> None:
+    """ack's optional ARGV[6] on both paths: a chain's step released keeps the releasing
+    run's span (``tparent``); a chord's callback keeps its last member's as ``tparent`` and
+    the others' in ``tlinks`` (a member acked with '' or no sixth argument adds none), a
+    list that stops growing past its bound; a job with no waiting step keeps nothing."""
+    p = Pair(server, "tpa", "tpn")
+    run = Run(p, SEED + 13)
+
+    def span(i: int) -> str:
+        return f"00-{i:032x}-{i:016x}-01"
+
+    def fields(job_id: str) -> list[Any]:
+        f = run.job_fields(job_id, "tg")
+        f[7], f[8] = 3600, 0   # kept once done (ttl), no countdown
+        return f
+
+    def steps(wf: str, ids: list[str], extra: dict[str, dict[str, str]]) -> list[Any]:
+        meta = {"kind": "chain", "final": ids[-1], "steps": " ".join(ids),
+                "waiting": " ".join(i for i in ids if "par" in extra[i])}
+        args: list[Any] = [wf, 604800, len(meta), *[x for kv in meta.items() for x in kv],
+                           len(ids)]
+        for i in ids:
+            extra[i]["wf"] = wf
+            mode = "w" if "par" in extra[i] else "r"
+            args += [*fields(i), mode, len(extra[i]), *[x for kv in extra[i].items() for x in kv]]
+        return args
+
+    held: dict[str, list[Any]] = {}
+
+    def ack(job_id: str, *more: str) -> None:
+        for _ in range(10):
+            if job_id in held:
+                break
+            for lease in p.verb("claim", [50, run.nonce()]):
+                held[lease[0].decode()] = [lease[0].decode(), lease[3], lease[4].decode()]
+        assert p.verb("ack", [*held.pop(job_id), '{"r":1}', "", *more])[0] == 1
+
+    try:
+        p.admin("workflow", steps("c", ["c0", "c1", "c2"], {
+            "c0": {"next": "c1"}, "c1": {"par": "c0", "next": "c2", "imm": "1"},
+            "c2": {"par": "c1", "splice": "12", "comma": "1"}}))
+        members = [f"m{i}" for i in range(5)]
+        chord_rows = {m: {"next": "cb", "slot": str(i)} for i, m in enumerate(members)}
+        chord_rows["cb"] = {"par": " ".join(members), "npend": "5", "nslots": "5", "imm": "1"}
+        p.admin("workflow", steps("d", [*members, "cb"], chord_rows))
+        # a chord big enough that its callback's list stops at the bound
+        big = [f"b{i}" for i in range(140)]
+        big_rows = {m: {"next": "bcb", "slot": str(i)} for i, m in enumerate(big)}
+        big_rows["bcb"] = {"par": " ".join(big), "npend": "140", "nslots": "140", "imm": "1"}
+        p.admin("workflow", steps("e", [*big, "bcb"], big_rows))
+        p.verb("enqueue", [1, *fields("plain")])
+        p.compare()
+        ack("c0", span(1))
+        ack("c1", span(2))
+        ack("m3", span(13))
+        ack("m0", "")           # a worker that does not trace: nothing of it kept
+        ack("m1")
+        ack("m4", span(14))
+        ack("m2", span(12))     # the last in: the callback's parent
+        for i, m in enumerate(big):
+            ack(m, span(100 + i))
+        ack("plain", span(9))
+        p.compare()
+        for k in (p.ka, p.kb):
+            assert p.r.hget(k.job("c1"), "tparent") == span(1)
+            assert p.r.hget(k.job("c2"), "tparent") == span(2)
+            assert p.r.hmget(k.job("cb"), "tparent", "tlinks") == [
+                span(12), f"{span(13)} {span(14)}"]
+            assert p.r.hget(k.job("bcb"), "tparent") == span(239)
+            kept = p.r.hget(k.job("bcb"), "tlinks").split()
+            assert kept == [span(100 + i) for i in range(len(kept))]
+            assert 120 < len(kept) < 139
+            assert p.r.hmget(k.job("c0"), "tparent", "tlinks") == [None, None]
+            assert p.r.hmget(k.job("plain"), "tparent", "tlinks") == [None, None]
         p.checked()
     finally:
         p.close()

@@ -70,18 +70,33 @@ class HotPath(QueueCore):
         n = integer(n, "the number of jobs to claim")
         return [Lease.from_reply(r) for r in self.hot.call("claim", self._k, [n, _nonce()])]
 
-    def ack(self, lease: Lease, result: str = "null",
-            claim_next: bool = False, durable: Durable | None = None) -> Acked:
+    def ack(self, lease: Lease, result: str = "null", claim_next: bool = False,
+            durable: Durable | None = None, span: str | None = None) -> Acked:
         """Complete a job (fenced); with claim_next, lease the next job in the same call.
 
         Returns Acked(verdict, next): verdict DONE, or STALE when this holder's lease is no
         longer current (nothing of it was written). With ``durable`` (default: the
         queue's ``durable``), the ack and the result it stores are followed by the wait in
         the same round trip; too few replicas is NotDurable, whose ``reply`` is the Acked
-        (the ack is made on the primary, a next lease is in it).
+        (the ack is made on the primary, a next lease is in it). ``span``: the run's span (a
+        traceparent), kept on the workflow steps the ack releases, their runs' parent (sent
+        only when given; a server's module of a release before takes five: the ack is made
+        without it).
         """
         args = [lease.id, lease.attempts, lease.nonce, result, _nonce() if claim_next else ""]
         durable = self.durable if durable is None else durable
+        if not span:
+            return self._ack(lease, args, durable)
+        try:
+            return self._ack(lease, [*args, _sendable(span)], durable)
+        except ResponseError as exc:
+            if "wrong number of arguments" not in str(exc):
+                raise
+        # A server whose module predates the span (workers upgraded before the servers)
+        # refuses a sixth argument before it writes anything: the ack, without it
+        return self._ack(lease, args, durable)
+
+    def _ack(self, lease: Lease, args: list[Any], durable: Durable | None) -> Acked:
         if durable is None:
             verdict, nxt = self.hot.call("ack", self._k, args)
             return Acked(AckVerdict(verdict), Lease.from_reply(nxt) if nxt else None)

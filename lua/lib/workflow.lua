@@ -17,11 +17,19 @@
 -- result JSON), once each (HSETNX), and the workflow's own hash is BASE .. 'wf:' .. wf_id
 -- (`waiting`: the ids a failure cancels, `lerr`: the link_error step, `failed`: the step
 -- that went dead first, `shape`: its result's, as a collecting row's).
+--
+-- Tracing: an ack may name the finished run's span (a W3C traceparent, `tp`); the step it
+-- releases keeps it as `tparent` (its run's span is that span's child), and a chord's
+-- callback keeps the other members' in `tlinks` (space-separated, its span links to them),
+-- collected as they finish, until the list holds TLINKS_BYTES (the SDK keeps 128 links).
+
+local TLINKS_BYTES = 7168
 
 -- A waiting step goes to its lane (or `delayed` for a countdown), with `arg` (JSON text, or
 -- nil) spliced in as its first argument.
-local function wf_release(id, arg, now)
+local function wf_release(id, arg, now, tp)
   local jk = job_key(id)
+  if tp then redis.call('HSET', jk, 'tparent', tp) end
   local g, prio, splice, comma, cd_text, payload =
     unpack(redis.call('HMGET', jk, 'group', 'prio', 'splice', 'comma', 'cd', 'payload'))
   if arg then
@@ -58,9 +66,19 @@ local function wf_gather(rk, n, shape)
   end))
 end
 
--- A step finished with `result`: each waiting child it names is released (a chord's
--- callback once its last member is in), in the same call as the ack.
-local function wf_handover(nxt, slot, result, now)
+-- A chord member's span (tp) on its callback's row, for the callback's span to link to.
+local function wf_tlink(ck, tp)
+  local have = redis.call('HGET', ck, 'tlinks')
+  if not have then
+    redis.call('HSET', ck, 'tlinks', tp)
+  elseif #have < TLINKS_BYTES then
+    redis.call('HSET', ck, 'tlinks', have .. ' ' .. tp)
+  end
+end
+
+-- A step finished with `result` (its run's span `tp`, or nil): each waiting child it names
+-- is released (a chord's callback once its last member is in), in the same call as the ack.
+local function wf_handover(nxt, slot, result, now, tp)
   for c in string.gmatch(nxt, '%S+') do
     local ck = job_key(c)
     local state, npend, imm, nslots, shape = unpack(redis.call('HMGET', ck, 'state', 'npend',
@@ -69,14 +87,17 @@ local function wf_handover(nxt, slot, result, now)
       local arg = result
       if imm == '1' then arg = nil end
       if not npend then
-        wf_release(c, arg, now)
+        wf_release(c, arg, now, tp)
       elseif slot then
         local rk = chord_key(c)
-        if redis.call('HSETNX', rk, slot, result) == 1
-          and redis.call('HINCRBY', ck, 'npend', -1) <= 0 then
-          if arg then arg = wf_gather(rk, tonumber(nslots), shape) end
-          redis.call('DEL', rk)
-          wf_release(c, arg, now)
+        if redis.call('HSETNX', rk, slot, result) == 1 then
+          if redis.call('HINCRBY', ck, 'npend', -1) <= 0 then
+            if arg then arg = wf_gather(rk, tonumber(nslots), shape) end
+            redis.call('DEL', rk)
+            wf_release(c, arg, now, tp)
+          elseif tp then
+            wf_tlink(ck, tp)
+          end
         end
       end
     end
@@ -110,7 +131,7 @@ local function wf_fail(wf, id, now)
     if state == 'waiting' then
       local arg = '"' .. id .. '"'
       if imm == '1' then arg = nil end
-      wf_release(lerr, arg, now)
+      wf_release(lerr, arg, now, nil)
       -- released: it lives as a job now, no longer with its workflow's hash
       redis.call('PERSIST', job_key(lerr))
     end

@@ -57,7 +57,7 @@ def pause(redis_url: str | None, queue: str | None, group: str | None) -> None:
         changed = q.pause_group(group)
         return f"paused group {group}" if changed else f"group {group} was already paused"
 
-    click.echo(run_admin(redis_url, queue, verb))
+    click.echo(run_admin(redis_url, queue, verb, ("pause", _where(group), None)))
 
 
 @click.command(cls=AdminCommand)
@@ -74,7 +74,12 @@ def resume(redis_url: str | None, queue: str | None, group: str | None) -> None:
         changed = q.resume_group(group)
         return f"resumed group {group}" if changed else f"group {group} was not paused"
 
-    click.echo(run_admin(redis_url, queue, verb))
+    click.echo(run_admin(redis_url, queue, verb, ("resume", _where(group), None)))
+
+
+def _where(group: str | None) -> str:
+    """What a pause or resume is aimed at, as the audit log says it."""
+    return "queue" if group is None else f"group {group}"
 
 
 # -- limit / weight ----------------------------------------------------------------------
@@ -86,7 +91,8 @@ def resume(redis_url: str | None, queue: str | None, group: str | None) -> None:
 def limit(redis_url: str | None, queue: str | None, group: str, limit: str) -> None:
     """Set a group's concurrency limit to N (>= 1), or clear it with 'none'."""
     value = None if limit.strip().lower() == "none" else positive_int(limit, "a group limit")
-    run_admin(redis_url, queue, lambda q: q.set_group_limit(group, value))
+    run_admin(redis_url, queue, lambda q: q.set_group_limit(group, value),
+              ("limit", f"group {group}: {value}", None))
     click.echo(f"limit of group {group} cleared" if value is None
                else f"limit of group {group} set to {value}")
 
@@ -98,7 +104,8 @@ def limit(redis_url: str | None, queue: str | None, group: str, limit: str) -> N
 def weight(redis_url: str | None, queue: str | None, group: str, weight: str) -> None:
     """Give a group W (>= 1) consecutive turns per rotation of the ring (default 1)."""
     value = positive_int(weight, "a group weight")
-    run_admin(redis_url, queue, lambda q: q.set_group_weight(group, value))
+    run_admin(redis_url, queue, lambda q: q.set_group_weight(group, value),
+              ("weight", f"group {group}: {value}", None))
     click.echo(f"weight of group {group} set to {value}")
 
 
@@ -151,7 +158,8 @@ def requeue(redis_url: str | None, queue: str | None, job_id: str | None,
         view = q.job(job_id)  # type: ignore[arg-type]
         return "missing" if view is None else view["state"]
 
-    result = run_admin(redis_url, queue, verb)
+    result = run_admin(redis_url, queue, verb, lambda n: None if isinstance(n, str) else
+                       ("requeue", job_id or "all dead jobs", n))
     if isinstance(result, str):
         raise Refused(f"no job {job_id} in queue {settings_for(redis_url, queue).queue}"
                       if result == "missing" else
@@ -173,7 +181,8 @@ _REFUSALS = {
 @queue_options
 def cancel(redis_url: str | None, queue: str | None, job_id: str) -> None:
     """Withdraw a job that is not running (pending, delayed or dead)."""
-    verdict = run_admin(redis_url, queue, lambda q: q.cancel(job_id))
+    verdict = run_admin(redis_url, queue, lambda q: q.cancel(job_id),
+                        lambda v: ("cancel", job_id, 1) if v == "cancelled" else None)
     if verdict != "cancelled":
         raise Refused(f"job {job_id} not cancelled: {verdict}: {_REFUSALS.get(verdict, '')}"
                       .rstrip(": "))
@@ -192,7 +201,8 @@ def abort(redis_url: str | None, queue: str | None, job_id: str) -> None:
         except UnknownJob as exc:
             raise Refused(str(exc)) from None
 
-    verdict = run_admin(redis_url, queue, verb)
+    verdict = run_admin(redis_url, queue, verb, lambda v: None if v == "finished" else
+                        ("abort" if v == "aborting" else "cancel", job_id, 1))
     if verdict == "finished":
         raise Refused(f"job {job_id} not aborted: it already finished (done, dead, "
                       "cancelled, expired or aborted)")
@@ -208,7 +218,8 @@ def purge(redis_url: str | None, queue: str | None, yes: bool) -> None:
     if not yes:
         raise CliError(f"purge deletes every job and setting of queue {name}: "
                        "pass --yes to do it")
-    removed = run_admin(redis_url, queue, lambda q: q.purge())
+    removed = run_admin(redis_url, queue, lambda q: q.purge(),
+                        lambda n: ("purge", f"{n} keys", None))
     click.echo(f"purged queue {name}: {removed} key{'' if removed == 1 else 's'} removed")
 
 
@@ -256,7 +267,9 @@ def enqueue(redis_url: str | None, queue: str | None, task_name: str, args_json:
         finally:
             app.close()
 
-    handle = run_admin(redis_url, queue, verb)
+    handle = run_admin(redis_url, queue, verb, lambda h: (
+        "enqueue", f"{task_name} in group {group or 'default'} as {h.id}",
+        0 if h.duplicate else 1))
     click.echo(f"{handle.id} duplicate" if handle.duplicate else handle.id)
 
 
@@ -403,7 +416,9 @@ def check_command(redis_url: str | None, queue: str | None, repair: bool, as_jso
         mended = do_repair(q) if repair else None
         return check(q), mended
 
-    report, mended = run_admin(redis_url, queue, verb)
+    report, mended = run_admin(redis_url, queue, verb, lambda r: None if r[1] is None else (
+        "repair", f"{r[1].restored} restored, {r[1].buried} buried, "
+                  f"{len(r[1].rebuilt)} keys rebuilt", r[1].restored + r[1].buried))
     if as_json:
         click.echo(json.dumps({"ok": report.ok, "violations": report.violations,
                                "jobs": report.jobs, "groups": report.groups,

@@ -328,3 +328,18 @@ def test_bad_input_is_refused_with_the_reason_and_nothing_written(
         status, body, _ = d.request("/action/enqueue", form, headers=ALICE)
     assert status == 400 and words in body, body
     assert _jobs(queue) == [] and _log(queue) == []
+
+
+def test_a_log_key_of_the_wrong_type_is_named_not_a_raw_error(app: App, queue: Queue,
+                                                              cli) -> None:
+    from emqtasks.errors import CorruptKey
+    from emqtasks.ops.check import check
+
+    queue.client.set(queue.keys.audit, "spoilt")
+    with pytest.raises(CorruptKey, match="holds a string, not a stream"):
+        queue.audit_log()
+    r = cli("pause")   # the change is made; that it could not be recorded is said, exit 1
+    assert r.exit_code == 1 and "pause done, but not recorded" in r.output \
+        and "holds a string, not a stream" in r.output
+    assert queue.client.exists(queue.keys.paused)
+    assert any("audit" in v for v in check(queue).violations)

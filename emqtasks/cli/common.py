@@ -113,7 +113,11 @@ def run_admin(redis_url: str | None, queue: str | None, verb: Callable[[Queue], 
         result = verb(q)
         entry = audit(result) if callable(audit) else audit
         if entry is not None:
-            q.audit(cli_user(), "cli", *entry)
+            try:
+                q.audit(cli_user(), "cli", *entry)
+            except CorruptKey as exc:
+                raise Refused(f"{entry[0]} done, but not recorded in the audit log: "
+                              f"{exc}") from None
         return result
     except CorruptKey as exc:   # the verb ran, but a key it read is spoilt: exit 1
         raise Refused(str(exc)) from None

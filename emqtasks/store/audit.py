@@ -18,6 +18,9 @@ import socket
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from redis.exceptions import ResponseError
+
+from ..errors import CorruptKey
 from .keys import QueueKeys
 
 #: How long entries are kept, and the most kept whatever their age.
@@ -58,9 +61,12 @@ def record(client: Any, keys: QueueKeys, who: str, via: str, action: str, target
     """Append one entry and trim the log (AUDIT_DAYS, ``max_entries``); the entry's id."""
     fields = {"who": who[:FIELD_MAX], "via": via[:FIELD_MAX], "action": action[:FIELD_MAX],
               "target": target[:FIELD_MAX], "jobs": "" if jobs is None else str(int(jobs))}
-    entry_id = str(client.xadd(keys.audit, fields, maxlen=max_entries, approximate=False))
-    oldest = int(entry_id.split("-", 1)[0]) - AUDIT_DAYS * _DAY_MS
-    client.xtrim(keys.audit, minid=str(max(0, oldest)), approximate=False)
+    try:
+        entry_id = _s(client.xadd(keys.audit, fields, maxlen=max_entries, approximate=False))
+        oldest = int(entry_id.split("-", 1)[0]) - AUDIT_DAYS * _DAY_MS
+        client.xtrim(keys.audit, minid=str(max(0, oldest)), approximate=False)
+    except ResponseError as exc:
+        raise _unreadable(client, keys, exc) from None
     return entry_id
 
 
@@ -68,7 +74,21 @@ def entries(client: Any, keys: QueueKeys, count: int = 100,
             before: str | None = None) -> list[AuditEntry]:
     """The newest ``count`` entries, newest first (older than the id ``before`` if given)."""
     top = f"({before}" if before else "+"
-    return [_entry(i, f) for i, f in client.xrevrange(keys.audit, top, "-", count=count)]
+    try:
+        found = client.xrevrange(keys.audit, top, "-", count=count)
+    except ResponseError as exc:
+        raise _unreadable(client, keys, exc) from None
+    return [_entry(i, f) for i, f in found]
+
+
+def _unreadable(client: Any, keys: QueueKeys, exc: ResponseError) -> Exception:
+    """CorruptKey for a log key of the wrong type (written by another program); any other
+    error as it came."""
+    if not str(exc).startswith("WRONGTYPE"):
+        return exc
+    return CorruptKey(f"{keys.audit} holds a {_s(client.type(keys.audit))}, not a stream: "
+                      f"the audit log cannot be read or written (delete it; emqtasks check "
+                      f"names it)", (keys.audit,))
 
 
 def size(client: Any, keys: QueueKeys) -> int:

@@ -343,3 +343,20 @@ def test_a_log_key_of_the_wrong_type_is_named_not_a_raw_error(app: App, queue: Q
         and "holds a string, not a stream" in r.output
     assert queue.client.exists(queue.keys.paused)
     assert any("audit" in v for v in check(queue).violations)
+
+
+def test_the_audit_page_pages_and_escapes(queue: Queue) -> None:
+    hostile = '<img src=x onerror="alert(1)">'
+    queue.audit(hostile, "cli", "pause", f"group {hostile}")
+    for i in range(59):
+        queue.audit("alice", "dashboard", "limit", f"group g{i}: 2")
+    with DashServer([queue], tokens=TOKENS) as d:
+        status, body, _ = d.request("/audit", headers=BOTS)
+        assert status == 200 and body.count('class="who">') == 50
+        assert "group g58: 2" in body and "group g9: 2" in body and "group g8: 2" not in body
+        older = re.search(r'id="older" href="([^"]+)"', body)
+        assert older is not None
+        status, body, _ = d.request(older.group(1).replace("&amp;", "&"), headers=BOTS)
+        assert status == 200 and body.count('class="who">') == 10 and 'id="older"' not in body
+        assert "<img src=x" not in body and "&lt;img src=x" in body
+        assert d.request("/audit?before=nope", headers=BOTS)[0] == 400

@@ -213,7 +213,8 @@ def abort(redis_url: str | None, queue: str | None, job_id: str) -> None:
 @queue_options
 @click.option("--yes", is_flag=True, help="really delete every key of the queue")
 def purge(redis_url: str | None, queue: str | None, yes: bool) -> None:
-    """Delete every key of the queue: jobs, lanes, results, limits, pauses, dead jobs."""
+    """Delete every key of the queue: jobs, lanes, results, limits, pauses, dead jobs (its
+    audit log stays, and records the purge)."""
     name = settings_for(redis_url, queue).queue
     if not yes:
         raise CliError(f"purge deletes every job and setting of queue {name}: "

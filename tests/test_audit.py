@@ -283,6 +283,21 @@ def test_run_now_moves_a_delayed_job_to_its_lane(app: App, queue: Queue) -> None
     assert _log(queue) == [("alice", "dashboard", "run now", later.id, 1)]
 
 
+def test_a_job_run_now_is_run_by_a_live_worker(app: App, queue: Queue) -> None:
+    import worker_tasks as wt
+    from workerproc import WorkerProc
+
+    h = app.send_task(wt.record, ("now:1",), countdown=3600)
+    with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1) as w:
+        w.wait_ready()
+        assert queue.status(h.id) == "delayed"
+        with DashServer([queue], tokens=TOKENS) as d:
+            assert d.request("/job/run", {"id": h.id}, headers=ALICE)[0] == 303
+        # the parked master is woken by the move (no tick to wait for): well within 10 s
+        assert h.get(timeout=10) == "now:1"
+        assert w.stop() == 0
+
+
 # -- enqueue by name ---------------------------------------------------------------------------
 
 def test_enqueue_a_task_by_name_with_arguments_group_and_countdown(app: App,

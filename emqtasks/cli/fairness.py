@@ -49,7 +49,8 @@ def rate(redis_url: str | None, queue: str | None, group: str, rate: str) -> Non
     """At most MAX of GROUP's jobs start in any window of SECONDS; 'none' clears it."""
     value = parse_rate(rate)
     run_admin(redis_url, queue, lambda q: q.set_group_rate(
-        group, *(value if value else (None, 1.0))))
+        group, *(value if value else (None, 1.0))),
+        ("rate", f"group {group}: {describe_rate(value) if value else None}", None))
     click.echo(f"rate of group {group} cleared" if value is None else
                f"rate of group {group} set to {value[0]} per {value[1]:g}s")
 
@@ -61,7 +62,8 @@ def rate(redis_url: str | None, queue: str | None, group: str, rate: str) -> Non
 def maxsize(redis_url: str | None, queue: str | None, group: str, size: str) -> None:
     """Cap GROUP's waiting jobs at N (enqueues into a full lane are refused); 'none' clears."""
     value = parse_count(size, "a lane cap")
-    run_admin(redis_url, queue, lambda q: q.set_group_max_size(group, value))
+    run_admin(redis_url, queue, lambda q: q.set_group_max_size(group, value),
+              ("maxsize", f"group {group}: {value}", None))
     click.echo(f"lane cap of group {group} cleared" if value is None else
                f"lane cap of group {group} set to {value}")
 
@@ -103,7 +105,10 @@ def defaults(redis_url: str | None, queue: str | None, limit: str | None,
             q.set_tenant_default(name, value)
         return q.group_defaults(), q.tenant_defaults()
 
-    current, tenants = run_admin(redis_url, queue, verb)
+    said = [f"{k}: {describe_rate(v) if k == 'rate' and v else v}" for k, v in changes.items()]
+    said += [f"tenant {k}: {v}" for k, v in tenant_changes.items()]
+    current, tenants = run_admin(redis_url, queue, verb,
+                                 ("defaults", ", ".join(said), None) if said else None)
     if not current:
         click.echo("no defaults set: every group is unlimited, weight 1, no rate, no cap")
     for name in ("limit", "rate", "max_size", "weight"):
@@ -160,7 +165,8 @@ def fairness(redis_url: str | None, queue: str | None, mode: str | None) -> None
             q.set_fairness(mode)
         return q.fairness()
 
-    current = run_admin(redis_url, queue, verb)
+    current = run_admin(redis_url, queue, verb,
+                        ("fairness", mode, None) if mode is not None else None)
     click.echo(f"fairness: {current}" if mode is None else f"fairness set to {current}")
 
 

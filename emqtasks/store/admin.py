@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import InvalidArgument, ScriptError
 from ..validate import MAX_COUNT, integer, seconds
 from ..verdicts import CancelVerdict
+from .audit import AuditEntry, entries, record
 from .core import QueueCore
 from .keys import TENANT_MARK, QueueKeys, check_group, check_job_id, check_tenant
 from .minutes import DEFAULT_HOURS, DEFAULT_MAX_GROUPS, MAX_HOURS
@@ -180,6 +181,30 @@ class Admin(QueueCore):
             done += sum(1 for r in pipe.execute() if int(r) == 1)   # CANCELLED's code
         return done
 
+    def run_now(self, job_id: str) -> bool:
+        """Make a delayed job (a countdown, an eta, a retry's back-off) due now and move it
+        to its lane, behind the work already waiting there; False when it is not delayed.
+
+        No verb of its own: its due time (its score in ``delayed``) is set to 0, only if it
+        is still there (ZADD XX: a job cancelled or promoted meanwhile is left alone), and
+        promote, which moves the earliest due entries first, moves it."""
+        key = self.keys.delayed
+        if self.client.zscore(key, check_job_id(job_id)) is None:
+            return False
+        self.client.zadd(key, {job_id: 0}, xx=True)
+        self.hot.call("promote", self._k, [1])   # the earliest due entry: this one
+        return True
+
+    # -- the audit log (audit.py) -----------------------------------------------------------
+    def audit(self, who: str, via: str, action: str, target: str = "",
+              jobs: int | None = None) -> str:
+        """Record a change an operator made; the entry's id."""
+        return record(self.client, self.keys, who, via, action, target, jobs)
+
+    def audit_log(self, count: int = 100, before: str | None = None) -> list[AuditEntry]:
+        """The newest ``count`` audit entries, newest first."""
+        return entries(self.client, self.keys, count, before)
+
     def requeue_dead(self, job_id: str | None = None) -> int:
         """Bring one dead job (or all of them) back with fresh attempts; returns the count."""
         if job_id is not None:
@@ -220,10 +245,13 @@ class Admin(QueueCore):
                                                        "hgroups": max_groups})
 
     def purge(self) -> int:
-        """Delete every key of the queue (jobs, lanes, books, flags); returns keys removed."""
+        """Delete every key of the queue (jobs, lanes, books, flags) but its audit log (the
+        trail of the purge outlives it); returns keys removed."""
         removed = 0
         batch: list[str] = []
         for key in self.scan(self.keys.all_pattern):
+            if key == self.keys.audit:
+                continue
             batch.append(key)
             if len(batch) >= 500:
                 removed += self.client.unlink(*batch)

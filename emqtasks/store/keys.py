@@ -66,7 +66,7 @@ NAMED_TYPES = {
     "grate": "hash", "gmax": "hash", "gdefaults": "hash", "gbackoff": "hash", "gwait": "zset",
     "fairness": "string", "gvt": "zset", "gvrun": "hash", "gcost": "hash", "busy": "hash",
     "schedules": "hash", "schedstate": "hash", "schedver": "string", "tasks": "hash",
-    "workers": "hash",
+    "workers": "hash", "audit": "stream",
     "gtenant": "hash", "tactive": "hash", "tlimit": "hash", "tweight": "hash", "tpaused": "set",
 }
 #: The families of keys named by an id or a group: (family, the name's prefix and suffix,
@@ -307,6 +307,11 @@ class QueueKeys:
     def minute(self, minute: int) -> str:
         """hash: the counters the verbs keep of one unix minute (store/minutes.py)."""
         return f"{self.base}h:{minute}"
+
+    @property
+    def audit(self) -> str:
+        """stream: the changes operators made (store/audit.py), one entry each, capped."""
+        return self.base + "audit"
 
     @property
     def doctor(self) -> str:

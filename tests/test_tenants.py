@@ -204,7 +204,7 @@ def test_a_paused_tenant_keeps_its_backlog_and_runs_again_on_resume(path_app: Ap
 
 
 def test_a_busy_group_refuses_a_second_tenant_with_nothing_written(path_app: App) -> None:
-    @path_app.task(name="t.report", group=lambda user, org: user,
+    @path_app.task(name="tests.tenants.report", group=lambda user, org: user,
                    tenant=lambda user, org: org)
     def report(user: str, org: str) -> None: ...
 

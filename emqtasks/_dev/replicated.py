@@ -28,7 +28,8 @@ class Replicated:
                                   extra=(*extra, "--repl-diskless-sync-delay", "0"))
         self.replicas = [
             LocalRedis(binary=binary, module=module,
-                       extra=(*extra, "--replicaof", "127.0.0.1", str(self.primary.port)))
+                       extra=(*extra, "--repl-diskless-sync-delay", "0",   # once promoted
+                              "--replicaof", "127.0.0.1", str(self.primary.port)))
             for _ in range(replicas)]
 
     @property

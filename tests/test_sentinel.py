@@ -9,6 +9,8 @@ off at least one acknowledged enqueue is lost (the drill opens the window).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import threading
 import time
 import uuid
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 from click.testing import CliRunner
+from cluster import ClusterServers
 from workerproc import WorkerProc
 
 from emqtasks import App, Durable, NotDurable, SentinelUrlError, UnknownService
@@ -145,24 +148,100 @@ class Producer(threading.Thread):
             i += 1
 
 
-def drill(durable: bool) -> tuple[int, int, float, dict[str, int]]:
+class SentinelRig:
+    """The drill's servers: a primary, two replicas, three sentinels."""
+
+    def __enter__(self) -> SentinelRig:
+        self.s = Sentinels(2).start()
+        self.queue = f"drill-{uuid.uuid4().hex[:8]}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.s.close()
+
+    @property
+    def url(self) -> str:
+        return self.s.url
+
+    def window(self) -> None:
+        """Both replicas stopped for a second while the producer goes on; the primary
+        killed with what they lack; the replicas resumed."""
+        with self.s.paused():
+            time.sleep(1.0)
+            self.s.primary.kill()
+            self.s.down.append(self.s.primary)
+
+    def follow(self, timeout: float = 20.0) -> float:
+        """Until the sentinels promote a replica: the seconds it took."""
+        old = self.s.down[-1]
+        started = time.monotonic()
+        while (port := self.s.named_primary()) in (None, old.port):
+            assert time.monotonic() - started < timeout, "no replica promoted"
+            time.sleep(0.05)
+        self.s.primary = next(r for r in self.s.replicas if r.port == port)
+        self.s.replicas = [r for r in self.s.replicas if r is not self.s.primary]
+        return time.monotonic() - started
+
+    def primary_port(self) -> int | None:
+        return self.s.primary.port
+
+
+class ClusterRig:
+    """The drill on a Redis Cluster: the queue's master and its replica (3 shards)."""
+
+    def __enter__(self) -> ClusterRig:
+        self.c = ClusterServers.start_or_skip()
+        self.queue = self.c.queues_on_every_shard("drill")[0]
+        self.master = self.c.master_of_queue(self.queue)
+        self.replica = self.c.replica_of(self.master)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.c.close()
+
+    @property
+    def url(self) -> str:
+        return self.c.url
+
+    def window(self) -> None:
+        proc = self.c.procs[self.replica]
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(1.0)
+            self.c.kill(self.master)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+
+    def follow(self, timeout: float = 30.0) -> float:
+        started = time.monotonic()
+        while self.replica not in self.c.masters():   # node timeout 1 s, then an election
+            assert time.monotonic() - started < timeout, "the replica was not promoted"
+            time.sleep(0.05)
+        took = time.monotonic() - started
+        self.c.wait_stable(replicas=0)
+        return took
+
+    def primary_port(self) -> int | None:
+        return None
+
+
+def drill(rig: SentinelRig | ClusterRig, durable: bool) -> tuple[int, int, float, dict[str, int]]:
     """One failover under load: (acknowledged, lost, promotion seconds, producer errors)."""
-    with Sentinels(2) as s:
-        queue = f"drill-{uuid.uuid4().hex[:8]}"
+    with rig:
+        queue = rig.queue
         setting: Durable | bool = Durable(replicas=1, timeout=0.25) if durable else False
-        app = App(s.url, queue=queue, durable=setting)
+        app = App(rig.url, queue=queue, durable=setting)
         app.task(name="drill.noop", lease=1.0)(lambda i, pad: i)
-        worker = WorkerProc(s.url, queue, modules=("drill_tasks",), tick=0.1)
+        worker = WorkerProc(rig.url, queue, modules=("drill_tasks",), tick=0.1)
         producer = Producer(app)
+        one = connect(rig.url, single_thread=True)   # a worker child's kind of client
+        one.ping()
         try:
             worker.wait_ready()
             producer.start()
             time.sleep(0.5)                      # the drill's timeline: load, then the window
-            with s.paused():                     # replicas stop acknowledging...
-                time.sleep(1.0)                  # ...while the producer goes on
-                s.primary.kill()                 # the primary dies with what they lack
-                s.down.append(s.primary)
-            promoted = follow(s)
+            rig.window()
+            promoted = rig.follow()
             time.sleep(1.0)                      # enqueues on the new primary
             producer.halt.set()
             producer.join(30)
@@ -174,33 +253,25 @@ def drill(durable: bool) -> tuple[int, int, float, dict[str, int]]:
             worker.wait_for(settled, 40, "the acknowledged jobs to settle")
             lost = [j for j in acked if q.status(j) is None]
             assert worker.proc.poll() is None, worker.output()   # rode the failover out
+            if rig.primary_port() is not None:
+                with contextlib.suppress(redis.ConnectionError):   # its socket died with it
+                    one.ping()
+                assert one.ping() and one.connection.port == rig.primary_port()
             assert worker.stop() == 0, worker.output()   # a check of a still queue
-            check = CliRunner().invoke(main, ["check", "--redis-url", s.url, "-Q", queue])
+            check = CliRunner().invoke(main, ["check", "--redis-url", rig.url, "-Q", queue])
             assert check.exit_code == 0, check.output
             return len(acked), len(lost), promoted, producer.errors
         finally:
             producer.halt.set()
             worker.stop()
+            one.close()
             app.close()
-
-
-def follow(s: Sentinels, timeout: float = 20.0) -> float:
-    """After the primary was killed: until the sentinels promote a replica (Sentinels.fail_over
-    without the kill, which the drill does inside its window)."""
-    old = s.down[-1]
-    started = time.monotonic()
-    while (port := s.named_primary()) in (None, old.port):
-        assert time.monotonic() - started < timeout, "no replica promoted"
-        time.sleep(0.05)
-    s.primary = next(r for r in s.replicas if r.port == port)
-    s.replicas = [r for r in s.replicas if r is not s.primary]
-    return time.monotonic() - started
 
 
 @needs_server
 @pytest.mark.parametrize("round_", [1, 2, 3])
 def test_the_failover_drill_loses_no_acknowledged_enqueue_when_durable(round_: int) -> None:
-    acked, lost, promoted, errors = drill(durable=True)
+    acked, lost, promoted, errors = drill(SentinelRig(), durable=True)
     print(f"drill {round_} durable: {acked} acknowledged, {lost} lost, promoted after "
           f"{promoted:.1f}s, producer errors {errors}")
     assert acked > 0 and lost == 0
@@ -210,7 +281,7 @@ def test_the_failover_drill_loses_no_acknowledged_enqueue_when_durable(round_: i
 def test_the_failover_drill_loses_acknowledged_enqueues_when_not_durable() -> None:
     figures = []
     for _ in range(3):        # on loopback the window may close by chance: up to 3 tries
-        acked, lost, promoted, errors = drill(durable=False)
+        acked, lost, promoted, errors = drill(SentinelRig(), durable=False)
         figures.append((acked, lost))
         print(f"drill not durable: {acked} acknowledged, {lost} lost, promoted after "
               f"{promoted:.1f}s, producer errors {errors}")
@@ -219,3 +290,13 @@ def test_the_failover_drill_loses_acknowledged_enqueues_when_not_durable() -> No
     assert any(lost for _, lost in figures), figures
 
 
+
+
+@needs_server
+def test_the_cluster_drill_loses_no_acknowledged_enqueue_when_durable() -> None:
+    """The same window on a Redis Cluster: the queue's master killed while its replica is
+    stopped; the wait goes to the queue's node."""
+    acked, lost, promoted, errors = drill(ClusterRig(), durable=True)
+    print(f"cluster drill durable: {acked} acknowledged, {lost} lost, promoted after "
+          f"{promoted:.1f}s, producer errors {errors}")
+    assert acked > 0 and lost == 0

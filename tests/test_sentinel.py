@@ -247,6 +247,8 @@ def drill(rig: SentinelRig | ClusterRig, durable: bool) -> tuple[int, int, float
             worker.wait_for(settled, 40, "the acknowledged jobs to settle")
             lost = [j for j in acked if q.status(j) is None]
             assert worker.proc.poll() is None, worker.output()   # rode the failover out
+            out = worker.output()            # an outage it saw is said once it ends
+            assert "Redis unavailable" not in out or "Redis is back" in out, out
             with contextlib.suppress(redis.ConnectionError):   # its socket died with it
                 one.set("drill-probe", "1")
             assert one.set("drill-probe", "2")        # a write: on a primary, never a replica

@@ -1,5 +1,6 @@
 """A primary and its replicas on loopback, for the durable-write tests and benchmark (and the
-failover drill to come): each a LocalRedis, the replicas started with ``--replicaof``.
+failover drill: emqtasks._dev.sentinels adds the sentinels): each a LocalRedis, the replicas
+started with ``--replicaof``.
 
 ``pause(replica)`` SIGSTOPs one (it stops acknowledging, as a replica across a slow network
 would) and ``resume`` SIGCONTs it; ``paused()`` is a context that always resumes.

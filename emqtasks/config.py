@@ -35,7 +35,8 @@ def redacted(url: str) -> str:
         changed = changed._replace(netloc=f"{hidden}@{host}")
     if "password" in parts.query.lower():
         query = "&".join(f"{kv.split('=', 1)[0]}=***"
-                         if kv.split("=", 1)[0].lower() in ("password", "ssl_password")
+                         if kv.split("=", 1)[0].lower() in ("password", "ssl_password",
+                                                      "sentinel_password")
                          else kv for kv in parts.query.split("&"))
         changed = changed._replace(query=query)
     return url if changed == parts else urlunsplit(changed)

@@ -118,12 +118,12 @@ class _StaleAcks(logging.Handler):
     """Records ``ack stale`` from the runner's log line of a refused ack (outcome stale)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        extra = record.__dict__
-        if _history is None or extra.get("outcome") != "stale":
+        fields = getattr(record, "emq_job", None)   # the job's fields (worker/logs.py)
+        if _history is None or not isinstance(fields, dict) or fields.get("outcome") != "stale":
             return
-        run = _runs.get((extra.get("job_id", ""), extra.get("attempt", -1)))
+        run = _runs.get((fields.get("job_id", ""), fields.get("attempt", -1)))
         if run is not None:
-            _history.record("ack", "stale", id=extra["job_id"], run=run)
+            _history.record("ack", "stale", id=fields["job_id"], run=run)
 
 
 if _history is not None:

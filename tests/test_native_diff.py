@@ -1662,6 +1662,36 @@ def test_ack_keeps_the_runs_span_on_the_steps_it_releases(server: Server) -> Non
         p.close()
 
 
+def test_an_ack_sent_again_by_its_holder(server: Server) -> None:
+    """ack on both paths when the holder sends it again (its reply lost): done again with
+    nothing written (the row keeps the first result, no stale ack counted), next claim and
+    all; another token's ack of the done job stays stale (counted); a ttl-0 job (no row
+    left) cannot tell: stale."""
+    p = Pair(server, "rsa", "rsn")
+    run = Run(p, SEED + 12)
+    try:
+        fields = [run.job_fields(f"j{i}", f"g{i}") for i in (1, 2, 3)]
+        for f, ttl in zip(fields, (3600, 86400, 0)):
+            f[7], f[8] = ttl, 0                      # its ttl; no countdown
+        p.verb("enqueue", [3, *fields[0], *fields[1], *fields[2]])
+        leases = {lease[0].decode(): [lease[0].decode(), lease[3], lease[4].decode()]
+                  for lease in p.verb("claim", [3, "n1"])}
+        assert sorted(leases) == ["j1", "j2", "j3"], leases
+        for job_id in ("j1", "j3"):
+            assert p.verb("ack", [*leases[job_id], '"first"', ""])[0] == 1
+        p.compare()
+        assert p.verb("ack", [*leases["j1"], '"again"', ""])[0] == 1
+        p.compare()
+        assert p.verb("ack", [leases["j1"][0], leases["j1"][1], "other", '"x"', ""])[0] == 0
+        assert p.verb("ack", [*leases["j3"], '"again"', ""])[0] == 0
+        p.compare()
+        for k in (p.ka, p.kb):
+            assert p.r.hget(k.job("j1"), "result") == '"first"'
+        p.checked()
+    finally:
+        p.close()
+
+
 def test_workflow_handover(server: Server) -> None:
     """Workflow steps through the verbs on both paths: a chain's ack releases the next step
     (with the result spliced in), a chord's members acked out of order release the callback

@@ -74,8 +74,9 @@ class HotPath(QueueCore):
             durable: Durable | None = None, span: str | None = None) -> Acked:
         """Complete a job (fenced); with claim_next, lease the next job in the same call.
 
-        Returns Acked(verdict, next): verdict DONE, or STALE when this holder's lease is no
-        longer current (nothing of it was written). With ``durable`` (default: the
+        Returns Acked(verdict, next): verdict DONE (also to this holder's ack sent again
+        after its reply was lost: nothing more is written), or STALE when this holder's
+        lease is no longer current (nothing of it was written). With ``durable`` (default: the
         queue's ``durable``), the ack and the result it stores are followed by the wait in
         the same round trip; too few replicas is NotDurable, whose ``reply`` is the Acked
         (the ack is made on the primary, a next lease is in it). ``span``: the run's span (a

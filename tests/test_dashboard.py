@@ -308,3 +308,54 @@ def test_bad_options_of_dashboard_and_metrics_are_one_line_and_exit_2(
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("emqtasks: error: "), \
         out.stderr
     assert args[1] in out.stderr
+
+
+def test_the_tenants_page_lists_each_tenant_its_share_and_why_it_waits(app: App,
+                                                                       queue: Queue) -> None:
+    # Given acme's work spread over 3 groups, globex's in one, initech's one job
+    t = make_task(app, name="t.ten", group=lambda g, *_: g, tenant=lambda _g, tn: tn)
+    t.map([(f"acme-{i % 3}", "acme") for i in range(9)] + [("gx", "globex")] * 2
+          + [("it", "initech")])
+    # And one claim each for acme and globex (the ring of tenants turns once per claim)
+    claimed = {lease.group for lease in queue.claim(2)}
+    assert claimed == {"acme-0", "gx"}
+    app.set_tenant_limit("acme", 1)
+    app.set_tenant_weight("initech", 3)
+    app.pause_tenant("globex")
+    with DashServer([queue]) as d:
+        # The lanes page links to the tenants page
+        assert f'href="/tenants?queue={queue.name}"' in d.request("/lanes")[1]
+        status, body, _ = d.request("/tenants")
+        assert status == 200
+        rows = {m.group(1): m.group(2) for m in re.finditer(
+            r'<tr class="tenant [^"]*" data-tenant="([^"]+)">(.*?)</tr>', body, re.S)}
+        assert list(rows) == ["acme", "globex", "initech"]   # the most waiting, then in flight
+
+        def cell(tenant: str, name: str) -> str:
+            found = re.search(rf'<td class="{name}">([^<]*)</td>', rows[tenant])
+            assert found, (tenant, name)
+            return found.group(1)
+
+        assert (cell("acme", "groups"), cell("acme", "pending"), cell("acme", "active"),
+                cell("acme", "limit"), cell("acme", "state")) == ("3", "8", "1", "1",
+                                                                  "at_limit")
+        assert cell("acme", "why") == "at its limit: 1 of 1 jobs in flight"
+        assert (cell("globex", "paused"), cell("globex", "why")) == (
+            "yes", "paused (resume_tenant)")
+        assert (cell("initech", "weight"), cell("initech", "limit")) == ("3", "∞")
+        assert "its turn" in cell("initech", "why")
+        # Claims over the last minutes: one each, entitled to half each (the served two)
+        assert (cell("acme", "share"), cell("acme", "entitled")) == ("50.0%", "50.0%")
+        assert (cell("globex", "share"), cell("initech", "share")) == ("50.0%", "—")
+        assert re.search(r'id="jain">1\.000<', body)
+
+
+def test_the_tenants_page_escapes_and_pages(app: App, queue: Queue) -> None:
+    t = make_task(app, name="t.ten", group=lambda g, *_: g, tenant=lambda _g, tn: tn)
+    t.map([(f"g{i}", f"t{i:03d}") for i in range(60)] + [("h", "acme<b>")])
+    with DashServer([queue]) as d:
+        first = d.request("/tenants")[1]
+        assert 'id="tenant-total">61<' in first and first.count('class="tenant ') == 50
+        assert "acme&lt;b&gt;" in first and "acme<b>" not in first
+        second = d.request("/tenants?page=2")[1]
+        assert second.count('class="tenant ') == 11 and 'data-tenant="t059"' in second

@@ -283,3 +283,37 @@ def test_enqueue_run_now_audit_and_roles_in_a_browser(app: App, queue: Queue, br
             ".then(function (r) { return r.status; });", job_id)
         assert status == 403 and queue.status(job_id) == "pending"
     assert len(queue.audit_log()) == 2
+
+
+def test_the_tenants_page_from_the_lanes_page_in_a_browser(app: App, queue: Queue,
+                                                          browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    # Given a tenant whose work is spread over 20 groups, at its limit, and a paused one
+    t = make_task(app, name="t.tb", group=lambda g, *_: g, tenant=lambda _g, tn: tn)
+    t.map([(f"user-{i % 20}", "acme") for i in range(40)] + [("solo", "globex")] * 3)
+    queue.claim(2)
+    app.set_tenant_limit("acme", 1)
+    app.pause_tenant("globex")
+    with DashServer([queue]) as d:
+        # When one follows the lanes page's link to the tenants page
+        browser.get(d.base + "/lanes")
+        browser.find_element(By.ID, "to-tenants").click()
+        _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "tr.tenant"))
+        rows = {r.get_attribute("data-tenant"): r
+                for r in browser.find_elements(By.CSS_SELECTOR, "tr.tenant")}
+        browser.save_screenshot(str(tmp_path / "tenants.png"))
+
+        def cell(tenant: str, css: str) -> str:
+            return str(rows[tenant].find_element(By.CSS_SELECTOR, css).text)
+
+        # Then each tenant shows its groups, in flight, limit, share and why it waits
+        assert list(rows) == ["acme", "globex"]
+        assert (cell("acme", "td.groups"), cell("acme", "td.active"),
+                cell("acme", "td.limit")) == ("20", "1", "1")
+        assert cell("acme", "td.why") == "at its limit: 1 of 1 jobs in flight"
+        assert cell("globex", "td.why") == "paused (resume_tenant)"
+        assert cell("acme", "td.share") == "50.0%" and cell("globex", "td.share") == "50.0%"
+        # And it links back to the lanes
+        browser.find_element(By.ID, "to-lanes").click()
+        _wait(browser, lambda b: _row(b, "solo") is not None)

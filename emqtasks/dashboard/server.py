@@ -310,6 +310,10 @@ class Handler(BaseHTTPRequestHandler):
                                qs.get("q", ""), _page(qs.get("page")))
             name = "_lanes_table.html" if qs.get("fragment") else "lanes.html"
             self._send(HTTPStatus.OK, self._render(name, page="lanes", lanes=lanes, **common))
+        elif path == "/tenants":
+            self._send(HTTPStatus.OK, self._render(
+                "tenants.html", page="lanes",
+                tenants=view.tenants(_page(qs.get("page"))), **common))
         elif path in ("/jobs", "/dead"):
             self._jobs(path, queue, qs, common)
         elif path == "/job":

@@ -21,6 +21,7 @@ from redis.exceptions import ResponseError
 from ..errors import TaskFailed
 from ..observe import history
 from ..observe.lanetable import LaneTable
+from ..observe.tenants import shares as tenant_shares
 from ..store.keys import check_job_id
 from ..store.queue import Queue, job_view
 from ..store.replies import readable
@@ -32,6 +33,8 @@ PAGE = 50
 #: Lanes sortable by these columns (the query's ``sort``; ``-`` in front: descending).
 LANE_SORTS = ("group", "state", "pending", "active", "oldest", "share5", "share60")
 JOB_STATES = ("pending", "active", "delayed", "dead")
+#: The tenants page's claims share is over this many minutes of history.
+TENANT_MINUTES = 5
 
 
 class Cached:
@@ -60,6 +63,7 @@ class QueueView:
         self.stats = Cached(self.table.stats, 1.0)
         self.hour = Cached(lambda: history.report(queue, 60), 10.0)
         self.five = Cached(lambda: history.report(queue, 5), 5.0)
+        self.shares = Cached(lambda: tenant_shares(queue, TENANT_MINUTES), 5.0)
 
     def overview(self) -> dict[str, Any]:
         stats = self.stats.get()
@@ -117,6 +121,27 @@ class QueueView:
                 "page": page, "pages": pages, "sort": sort, "state": state, "text": text,
                 "paused": stats["paused"], "all": len(groups)}
 
+    def tenants(self, page: int = 1) -> dict[str, Any]:
+        """The tenants page: per tenant (busiest first: waiting, then in flight) its groups,
+        backlog, jobs in flight, limit, weight, pause, its claims' share over the last
+        TENANT_MINUTES against the share its weight entitles it to, and why it waits."""
+        stats = self.stats.get()
+        shares = self.shares.get()
+        rows = []
+        for t, r in stats["tenants"].items():
+            got = shares["tenants"].get(t)
+            rows.append({"tenant": t, **r, "why": tenant_why(r, stats["paused"]),
+                         "share": got["share"] if got else None,
+                         "entitled": got["entitled"] if got else None,
+                         "claims": got["claims"] if got else 0})
+        rows.sort(key=lambda row: (-row["pending"], -row["active"], row["tenant"]))
+        pages = page_count(len(rows))
+        page = min(max(page, 1), pages)
+        jain = [j for _, j in shares["jain"] if j is not None]
+        return {"rows": rows[(page - 1) * PAGE: page * PAGE], "total": len(rows),
+                "page": page, "pages": pages, "minutes": shares["minutes"],
+                "jain": jain[-1] if jain else None, "untracked": shares["untracked"]}
+
     def _recent_starts(self) -> dict[str, int]:
         return {g: c["started"] for g, c in self.five.get()["groups"].items()}
 
@@ -144,6 +169,20 @@ def why(row: dict[str, Any]) -> str:
         per = f" ({rate[0]} per {rate[1]:g}s)" if rate else ""
         return f"rate limit{per}: next start when its budget allows"
     return "waiting for its turn on the ring"
+
+
+def tenant_why(row: dict[str, Any], queue_paused: bool = False) -> str:
+    """A tenant's state (lanes.tenant_rows) in words, as ``emqtasks tenant`` says it."""
+    state = row["state"]
+    if state == "empty":
+        return "nothing waiting"
+    if queue_paused:
+        return "the whole queue is paused"
+    if state == "paused":
+        return "paused (resume_tenant)"
+    if state == "at_limit":
+        return f"at its limit: {row['active']} of {row['limit']} jobs in flight"
+    return "waiting for its turn on the ring of tenants (then its groups' own reasons)"
 
 
 def _ms(value: float | None) -> float | None:

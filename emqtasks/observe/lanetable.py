@@ -79,7 +79,7 @@ class LaneTable:
                 "active": int(active), "delayed": int(delayed), "dead": int(dead),
                 "ring": len(ring) + len(gvt),
                 **read_marks(c, k, marks, books["now_ms"], faults), "corrupt": faults,
-                "groups": groups}
+                "groups": groups, "tenants": lanes.tenant_rows(groups, books)}
 
     def _chunk(self, books: dict[str, Any],
                names: list[str]) -> dict[str, tuple[int, int | None]]:

@@ -359,3 +359,30 @@ def test_the_tenants_page_escapes_and_pages(app: App, queue: Queue) -> None:
         assert "acme&lt;b&gt;" in first and "acme<b>" not in first
         second = d.request("/tenants?page=2")[1]
         assert second.count('class="tenant ') == 11 and 'data-tenant="t059"' in second
+
+
+def test_metrics_per_tenant_stay_bounded_with_10000_tenants(app: App, queue: Queue) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from emqtasks.observe.metrics import Exporter
+
+    # Given 10,000 tenants of one group each, and five busier ones
+    t = make_task(app, name="t.many", group=lambda g, *_: g, tenant=lambda _g, tn: tn)
+    t.map([(f"g{i}", f"t{i:05d}") for i in range(10_000)])
+    t.map([(f"big{b}", f"big{b}") for b in range(5) for _ in range(3 + b)])
+    claimed = len(queue.claim(40))
+    started = time.monotonic()
+    text = Exporter([queue], top_tenants=5).render()
+    assert time.monotonic() - started < 20
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for metric in ("emqtasks_tenant_pending", "emqtasks_tenant_active",
+                   "emqtasks_tenant_claims"):
+        samples = families[metric].samples
+        # Then at most N + 1 series a tenant metric: the N busiest by name, the rest summed
+        assert len(samples) == 6, metric
+        tenants = {s.labels["tenant"] for s in samples}
+        assert tenants == {"big0", "big1", "big2", "big3", "big4", "_other"}, metric
+    total = {m: sum(s.value for s in families[f"emqtasks_tenant_{m}"].samples)
+             for m in ("pending", "active", "claims")}
+    # And nothing is lost in the sum
+    assert total == {"pending": 10_000 + 25 - claimed, "active": claimed, "claims": claimed}

@@ -38,6 +38,10 @@ def _options(fn: Any) -> Any:
         click.option("--metrics-groups", type=click.IntRange(0, 10_000), default=50,
                      show_default=True,
                      help="emqtasks_group_pending for this many groups (most waiting)"),
+        click.option("--metrics-tenants", type=click.IntRange(0, 10_000), default=50,
+                     show_default=True,
+                     help="per-tenant series for this many tenants (busiest), the rest "
+                          "summed as tenant=\"_other\""),
     ]):
         fn = option(fn)
     return fn
@@ -53,7 +57,7 @@ def _queues(redis_url: str | None, queue: str | None) -> list[Queue]:
 
 
 def _run(host: str, port: int, token: str | None, tokens: str | None, queues: list[Queue],
-         read_only: bool, metrics_only: bool, top: int) -> None:
+         read_only: bool, metrics_only: bool, top: int, top_tenants: int = 50) -> None:
     from ..dashboard import roles
     from ..dashboard.guard import LOOPBACK_NAMES
     from ..dashboard.server import Dashboard, serve
@@ -71,7 +75,7 @@ def _run(host: str, port: int, token: str | None, tokens: str | None, queues: li
         except ImportError:
             raise CliError("the dashboard needs Jinja2: pip install 'emqtasks[dashboard]'") \
                 from None
-    dash = Dashboard(queues, None, read_only, metrics_only, top, accounts)
+    dash = Dashboard(queues, None, read_only, metrics_only, top, accounts, top_tenants)
     try:
         server = serve(dash, host, port)
     except OSError as exc:
@@ -106,19 +110,21 @@ def _warm(dash: Any) -> None:
 @click.option("--read-only", is_flag=True, help="show everything, change nothing")
 def dashboard(host: str, port: int, queue: str | None, redis_url: str | None,
               token: str | None, tokens: str | None, metrics_groups: int,
-              read_only: bool) -> None:
+              metrics_tenants: int, read_only: bool) -> None:
     """A web dashboard: lanes and fairness, jobs, dead letters, workers, enqueue, the audit
     log; /metrics too."""
     _run(host, port, token, tokens, _queues(redis_url, queue), read_only, False,
-         metrics_groups)
+         metrics_groups, metrics_tenants)
 
 
 @click.command(cls=AdminCommand)
 @_options
 def metrics(host: str, port: int, queue: str | None, redis_url: str | None,
-            token: str | None, tokens: str | None, metrics_groups: int) -> None:
+            token: str | None, tokens: str | None, metrics_groups: int,
+            metrics_tenants: int) -> None:
     """Serve only Prometheus /metrics (from the server's history: any number of workers)."""
-    _run(host, port, token, tokens, _queues(redis_url, queue), True, True, metrics_groups)
+    _run(host, port, token, tokens, _queues(redis_url, queue), True, True, metrics_groups,
+         metrics_tenants)
 
 
 __all__ = ["dashboard", "metrics"]

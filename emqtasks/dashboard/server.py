@@ -75,7 +75,8 @@ class Dashboard:
 
     def __init__(self, queues: list[Queue], token: str | None = None,
                  read_only: bool = False, metrics_only: bool = False,
-                 top_groups: int = 50, accounts: list[Account] | None = None) -> None:
+                 top_groups: int = 50, accounts: list[Account] | None = None,
+                 top_tenants: int = 50) -> None:
         self.queues = {q.name: q for q in queues}
         self.views = {q.name: views.QueueView(q) for q in queues}
         self.first = queues[0].name
@@ -91,7 +92,7 @@ class Dashboard:
         secret = (single[0] if len(self.accounts) == 1 and single else
                   "\n".join(sorted(f"{a.name}:{a.role}:{a.token}" for a in self.accounts)))
         self.key = guard.session_key(secret) if self.accounts else secrets.token_bytes(32)
-        self.exporter = Exporter(queues, top_groups)
+        self.exporter = Exporter(queues, top_groups, top_tenants)
         self.stopping = threading.Event()
         self._env: Any = None
 

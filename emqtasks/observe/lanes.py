@@ -317,9 +317,14 @@ def tenant_rows(per_group: dict[str, dict[str, Any]], books: dict[str, Any]
     "empty", "paused", "at_limit" or "ready" (in time mode its groups are served flat)."""
     names = {t for t in (*books["gtenant"].values(), *books["tactive"], *books["tpaused"])
              if t}
+    by_tenant: dict[str, list[dict[str, Any]]] = {t: [] for t in names}
+    for g, row in per_group.items():   # one pass: linear in groups and tenants
+        owner = books["gtenant"].get(g)
+        if owner in by_tenant:
+            by_tenant[owner].append(row)
     rows: dict[str, dict[str, Any]] = {}
     for t in sorted(names):
-        mine = [row for g, row in per_group.items() if books["gtenant"].get(g) == t]
+        mine = by_tenant[t]
         pending = sum(row["pending"] for row in mine)
         ages = [row["oldest_age"] for row in mine if row["oldest_age"] is not None]
         active = _int(books["tactive"].get(t, "0")) or 0

@@ -20,9 +20,15 @@ from ..store.queue import Queue
 from . import history
 from .history import BUCKETS_MS, Counts
 from .lanetable import LaneTable
+from .tenants import shares as tenant_shares
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_TOP_GROUPS = 50
+DEFAULT_TOP_TENANTS = 50
+#: The label value under which the tenants past the top N are summed.
+OTHER_TENANT = "_other"
+#: emqtasks_tenant_claims counts the claims of this many minutes of history.
+CLAIM_MINUTES = 5
 STATES = ("pending", "active", "delayed", "dead")
 #: Only this many minutes are read on the first scrape (the retention may be longer).
 FIRST_SPAN = 24 * 60
@@ -79,9 +85,11 @@ class _Running:
 class Exporter:
     """Renders the metrics of some queues; keeps the running totals between scrapes."""
 
-    def __init__(self, queues: Sequence[Queue], top_groups: int = DEFAULT_TOP_GROUPS) -> None:
+    def __init__(self, queues: Sequence[Queue], top_groups: int = DEFAULT_TOP_GROUPS,
+                 top_tenants: int = DEFAULT_TOP_TENANTS) -> None:
         self.queues = list(queues)
         self.top_groups = top_groups
+        self.top_tenants = top_tenants
         self._running = {q.name: _Running() for q in self.queues}
         # The gauges read the lane table, not stats(): no SCAN of the keyspace per scrape.
         self._tables = {q.name: LaneTable(q) for q in self.queues}
@@ -132,6 +140,7 @@ class Exporter:
                 if row["pending"]:
                     out.append(f"emqtasks_group_pending{_labels(queue=q.name, group=g)} "
                                f"{row['pending']}")
+        out += self._tenants(per_queue)
         out += ["# HELP emqtasks_workers Live worker processes (masters) of the queue.",
                 "# TYPE emqtasks_workers gauge"]
         for q, _, _, workers in per_queue:
@@ -145,6 +154,45 @@ class Exporter:
                           [({"queue": q.name, "task": t}, c, "run")
                            for q, tasks, _, _ in per_queue for t, c in sorted(tasks.items())])
         return "\n".join(out) + "\n"
+
+
+    def _tenants(self, per_queue: list[tuple[Queue, Any, dict[str, Any], Any]]) -> list[str]:
+        """Per tenant its waiting jobs, jobs in flight and claims of the last CLAIM_MINUTES,
+        for the ``top_tenants`` busiest (most waiting + in flight, then most claims) by name
+        and the rest summed under ``tenant="_other"``: at most N + 1 series a metric per
+        queue, whatever the number of tenants (Prometheus keeps every series it ever saw).
+        A tenant really named "_other" is always counted in the sum."""
+        metrics = (("pending", "Waiting jobs over all the tenant's groups"),
+                   ("active", "The tenant's jobs in flight"),
+                   ("claims", f"The tenant's claims over the last {CLAIM_MINUTES} minutes "
+                              f"(from the history)"))
+        series: dict[str, list[str]] = {m: [] for m, _ in metrics}
+        for q, _, stats, _ in per_queue:
+            if not stats["tenants"]:
+                continue
+            claims = {t: row["claims"] for t, row in tenant_shares(q, CLAIM_MINUTES)
+                      ["tenants"].items() if t in stats["tenants"]}
+            values = {t: {"pending": r["pending"], "active": r["active"],
+                          "claims": claims.get(t, 0)} for t, r in stats["tenants"].items()}
+            ranked = sorted((t for t in values if t != OTHER_TENANT),
+                            key=lambda t: (-(values[t]["pending"] + values[t]["active"]),
+                                           -values[t]["claims"], t))
+            top = ranked[: self.top_tenants]
+            rest = set(values) - set(top)
+            for m, _ in metrics:
+                for t in top:
+                    series[m].append(f"emqtasks_tenant_{m}{_labels(queue=q.name, tenant=t)} "
+                                     f"{values[t][m]}")
+                if rest:
+                    series[m].append(
+                        f"emqtasks_tenant_{m}{_labels(queue=q.name, tenant=OTHER_TENANT)} "
+                        f"{sum(values[t][m] for t in rest)}")
+        out: list[str] = []
+        for m, help_text in metrics:
+            out += [f"# HELP emqtasks_tenant_{m} {help_text}: the {self.top_tenants} busiest "
+                    f"tenants, the rest under tenant=\"{OTHER_TENANT}\".",
+                    f"# TYPE emqtasks_tenant_{m} gauge", *series[m]]
+        return out
 
 
 def _sum_counts(counts: Any) -> Counts:

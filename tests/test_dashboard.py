@@ -348,6 +348,25 @@ def test_the_tenants_page_lists_each_tenant_its_share_and_why_it_waits(app: App,
         assert (cell("acme", "share"), cell("acme", "entitled")) == ("50.0%", "50.0%")
         assert (cell("globex", "share"), cell("initech", "share")) == ("50.0%", "—")
         assert re.search(r'id="jain">1\.000<', body)
+        # And the chart of the busiest tenant's received vs entitled share, last hour
+        assert 'id="chart-tenant">acme<' in body and "<polyline" not in body   # one minute
+        assert body.count("<circle") == 2 and 'aria-label="received, entitled per minute"' in body
+        status, body, _ = d.request("/tenants?tenant=initech")
+        assert status == 200 and 'id="chart-tenant">initech<' in body
+        assert "<circle" not in body   # never served: no point
+
+
+def test_the_tenant_share_timeline_says_received_against_entitled_per_minute(
+        app: App, queue: Queue) -> None:
+    from emqtasks.observe.tenants import shares, timeline
+
+    t = make_task(app, name="t.ten", group=lambda g, *_: g, tenant=lambda _g, tn: tn)
+    t.map([(f"a{i}", "A") for i in range(8)] + [("b", "B")] * 8)
+    app.set_tenant_weight("A", 3)
+    for lease in queue.claim(8):
+        queue.ack(lease)
+    (point,) = [p for p in timeline(shares(queue, 60), "A") if p["received"] is not None]
+    assert (point["received"], point["entitled"]) == (6 / 8, 3 / 4)
 
 
 def test_the_tenants_page_escapes_and_pages(app: App, queue: Queue) -> None:

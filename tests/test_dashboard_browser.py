@@ -314,6 +314,9 @@ def test_the_tenants_page_from_the_lanes_page_in_a_browser(app: App, queue: Queu
         assert cell("acme", "td.why") == "at its limit: 1 of 1 jobs in flight"
         assert cell("globex", "td.why") == "paused (resume_tenant)"
         assert cell("acme", "td.share") == "50.0%" and cell("globex", "td.share") == "50.0%"
+        # And a chart of the busiest tenant's received vs entitled share over the hour
+        assert browser.find_element(By.ID, "chart-tenant").text == "acme"
+        assert browser.find_elements(By.CSS_SELECTOR, "#share-chart svg circle")
         # And it links back to the lanes
         browser.find_element(By.ID, "to-lanes").click()
         _wait(browser, lambda b: _row(b, "solo") is not None)

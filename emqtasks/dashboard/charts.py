@@ -1,5 +1,6 @@
 """A small line chart drawn on the server as SVG (no script, no CDN): the overview's wait
-times per minute. Only numbers and escaped labels go into the markup."""
+times per minute, a tenant's received vs entitled share. Only numbers and escaped labels go
+into the markup."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-COLORS = {"p50": "#1565c0", "p95": "#6a1b9a"}
+COLORS = {"p50": "#1565c0", "p95": "#6a1b9a", "received": "#2e7d32", "entitled": "#9e9e9e"}
 W, H, PAD = 720, 150, 24
 
 

@@ -314,7 +314,7 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/tenants":
             self._send(HTTPStatus.OK, self._render(
                 "tenants.html", page="lanes",
-                tenants=view.tenants(_page(qs.get("page"))), **common))
+                tenants=view.tenants(_page(qs.get("page")), qs.get("tenant", "")), **common))
         elif path in ("/jobs", "/dead"):
             self._jobs(path, queue, qs, common)
         elif path == "/job":

@@ -22,6 +22,7 @@ from ..errors import TaskFailed
 from ..observe import history
 from ..observe.lanetable import LaneTable
 from ..observe.tenants import shares as tenant_shares
+from ..observe.tenants import timeline
 from ..store.keys import check_job_id
 from ..store.queue import Queue, job_view
 from ..store.replies import readable
@@ -64,6 +65,7 @@ class QueueView:
         self.hour = Cached(lambda: history.report(queue, 60), 10.0)
         self.five = Cached(lambda: history.report(queue, 5), 5.0)
         self.shares = Cached(lambda: tenant_shares(queue, TENANT_MINUTES), 5.0)
+        self.hour_shares = Cached(lambda: tenant_shares(queue, 60), 10.0)
 
     def overview(self) -> dict[str, Any]:
         stats = self.stats.get()
@@ -121,10 +123,12 @@ class QueueView:
                 "page": page, "pages": pages, "sort": sort, "state": state, "text": text,
                 "paused": stats["paused"], "all": len(groups)}
 
-    def tenants(self, page: int = 1) -> dict[str, Any]:
+    def tenants(self, page: int = 1, chart: str = "") -> dict[str, Any]:
         """The tenants page: per tenant (busiest first: waiting, then in flight) its groups,
         backlog, jobs in flight, limit, weight, pause, its claims' share over the last
-        TENANT_MINUTES against the share its weight entitles it to, and why it waits."""
+        TENANT_MINUTES against the share its weight entitles it to, and why it waits; and
+        the chart of one tenant's (``chart``, else the busiest) received vs entitled share
+        per minute over the last hour."""
         stats = self.stats.get()
         shares = self.shares.get()
         rows = []
@@ -138,7 +142,14 @@ class QueueView:
         pages = page_count(len(rows))
         page = min(max(page, 1), pages)
         jain = [j for _, j in shares["jain"] if j is not None]
+        chosen = chart or (rows[0]["tenant"] if rows else "")
+        points = [{"t": p["t"], **{k: None if p[k] is None else round(p[k] * 100, 1)
+                                   for k in ("received", "entitled")}}
+                  for p in timeline(self.hour_shares.get(), chosen)] if chosen else []
         return {"rows": rows[(page - 1) * PAGE: page * PAGE], "total": len(rows),
+                "chart_tenant": chosen, "chart_points": points,
+                "chart": charts.lines(points, ("received", "entitled"), "%") if chosen
+                else None,
                 "page": page, "pages": pages, "minutes": shares["minutes"],
                 "jain": jain[-1] if jain else None, "untracked": shares["untracked"]}
 

@@ -30,7 +30,9 @@ def jain(xs: list[float]) -> float | None:
 def shares(queue: Queue, minutes: int = 5) -> dict[str, Any]:
     """Per tenant over the last ``minutes``: its claims, its share of them and the share
     it is entitled to; ``jain``: per minute (oldest first) the index of the served tenants'
-    claims over their weights; ``untracked``: claims of groups past the history's cap."""
+    claims over their weights; ``untracked``: claims of groups past the history's cap;
+    ``per_minute``: per minute (oldest first) its start and each served tenant's claims
+    and entitled share that minute."""
     k, c = queue.keys, queue.client
     rows = history.read(c, k, minutes)
     pipe = c.pipeline(transaction=False)
@@ -38,9 +40,10 @@ def shares(queue: Queue, minutes: int = 5) -> dict[str, Any]:
     pipe.hgetall(k.tweight)
     owner, weights = pipe.execute()
     default = int(weights.get("", 1))
+    named = set(owner.values())
 
     def weight(t: str) -> int:
-        return int(weights.get(t, default)) if t in set(owner.values()) else 1
+        return int(weights.get(t, default)) if t in named else 1
 
     per_minute: list[Counter[str]] = []
     for m in rows:
@@ -59,4 +62,22 @@ def shares(queue: Queue, minutes: int = 5) -> dict[str, Any]:
         "jain": [(m.minute, jain([n / weight(t) for t, n in served.items()]))
                  for m, served in zip(rows, per_minute)],
         "untracked": sum(m.other.started for m in rows),
+        "per_minute": [(m.minute, {t: (n, weight(t) / sum(weight(u) for u in served))
+                                   for t, n in served.items()})
+                       for m, served in zip(rows, per_minute)],
     }
+
+
+def timeline(shares_read: dict[str, Any], tenant: str) -> list[dict[str, Any]]:
+    """From shares(): per minute (oldest first) the tenant's share of that minute's claims
+    (``received``) and the share its weight entitled it to among the tenants served that
+    minute (``entitled``), both None in a minute it was not served (then nothing says
+    it was backlogged: see the module's note)."""
+    out = []
+    for minute, served in shares_read["per_minute"]:
+        total = sum(n for n, _ in served.values())
+        mine = served.get(tenant)
+        out.append({"t": minute,
+                    "received": mine[0] / total if mine else None,
+                    "entitled": mine[1] if mine else None})
+    return out

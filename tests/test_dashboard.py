@@ -229,7 +229,8 @@ def test_binding_beyond_loopback_needs_a_token(redis_url: str) -> None:
 def test_the_metrics_command_serves_metrics_only(redis_url: str, queue_name: str) -> None:
     env = dict(os.environ, EMQ_REDIS_URL=redis_url)
     proc = subprocess.Popen([sys.executable, "-m", "emqtasks", "metrics", "-Q", queue_name,
-                             "--port", "0", "--token", "t0k"], env=env, text=True,
+                             "--port", "0", "--token", "t0k", "--metrics-tenants", "7"],
+                            env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout is not None
@@ -241,7 +242,8 @@ def test_the_metrics_command_serves_metrics_only(redis_url: str, queue_name: str
         req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
                                      headers={"Authorization": "Bearer t0k"})
         with urllib.request.urlopen(req, timeout=10) as r:
-            assert "emqtasks_queue_jobs" in r.read().decode()
+            text = r.read().decode()
+            assert "emqtasks_queue_jobs" in text and "the 7 busiest tenants" in text
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10)
         assert refused.value.code == 401
@@ -300,6 +302,7 @@ def test_a_page_number_out_of_range_is_a_400_not_a_500(app: App, queue: Queue,
                                   ["dashboard", "--port", "-1"],
                                   ["dashboard", "--port", "http"],
                                   ["metrics", "--metrics-groups", "-3"],
+                                  ["metrics", "--metrics-tenants", "-3"],
                                   ["dashboard", "--bogus"]])
 def test_bad_options_of_dashboard_and_metrics_are_one_line_and_exit_2(
         redis_url: str, args: list[str]) -> None:

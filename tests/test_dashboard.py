@@ -373,6 +373,10 @@ def test_the_tenant_share_timeline_says_received_against_entitled_per_minute(
 
 
 def test_the_tenants_page_escapes_and_pages(app: App, queue: Queue) -> None:
+    make_task(app, name="t.plain", group="no-tenant").delay(1)
+    with DashServer([queue]) as d:   # a group with no tenant is its own: not listed
+        status, body, _ = d.request("/tenants")
+        assert status == 200 and 'id="tenant-total">0<' in body and "share-chart" not in body
     t = make_task(app, name="t.ten", group=lambda g, *_: g, tenant=lambda _g, tn: tn)
     t.map([(f"g{i}", f"t{i:03d}") for i in range(60)] + [("h", "acme<b>")])
     with DashServer([queue]) as d:

@@ -21,6 +21,7 @@ from ..verdicts import (
     RetryVerdict,
 )
 from . import beats
+from .autopipe import BATCHABLE
 from .beats import Beat
 from .core import QueueCore, corrupt_plan
 from .durable import Durable
@@ -60,7 +61,20 @@ class HotPath(QueueCore):
                      expires_ms: Sequence[int | None] | None = None,
                      durable: Durable | None = None) -> list[EnqueueVerdict]:
         """Admit jobs, one round trip per ENQUEUE_CHUNK of them (enqueue_plan); with
-        ``durable``, the last one carries the wait (NotDurable: too few replicas)."""
+        ``durable``, the last one carries the wait (NotDurable: too few replicas).
+
+        With auto-pipelining (``self.batcher``, store/autopipe.py), a call of a few jobs
+        made while another thread's is in flight goes out with it in the next round trip;
+        its verdicts and errors are its own."""
+        if self.batcher is not None and len(jobs) <= BATCHABLE:
+            check_jobs(jobs, expires_ms)    # a call's own bad id fails it alone, unsent
+            return self.batcher.enqueue(jobs, expires_ms, durable)
+        return self.enqueue_now(jobs, expires_ms, durable)
+
+    def enqueue_now(self, jobs: Sequence[NewJob],
+                    expires_ms: Sequence[int | None] | None = None,
+                    durable: Durable | None = None) -> list[EnqueueVerdict]:
+        """enqueue_many in a round trip of its own (a batch of the batcher's)."""
         return self.run(enqueue_plan(self.keys, jobs, expires_ms, durable))
 
     # -- consumer ---------------------------------------------------------------------
@@ -227,6 +241,16 @@ class HotPath(QueueCore):
         self.scripts.wake(self._k, [token])
 
 
+def check_jobs(jobs: Sequence[NewJob], expires_ms: Sequence[int | None] | None) -> None:
+    """An enqueue's gate, before anything is sent: InvalidArgument, InvalidJobId,
+    InvalidGroup."""
+    if expires_ms is not None and len(expires_ms) != len(jobs):
+        raise InvalidArgument("one expiry per job (None for none)")
+    for job in jobs:
+        check_job_id(job.id)
+        check_group(job.group)
+
+
 def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
                  expires_ms: Sequence[int | None] | None = None,
                  durable: Durable | None = None) -> Steps[list[EnqueueVerdict]]:
@@ -242,11 +266,7 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
     ``durable``: the last chunk is pipelined with the wait (one wait for the batch: the
     replication offset it waits for covers every chunk before it); NotDurable names the
     jobs the primary holds (enqueued or duplicate) when too few replicas confirmed."""
-    if expires_ms is not None and len(expires_ms) != len(jobs):
-        raise InvalidArgument("one expiry per job (None for none)")
-    for job in jobs:
-        check_job_id(job.id)
-        check_group(job.group)
+    check_jobs(jobs, expires_ms)
     verdicts: list[EnqueueVerdict] = []
     for start in range(0, len(jobs), ENQUEUE_CHUNK):
         chunk = jobs[start:start + ENQUEUE_CHUNK]

@@ -286,3 +286,29 @@ def test_a_durable_batch_waits_once_and_each_caller_is_told(pair: Replicated) ->
     admin.close()
     a.purge()
     a.close()
+
+
+def test_a_forked_child_never_writes_on_its_parents_kept_connection(papp: App) -> None:
+    """The wire keeps a pool connection between calls (redis-py's checkout costs more than
+    a round trip); a forked child opens its own, and both enqueue on their own sockets."""
+    t = papp.tasks["tests.ap.noop"]
+    t.delay(0)
+    wire = papp.queue().hot.wire
+    kept = list(wire._kept)
+    assert kept, "the wire keeps the connection of its last call"
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:    # pragma: no cover - the child
+        try:
+            conn = wire._take()
+            fresh = all(conn is not k for k in kept)
+            os.write(write, b"own" if fresh and t.delay(1).verdict == "enqueued" else b"no")
+        finally:
+            os._exit(0)
+    os.close(write)
+    said = os.read(read, 16)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert said == b"own"
+    assert t.delay(2).verdict == "enqueued"
+    assert papp.stats()["pending"] == 3

@@ -294,14 +294,13 @@ def test_a_forked_child_never_writes_on_its_parents_kept_connection(papp: App) -
     t = papp.tasks["tests.ap.noop"]
     t.delay(0)
     wire = papp.queue().hot.wire
-    kept = list(wire._kept)
+    kept = list(wire._kept or ())
     assert kept, "the wire keeps the connection of its last call"
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:    # pragma: no cover - the child
         try:
-            conn = wire._take()
-            fresh = all(conn is not k for k in kept)
+            fresh = not wire._kept and all(wire._take() is not k for k in kept)
             os.write(write, b"own" if fresh and t.delay(1).verdict == "enqueued" else b"no")
         finally:
             os._exit(0)
@@ -312,3 +311,21 @@ def test_a_forked_child_never_writes_on_its_parents_kept_connection(papp: App) -
     assert said == b"own"
     assert t.delay(2).verdict == "enqueued"
     assert papp.stats()["pending"] == 3
+
+
+def test_a_small_pool_keeps_no_connection(redis_url: str) -> None:
+    """Kept connections are a pool's, two at most, and none of a small pool (whose idle
+    kept ones would starve its other users)."""
+    small = App(f"{redis_url}?max_connections=2", queue=f"ap-{uuid.uuid4().hex[:8]}")
+    big = App(redis_url, queue=f"ap-{uuid.uuid4().hex[:8]}")
+    try:
+        for a in (small, big):
+            t = a.task(name="tests.ap.noop")(noop)
+            in_threads(4, lambda k, t=t: [t.delay(k) for _ in range(20)])   # type: ignore[misc]
+        assert small.queue().hot.wire._kept is None
+        assert len(big.queue().hot.wire._kept or ()) <= 2
+        assert big.queue("other").hot.wire._kept is big.queue().hot.wire._kept
+    finally:
+        for a in (small, big):
+            a.purge()
+            a.close()

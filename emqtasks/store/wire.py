@@ -19,6 +19,7 @@ id and every lease verb is fenced).
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,9 +28,31 @@ import redis
 
 from .cluster import is_cluster
 
-#: Pool connections a Wire keeps between calls: one per call in flight at once on the
-#: queue's hot path, which auto-pipelining makes one for a producer's enqueues.
+#: Connections a pool's wires keep between calls (taken from it, given back to no one):
+#: redis-py 8's checkout and release of a pool connection cost more than a loopback round
+#: trip (its locks and observability records), paid per enqueue otherwise. Per pool, not
+#: per queue, so an App of many queues keeps no more; none for a pool of fewer than
+#: KEEP_FROM connections, where two idle ones would starve its other users.
 KEEP = 2
+KEEP_FROM = 16
+_KEPT: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+
+
+def kept_for(pool: Any) -> list[Any] | None:
+    """The list of connections kept for ``pool`` (list.pop and append are atomic: threads
+    share it without a lock), or None when it is too small to keep any."""
+    if getattr(pool, "max_connections", 0) < KEEP_FROM:
+        return None
+    return _KEPT.setdefault(pool, [])
+
+
+def _forget_kept() -> None:
+    """A forked child: the kept sockets are its parent's (its pools start afresh too)."""
+    for kept in list(_KEPT.values()):
+        kept.clear()
+
+
+os.register_at_fork(after_in_child=_forget_kept)
 
 
 class WireBroken(Exception):
@@ -70,15 +93,10 @@ class Wire:
         self.usable = not is_cluster(client) and (
             self.single or isinstance(self.pool, redis.ConnectionPool))
         self.packer = Packer()
-        #: Connections of the pool kept between calls (at most KEEP; list.pop and append
-        #: are atomic, so threads share it without a lock): redis-py 8's checkout and
-        #: release of a pool connection cost more than a loopback round trip (its locks
-        #: and observability records), paid per enqueue. Kept ones still count against the
-        #: pool's bound; a forked child drops its parent's (their sockets are the parent's).
-        self._kept: list[Any] = []
-        self._pid = os.getpid()
+        #: The pool's connections kept between calls (kept_for), or None.
+        self._kept = kept_for(self.pool) if self.usable and not self.single else None
 
-    def call(self, command: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def call(self, command: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         packed = self.packer.pack(command, keys, args)
         if self.single:
             return _exchange(self.client.connection, packed)
@@ -92,7 +110,7 @@ class Wire:
             clean = True    # an error reply, read whole: the connection is in step
             raise
         finally:
-            if clean and len(self._kept) < KEEP:
+            if clean and self._kept is not None and len(self._kept) < KEEP:
                 self._kept.append(conn)
             else:
                 if not clean:   # interrupted between the write and the read: a reply
@@ -100,11 +118,9 @@ class Wire:
                 self.pool.release(conn)
 
     def _take(self) -> Any:
-        if self._pid != os.getpid():
-            self._kept, self._pid = [], os.getpid()
         try:
-            return self._kept.pop()
-        except IndexError:
+            return self._kept.pop()   # type: ignore[union-attr]
+        except (IndexError, AttributeError):
             return self.pool.get_connection()   # waits while the pool is busy (PoolBusy)
 
 

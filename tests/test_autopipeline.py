@@ -329,3 +329,39 @@ def test_a_small_pool_keeps_no_connection(redis_url: str) -> None:
         for a in (small, big):
             a.purge()
             a.close()
+
+
+def test_a_child_forked_while_a_batch_is_in_flight_can_enqueue(papp: App) -> None:
+    """A fork while another thread's call is in flight: the child's batcher starts with
+    nothing in flight (else its first call would wait for a leader that is not there)."""
+    import signal
+    import time
+
+    t = papp.tasks["tests.ap.noop"]
+    t.delay(0)
+    batcher = papp.queue().batcher
+    assert batcher is not None
+    admin = redis.Redis.from_url(papp.settings.redis_url)
+    admin.execute_command("CLIENT", "PAUSE", 1000, "WRITE")
+    flying = threading.Thread(target=lambda: t.delay(1))
+    flying.start()
+    deadline = time.monotonic() + 5
+    while not batcher._busy and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert batcher._busy
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:    # pragma: no cover - the child
+        try:
+            signal.alarm(20)
+            os.write(write, t.delay(2).verdict.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    said = os.read(read, 16)
+    os.waitpid(pid, 0)
+    os.close(read)
+    flying.join(10)
+    assert said == b"enqueued"
+    assert papp.stats()["pending"] == 3
+    admin.close()

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -100,6 +101,9 @@ def _share(batch: Sequence[_Call], verdicts: Verdicts | None,
            error: BaseException | None) -> None:
     """Each call's part of a batch's answer: its verdicts, its own NotDurable, or (the batch
     failed as a whole) the error itself for a call sent alone, else a send of its own."""
+    if error is not None and len(batch) == 1:
+        batch[0].error = error      # a call sent alone: its own error, as it was raised
+        return
     if isinstance(error, NotDurable) and isinstance(error.reply, list):
         verdicts, start = error.reply, 0
         for c in batch:
@@ -113,11 +117,8 @@ def _share(batch: Sequence[_Call], verdicts: Verdicts | None,
             c.error = exc
         return
     if error is not None:
-        if len(batch) == 1:
-            batch[0].error = error
-        else:
-            for c in batch:
-                c.alone = True
+        for c in batch:
+            c.alone = True
         return
     assert verdicts is not None
     start = 0
@@ -142,6 +143,12 @@ class Batcher:
     def __init__(self, send: Callable[[Sequence[NewJob], Expiries, Durable | None], Verdicts]
                  ) -> None:
         self._send = send
+        self._reset()
+        _batchers.add(self)
+
+    def _reset(self) -> None:
+        """Nothing in flight (and, in a forked child, no lock held by a thread that is not
+        there: a batch in flight in another thread at the fork would hold every call)."""
         self._lock = threading.Lock()
         self._queued: list[_Call] = []
         self._busy = False
@@ -199,6 +206,17 @@ class Batcher:
             nxt = self._queued[0]
         nxt.lead = True
         nxt.done.set()
+
+
+_batchers: weakref.WeakSet[Batcher] = weakref.WeakSet()
+
+
+def _reset_in_child() -> None:
+    for b in list(_batchers):
+        b._reset()
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 class AsyncBatcher:

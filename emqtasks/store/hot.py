@@ -74,8 +74,21 @@ class HotPath(QueueCore):
     def enqueue_now(self, jobs: Sequence[NewJob],
                     expires_ms: Sequence[int | None] | None = None,
                     durable: Durable | None = None) -> list[EnqueueVerdict]:
-        """enqueue_many in a round trip of its own (a batch of the batcher's)."""
-        return self.run(enqueue_plan(self.keys, jobs, expires_ms, durable))
+        """enqueue_many in a round trip of its own (a batch of the batcher's).
+
+        A call of one chunk without a wait is enqueue_plan's one step sent directly: the
+        same arguments, verdicts and errors, without the plan's generator and runner (a
+        tenth of a producer's own time per call)."""
+        if durable is not None or len(jobs) > ENQUEUE_CHUNK:
+            return self.run(enqueue_plan(self.keys, jobs, expires_ms, durable))
+        check_jobs(jobs, expires_ms)
+        try:
+            replies = self.hot.call("enqueue", self._k, enqueue_args(jobs, expires_ms))
+        except ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            raise self.corrupt([j.group for j in jobs], "nothing was enqueued") from None
+        return enqueue_verdicts(replies)
 
     # -- consumer ---------------------------------------------------------------------
     def claim(self, n: int = 1) -> list[Lease]:
@@ -251,6 +264,25 @@ def check_jobs(jobs: Sequence[NewJob], expires_ms: Sequence[int | None] | None) 
         check_group(job.group)
 
 
+def enqueue_args(chunk: Sequence[NewJob],
+                 expires_ms: Sequence[int | None] | None) -> list[Any]:
+    """The enqueue verb's ARGV for one chunk: n, the fields of each job, then the expiries
+    only when one of them has one (so an older server's scripts or module take the rest)."""
+    args: list[Any] = [len(chunk)]
+    for job in chunk:
+        args.extend(job)
+    if expires_ms is not None and any(e is not None for e in expires_ms):
+        args.extend("" if e is None else int(e) for e in expires_ms)
+    return args
+
+
+def enqueue_verdicts(replies: Sequence[Any]) -> list[EnqueueVerdict]:
+    verdicts = [EnqueueVerdict(v) for v in replies]
+    if EnqueueVerdict.BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
+        raise InvalidJobId("the server refused a malformed job id")
+    return verdicts
+
+
 def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
                  expires_ms: Sequence[int | None] | None = None,
                  durable: Durable | None = None) -> Steps[list[EnqueueVerdict]]:
@@ -270,13 +302,8 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
     verdicts: list[EnqueueVerdict] = []
     for start in range(0, len(jobs), ENQUEUE_CHUNK):
         chunk = jobs[start:start + ENQUEUE_CHUNK]
-        args: list[Any] = [len(chunk)]
-        for job in chunk:
-            args.extend(job)
-        tail = expires_ms[start:start + ENQUEUE_CHUNK] if expires_ms is not None else ()
-        if any(e is not None for e in tail):
-            args.extend("" if e is None else int(e) for e in tail)
-        op = Hot("enqueue", keys.fixed, args)
+        tail = expires_ms[start:start + ENQUEUE_CHUNK] if expires_ms is not None else None
+        op = Hot("enqueue", keys.fixed, enqueue_args(chunk, tail))
         last = start + ENQUEUE_CHUNK >= len(jobs)
         try:
             if durable is not None and last:
@@ -288,9 +315,7 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
                 raise
             raise (yield from corrupt_plan(keys, [j.group for j in chunk],
                                            "nothing was enqueued")) from None
-        verdicts += [EnqueueVerdict(v) for v in replies]
-    if EnqueueVerdict.BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
-        raise InvalidJobId("the server refused a malformed job id")
+        verdicts += enqueue_verdicts(replies)
     if durable is not None and jobs:
         held = [j.id for j, v in zip(jobs, verdicts)
                 if v in (EnqueueVerdict.ENQUEUED, EnqueueVerdict.DUPLICATE)]

@@ -33,16 +33,18 @@ def raw_ping_floor(url: str, n: int) -> float:
     parts = urlsplit(url)
     sock = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379), 5)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    reply = bytearray(64)     # (recv_into a buffer: a socket's bytes, never unpickled)
     try:
         if parts.password:
             user = parts.username or "default"
             sock.sendall(b"*3\r\n$4\r\nAUTH\r\n" + _bulk(user) + _bulk(parts.password))
-            sock.recv(64)
+            sock.recv_into(reply)
         ping = b"*1\r\n$4\r\nPING\r\n"
         began = time.perf_counter()
         for _ in range(n):
             sock.sendall(ping)
-            if not sock.recv(64).startswith(b"+PONG"):
+            got = sock.recv_into(reply)
+            if reply[:got] != b"+PONG\r\n":
                 raise RuntimeError("the raw PING got another reply")
         return n / (time.perf_counter() - began)
     finally:

@@ -36,7 +36,8 @@ def redacted(url: str) -> str:
         changed = changed._replace(netloc=f"{hidden}@{host}")
     if "password" in parts.query.lower():
         query = "&".join(f"{kv.split('=', 1)[0]}=***"
-                         if kv.split("=", 1)[0].lower() in ("password", "ssl_password")
+                         if kv.split("=", 1)[0].lower() in ("password", "ssl_password",
+                                                      "sentinel_password")
                          else kv for kv in parts.query.split("&"))
         changed = changed._replace(query=query)
     return url if changed == parts else urlunsplit(changed)
@@ -54,8 +55,9 @@ class Settings:
     #: as Durable() / None.
     durable: Durable | None = None
     #: Auto-pipelining of enqueues (store/autopipe.py): calls of several threads or
-    #: coroutines made while one is in flight go out together; EMQ_AUTOPIPELINE=0 turns off.
-    autopipeline: bool = True
+    #: coroutines made while one is in flight go out together. Off by default in this
+    #: release (new: the default after a long soak); EMQ_AUTOPIPELINE=1 turns it on.
+    autopipeline: bool = False
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)

@@ -19,6 +19,15 @@ class ClusterUrlError(ConfigError, ValueError):
     """A malformed ``redis+cluster://`` URL (a ValueError, as redis-py's URL errors are)."""
 
 
+class SentinelUrlError(ConfigError, ValueError):
+    """A malformed ``redis+sentinel://`` URL (no sentinel, no service name, a bad option)."""
+
+
+class UnknownService(ConfigError):
+    """No sentinel that answered lists the URL's service name, for as long as a failover
+    may take (store/sentinel.py, UNKNOWN_AFTER): a misspelt name, not an outage."""
+
+
 class NativeUnavailable(ConfigError):
     """EMQ_NATIVE=require, and the server has no emq module (or this user may not run it)."""
 

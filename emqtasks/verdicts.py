@@ -19,6 +19,7 @@ class EnqueueVerdict(IntEnum):
     ENQUEUED = 1
     FULL = 2          # the lane holds its cap of waiting jobs: nothing was written
     UNREADABLE = 3    # its lane, or a book of its group, cannot be read: nothing was written
+    TENANT = 4        # its group belongs to another tenant and is busy: nothing was written
 
     @property
     def word(self) -> str:

@@ -8,8 +8,13 @@
 -- ARGV[3]  nonce, drawn at claim time
 -- ARGV[4]  result (JSON text)
 -- ARGV[5]  next: '' for none, else the nonce for the next claim
--- Reply: {verdict, next_job}: verdict 1 done, 0 stale (nothing of the job was written: no
---   result, no books; the queue's tally counts it: `stale_acks`, tally in lib/marks.lua);
+-- ARGV[6]  optional: the W3C traceparent of the run's span; the waiting steps it releases
+--          keep it (`tparent`, a chord's callback: `tlinks` for the members before the
+--          last), see wf_handover; absent or '' (a worker that does not trace) keeps none
+-- Reply: {verdict, next_job}: verdict 1 done (also to the same holder's ack sent again, its
+--   reply lost: the row is done with its attempts and nonce; nothing more is written), 0
+--   stale (nothing of the job was written: no result, no books; the queue's tally counts
+--   it: `stale_acks`, tally in lib/marks.lua);
 --   next_job as in claim.lua, or false when none was asked or none is serviceable
 --   (or a queue-wide key a claim writes is of the wrong type: the next plain claim says which).
 -- Side effects: counts the success in the minute's history; removes the id from `active`, state done with result and finish time; the
@@ -43,10 +48,22 @@ if row then
   if not books then active_drop(g, now) end
   hist_succeeded(now, row[F_TASK] or '', g, tonumber(row[F_STARTED]))
   notify(id, row[F_WAITERS])
-  if row[F_NEXT] then wf_handover(row[F_NEXT], row[F_SLOT], ARGV[4], now) end
+  if row[F_NEXT] then
+    local tp = ARGV[6]
+    if tp == '' then tp = nil end
+    wf_handover(row[F_NEXT], row[F_SLOT], ARGV[4], now, tp)
+  end
   verdict = 1
 else
-  tally('stale_acks')
+  -- The same holder's ack again (its reply was lost: a cut connection, a timeout; the
+  -- worker sends it again): the first one was applied, so it is answered done again and
+  -- nothing is written. (A row gone with ttl 0 cannot tell: stale.)
+  local seen = redis.call('HMGET', job_key(id), 'state', 'attempts', 'nonce')
+  if seen[1] == 'done' and seen[2] == ARGV[2] and seen[3] == ARGV[3] then
+    verdict = 1
+  else
+    tally('stale_acks')
+  end
 end
 local next_job = false
 if ARGV[5] ~= '' and redis.call('EXISTS', K_paused) == 0 then

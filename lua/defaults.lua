@@ -23,7 +23,14 @@ local tf = time_fair()
 local ring
 if tf then ring = redis.call('ZRANGE', K_gvt, 0, -1)
 else ring = redis.call('LRANGE', K_ring, 0, -1) end
-for _, g in ipairs(ring) do candidate(g) end
+-- A queue with tenants settles group by group (a tenant's groups stand in its own ring)
+local tenanted = not tf and redis.call('EXISTS', K_gtenant) == 1
+if tenanted then
+  for _, t in ipairs(redis.call('HVALS', K_gtenant)) do
+    for _, g in ipairs(redis.call('LRANGE', tring_key(t), 0, -1)) do candidate(g) end
+  end
+end
+for _, g in ipairs(ring) do if string.byte(g, 1) ~= 255 then candidate(g) end end
 for _, g in ipairs(redis.call('ZRANGE', K_gwait, 0, -1)) do candidate(g) end
 for _, g in ipairs(candidates) do was[g] = placed(g) end
 for i = 0, n - 1 do
@@ -32,6 +39,12 @@ for i = 0, n - 1 do
   else redis.call('HSET', K_gdefaults, field, value) end
 end
 DEFAULTS = nil
+if tenanted then
+  for _, g in ipairs(candidates) do settle(g, was[g], now) end
+  local waiting = redis.call('ZCARD', K_gwait)
+  if waiting > 0 then wake('d') end
+  return {redis.call('LLEN', K_ring), waiting}
+end
 local want, at = {}, {}
 for _, g in ipairs(candidates) do
   if open(g) then

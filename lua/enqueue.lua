@@ -16,9 +16,15 @@
 -- then, optionally (sent only when a job of the call has one), n expiries, one per job:
 --   ms from now after which the job, not yet started, is never run ('' for none); the
 --   row keeps `expires` = now + that, and a claim that meets it later ends it `expired`.
+-- then, optionally (sent only when a job of the call names one, after the expiries, all ''
+--   when none has one), n tenants, one per job: the tenant of the job's group ('' for none:
+--   the group is its own tenant). A group belongs to one tenant: a job naming another than
+--   its group's (none counts as one) is refused unless the group is empty (nothing waiting
+--   in its lane, nothing in flight); then the group passes to the job's tenant.
 -- Reply: an array of n integers, one per job: 1 enqueued, 0 duplicate (the row exists, so
 --   nothing was written), -1 refused because the id is malformed, 2 refused because the
---   lane holds its cap of waiting jobs (max_size: nothing was written), 3 refused because
+--   lane holds its cap of waiting jobs (max_size: nothing was written), 4 refused because
+--   its group belongs to another tenant and is not empty (nothing was written), 3 refused because
 --   its lane, or a book of its group that opening the lane reads (limit, jobs in flight,
 --   rate, start times), cannot be read (nothing was written; the others go on). An error
 --   (WRONGTYPE, naming the key) when a queue-wide key the call writes is of the wrong
@@ -33,8 +39,13 @@ local now = now_ms()
 -- years either way, so now + one stays integer text of 15 digits (int_ok).
 local MAX_EXPIRES_MS = 315576000000
 local tail = 2 + n * 10
+local tenants = nil
 if #ARGV >= tail then
-  if #ARGV ~= tail - 1 + n then return redis.error_reply('ERR emq: n expiries or none') end
+  if #ARGV == tail - 1 + 2 * n and n > 0 then
+    tenants = tail + n
+  elseif #ARGV ~= tail - 1 + n then
+    return redis.error_reply('ERR emq: n expiries or none, then n tenants or none')
+  end
   for i = 0, n - 1 do
     local ex = ARGV[tail + i]
     if ex ~= '' and not (int_ok(ex) and math.abs(tonumber(ex)) <= MAX_EXPIRES_MS) then
@@ -55,6 +66,9 @@ for i = 0, n - 1 do
     out[#out + 1] = 0
   elseif refused[i] then
     out[#out + 1] = 3
+  elseif not tenant_claim(ARGV[at + J_GROUP], tenants and ARGV[tenants + i],
+                          caps[i] and tonumber(caps[i]) == 0) then
+    out[#out + 1] = 4
   else
     -- A producer's job: held to its lane's cap when due now (caps[i], nil for a countdown:
     -- it joins its lane when due), and counted in the minute's history as enqueued.

@@ -1,4 +1,5 @@
--- repair: rebuild the derived structures (ring, gactive, gturn, wake) from the lanes, the
+-- repair: rebuild the derived structures (ring, the tenants' rings, gactive, tactive, gturn,
+-- wake) from the lanes, the
 -- active set and the rows, move rows a claim cannot read to `dead` with the reason, and put
 -- back jobs whose row says they wait but no structure holds them (what a server restart
 -- without full persistence can leave behind).
@@ -44,10 +45,20 @@ local function candidate(g)
   if g and not seen[g] then seen[g] = true; candidates[#candidates + 1] = g end
 end
 for i = 2, n + 1 do candidate(ARGV[i]) end
-for _, g in ipairs(redis.call('LRANGE', K_ring, 0, -1)) do candidate(g) end
+for _, g in ipairs(redis.call('LRANGE', K_ring, 0, -1)) do
+  if string.byte(g, 1) ~= 255 then candidate(g) end      -- a tenant's mark: its ring below
+end
+local tenants = {}
+for _, t in ipairs(redis.call('HVALS', K_gtenant)) do
+  if not tenants[t] then
+    tenants[t] = true
+    for _, g in ipairs(redis.call('LRANGE', tring_key(t), 0, -1)) do candidate(g) end
+    redis.call('DEL', tring_key(t))
+  end
+end
 for _, g in ipairs(redis.call('ZRANGE', K_gvt, 0, -1)) do candidate(g) end
 for _, g in ipairs(redis.call('ZRANGE', K_gwait, 0, -1)) do candidate(g) end
-redis.call('DEL', K_ring, K_gactive, K_gturn, K_gwait, K_gvt)
+redis.call('DEL', K_ring, K_gactive, K_gturn, K_gwait, K_gvt, K_tactive)
 local restored = 0
 for i = p, #ARGV do
   local id = ARGV[i]
@@ -73,7 +84,13 @@ end
 local active = redis.call('ZRANGE', K_active, 0, -1)
 for _, id in ipairs(active) do
   local g = redis.call('HGET', job_key(id), 'group')
-  if g then redis.call('HINCRBY', K_gactive, g, 1) else redis.call('ZREM', K_active, id) end
+  if g then
+    redis.call('HINCRBY', K_gactive, g, 1)
+    local t = tenant_of(g)
+    if t then redis.call('HINCRBY', K_tactive, t, 1) end
+  else
+    redis.call('ZREM', K_active, id)
+  end
 end
 local ringed = 0
 local tf = time_fair()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from emqtasks import App, ConfigError, Durable, LaneFull, NotDurable
+from emqtasks import App, ConfigError, Durable, InvalidGroup, LaneFull, NotDurable
 from emqtasks._dev.localserver import find_binary
 from emqtasks._dev.replicated import Replicated
 from emqtasks.config import Settings
@@ -220,19 +220,112 @@ def test_256_coroutines_each_get_their_own_verdict(papp: App) -> None:
     assert calls <= 2     # the calls of one turn of the loop: one batch
 
 
+def test_tenants_go_through_a_batch_each_refusal_its_callers_own(papp: App) -> None:
+    """8 threads x 60 calls, batched: calls naming tenant acme for its busy group "busy",
+    calls naming tenant beta (some with an expiry), calls naming none; and on four threads
+    four calls each naming globex for "busy". Exactly those 16 callers get InvalidGroup,
+    nothing of theirs written; every other call is enqueued, its tenant recorded."""
+    t = papp.tasks["tests.ap.noop"]
+    t.apply_async((0,), job_id="owner", group="busy", tenant="acme")    # acme's, busy
+    refused_ids = {f"refused-{k}-{i}" for k in range(0, THREADS, 2) for i in (7, 22, 37, 52)}
+    outcomes: list[list[tuple[str, str]]] = [[] for _ in range(THREADS)]
+
+    def work(k: int) -> None:
+        mine = outcomes[k]
+        for i in range(60):
+            job_id = f"j-{k}-{i}"
+            try:
+                if f"refused-{k}-{i}" in refused_ids:
+                    job_id = f"refused-{k}-{i}"
+                    h = t.apply_async((i,), job_id=job_id, group="busy", tenant="globex")
+                elif i % 3 == 0:
+                    h = t.apply_async((i,), job_id=job_id, group="busy", tenant="acme")
+                elif i % 3 == 1:
+                    h = t.apply_async((i,), job_id=job_id, group=f"beta-{k}", tenant="beta",
+                                      expires=600 if i % 2 else None)
+                else:
+                    h = t.apply_async((i,), job_id=job_id, group=f"plain-{k}")
+                mine.append((job_id, h.verdict))
+            except InvalidGroup as exc:
+                assert job_id in str(exc) and "another tenant" in str(exc)
+                mine.append((job_id, "refused"))
+
+    before = enqueue_calls(papp.client)
+    in_threads(THREADS, work)
+    calls = enqueue_calls(papp.client) - before
+
+    every = dict(o for per in outcomes for o in per)
+    assert len(every) == THREADS * 60
+    assert {j for j, v in every.items() if v == "refused"} == refused_ids
+    assert {v for j, v in every.items() if j not in refused_ids} == {"enqueued"}
+    q = papp.queue()
+    for job_id in refused_ids:
+        assert q.status(job_id) is None
+    acme = sum(1 for j in every if j.startswith("j-") and int(j.rsplit("-", 1)[1]) % 3 == 0)
+    assert papp.client.zcard(q.keys.lane("busy")) == 1 + acme
+    assert papp.client.hget(q.keys.gtenant, "busy") == "acme"
+    for k in range(THREADS):
+        assert papp.client.hget(q.keys.gtenant, f"beta-{k}") == "beta"
+        assert papp.client.hget(q.keys.gtenant, f"plain-{k}") is None
+    assert papp.stats()["pending"] == 1 + len(every) - len(refused_ids)
+    assert calls < THREADS * 60     # the calls went out batched
+
+
+def test_coroutines_name_tenants_through_a_batch(papp: App) -> None:
+    """The calls of one turn of the loop are one batch: the globex callers for acme's busy
+    group get InvalidGroup, the others are enqueued under their own tenants."""
+    t = papp.tasks["tests.ap.noop"]
+    t.apply_async((0,), job_id="owner", group="busy", tenant="acme")
+
+    async def go() -> tuple[list[str], int]:
+        await t.adelay(0)
+        before = enqueue_calls(papp.client)
+
+        async def one(k: int) -> str:
+            tenant = "globex" if k % 8 == 3 else "acme"
+            try:
+                h = await t.aapply_async((k,), job_id=f"a-{k}", group="busy", tenant=tenant)
+                return h.verdict
+            except InvalidGroup as exc:
+                assert f"a-{k}" in str(exc)
+                return "refused"
+
+        got = await asyncio.gather(*(one(k) for k in range(32)))
+        calls = enqueue_calls(papp.client) - before
+        await papp.aclose()
+        return list(got), calls
+
+    got, calls = asyncio.run(go())
+    assert [k for k, v in enumerate(got) if v == "refused"] == [3, 11, 19, 27]
+    assert Counter(got) == {"enqueued": 28, "refused": 4}
+    assert all(papp.queue().status(f"a-{k}") is None for k in (3, 11, 19, 27))
+    assert papp.client.zcard(papp.queue().keys.lane("busy")) == 1 + 28
+    assert calls <= 2
+
+
 def test_autopipeline_setting(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
-    assert autopipeline_mode({}) is True
+    """Off by default in this release; EMQ_AUTOPIPELINE=1 or App(autopipeline=True) on."""
+    assert autopipeline_mode({}) is False
+    assert autopipeline_mode({"EMQ_AUTOPIPELINE": "1"}) is True
     assert autopipeline_mode({"EMQ_AUTOPIPELINE": "0"}) is False
     with pytest.raises(ConfigError):
         autopipeline_mode({"EMQ_AUTOPIPELINE": "maybe"})
-    assert Settings.from_env({"EMQ_AUTOPIPELINE": "off"}).autopipeline is False
+    assert Settings().autopipeline is False
+    assert Settings.from_env({}).autopipeline is False
+    assert Settings.from_env({"EMQ_AUTOPIPELINE": "on"}).autopipeline is True
+    monkeypatch.delenv("EMQ_AUTOPIPELINE", raising=False)
+    default = App(redis_url, queue="ap-default")
+    assert default.queue().batcher is None
+    monkeypatch.setenv("EMQ_AUTOPIPELINE", "1")
+    env_on = App(redis_url, queue="ap-env-on")
+    assert env_on.queue().batcher is not None
     monkeypatch.setenv("EMQ_AUTOPIPELINE", "0")
     off = App(redis_url, queue="ap-off")
     assert off.queue().batcher is None
     on = App(redis_url, queue="ap-on", autopipeline=True)
     assert on.queue().batcher is not None
-    off.close()
-    on.close()
+    for a in (default, env_on, off, on):
+        a.close()
 
 
 def test_job_ids_of_a_forked_child_are_its_own() -> None:

@@ -208,3 +208,78 @@ def test_sign_in_stays_on_the_dashboard_and_its_csrf_token_is_its_own_in_a_brows
         browser.find_element(By.ID, "queue-toggle").click()   # the page's own token
         _wait(browser, lambda b: b.find_element(By.ID, "queue-toggle").text
               == "resume the queue")
+
+
+def _sign_in(browser: Any, base: str, token: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.delete_all_cookies()
+    browser.get(base + "/login")
+    browser.find_element(By.ID, "token").send_keys(token)
+    browser.find_element(By.ID, "login").click()
+    _wait(browser, lambda b: not b.current_url.startswith(base + "/login")
+          and b.execute_script("return document.readyState") == "complete")
+
+
+def test_enqueue_run_now_audit_and_roles_in_a_browser(app: App, queue: Queue, browser: Any,
+                                                      tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    from emqtasks.schedules.schedule import ScheduleStore
+
+    ScheduleStore(queue).note_tasks([make_task(app, name="t.report").spec])
+    tokens = "alice:operator:op-tok,bots:viewer:view-tok"
+    with DashServer([queue], tokens=tokens) as d:
+        # An operator enqueues a task by name with a countdown: the job waits, delayed
+        _sign_in(browser, d.base, "op-tok")
+        assert browser.find_element(By.ID, "who").text == "alice"
+        browser.find_element(By.LINK_TEXT, "enqueue").click()
+        _wait(browser, lambda b: b.find_elements(By.ID, "enqueue-form"))
+        browser.find_element(By.ID, "e-task").send_keys("t.report")
+        browser.find_element(By.ID, "e-args").clear()
+        browser.find_element(By.ID, "e-args").send_keys('[7, "x"]')
+        browser.find_element(By.ID, "e-group").send_keys("acme")
+        browser.find_element(By.ID, "e-countdown").send_keys("600")
+        browser.save_screenshot(str(tmp_path / "enqueue.png"))
+        browser.find_element(By.ID, "e-send").click()
+        _wait(browser, lambda b: b.find_elements(By.ID, "f-state"))
+        assert browser.find_element(By.ID, "f-state").text == "delayed"
+        assert browser.find_element(By.ID, "f-group").text == "acme"
+        job_id = browser.current_url.split("id=")[1].split("&")[0]
+        # ...and runs it now: it moves to its lane
+        browser.find_element(By.ID, "run-now").click()
+        _wait(browser, lambda b: b.find_elements(By.ID, "done"))
+        assert browser.find_element(By.ID, "f-state").text == "pending"
+        assert queue.status(job_id) == "pending"
+        # A bad countdown is refused with the reason, nothing written
+        browser.get(d.base + "/enqueue")
+        browser.find_element(By.ID, "e-task").send_keys("t.report")
+        browser.find_element(By.ID, "e-countdown").send_keys("-5")
+        browser.find_element(By.ID, "e-send").click()
+        _wait(browser, lambda b: b.find_elements(By.ID, "error"))
+        assert "countdown" in browser.find_element(By.ID, "error").text
+        # The audit page says who did what
+        browser.get(d.base + "/")
+        browser.find_element(By.LINK_TEXT, "audit").click()
+        _wait(browser, lambda b: b.find_elements(By.ID, "audit"))
+        rows = [(r.find_element(By.CSS_SELECTOR, ".who").text,
+                 r.find_element(By.CSS_SELECTOR, ".action").text)
+                for r in browser.find_elements(By.CSS_SELECTOR, "#audit tr")[1:]]
+        assert rows == [("alice", "run now"), ("alice", "enqueue")]
+        browser.save_screenshot(str(tmp_path / "audit.png"))
+        # A viewer sees the same pages, with no action on them, and a POST is refused
+        _sign_in(browser, d.base, "view-tok")
+        assert browser.find_element(By.ID, "read-only").text == "viewer"
+        browser.get(d.base + "/audit")
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#audit tr")) == 3
+        browser.get(d.base + f"/job?id={job_id}")
+        assert browser.find_elements(By.ID, "abort-one") == []
+        browser.get(d.base + "/enqueue")
+        assert browser.find_elements(By.ID, "enqueue-form") == []
+        browser.save_screenshot(str(tmp_path / "viewer.png"))
+        status = browser.execute_script(
+            "var f = new URLSearchParams(); f.append('id', arguments[0]);"
+            "return fetch('/job/abort', {method: 'POST', body: f})"
+            ".then(function (r) { return r.status; });", job_id)
+        assert status == 403 and queue.status(job_id) == "pending"
+    assert len(queue.audit_log()) == 2

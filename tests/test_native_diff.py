@@ -257,7 +257,7 @@ class Pair:
     def __init__(self, srv: Server, a: str = "dl", b: str = "dn") -> None:
         self.srv = srv
         self.raw = Resp(srv.port)
-        self.r = srv.client(decode_responses=True)
+        self.r = srv.client(decode_responses=True, encoding_errors="surrogateescape")
         self.rb = srv.client()
         self.ka, self.kb = QueueKeys(a), QueueKeys(b)
         self.qa, self.qb = Queue(self.r, a), Queue(self.r, b)
@@ -265,7 +265,7 @@ class Pair:
         self.sha = {}
         for verb in (*VERBS, "pause", "pause_group", "limit", "weight", "cancel", "requeue",
                      "wait", "rate", "maxsize", "defaults", "fairness", "workflow", "wffail",
-                     "wfcancel"):
+                     "wfcancel", "tenant"):
             s = getattr(scripts, verb)
             self.r.script_load(s.script)
             self.sha[verb] = s.sha
@@ -505,6 +505,9 @@ def compare_history(sa: dict[str, Any], sb: dict[str, Any], tol: int,
 
 GROUPS = ["g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "{br}ace", "co:lon", "ünï",
           "sp ace", "default", "g*?["]
+#: The tenant a group's jobs usually name (op_enqueue): two tenants of several groups, one
+#: of one; the other groups are their own tenants.
+TENANTS = {"g0": "T1", "g1": "T1", "g2": "T1", "{br}ace": "T2", "co:lon": "T2", "g3": "T3"}
 BAD_IDS = ["bad id", "", "x" * 129, "é", "a/b", "a\x00b", "semi;colon"]
 
 
@@ -591,7 +594,27 @@ class Run:
             # the job ends it expired, on both sides alike) or far ahead; never one that
             # could pass between the two sides' claims
             args += [self.rnd.choice(["", "", "0", "-5", str(10**9)]) for _ in jobs]
+        if self.rnd.random() < 0.4:
+            # tenants (after the expiries, '' for none): mostly each group's usual tenant,
+            # now and then another one (refused while the group is busy: 4)
+            if len(args) == 1 + 10 * len(jobs):
+                args += ["" for _ in jobs]
+            args += [self.tenant_of(j[3]) for j in jobs]
         self.p.verb("enqueue", args)
+
+    def tenant_of(self, group: str) -> str:
+        """The tenant a job of this group names: the usual one, or another one in ten."""
+        usual = TENANTS.get(group, "")
+        return usual if self.rnd.random() < 0.9 else self.rnd.choice(["", "T1", "T2", "T3"])
+
+    def op_tenant(self) -> None:
+        """Lua's tenant controls on both queues: weights, limits, pauses (lua/tenant.lua)."""
+        r = self.rnd
+        t = r.choice(["T1", "T2", "T3", ""])               # '': the default of every tenant
+        what = r.choice(["weight", "limit", "limit"] + (["pause"] if t else []))
+        value = (r.choice(["0", "1"]) if what == "pause"
+                 else r.choice(["", "1", "2", "3"]))
+        self.p.admin("tenant", [what, t, value])
 
     def op_claim(self) -> None:
         for lease in self.p.verb("claim", [self.rnd.choice([0, 1, 1, 1, 2, 4, 8]), self.nonce()]):
@@ -603,7 +626,11 @@ class Run:
             return
         nxt = self.nonce() if self.rnd.random() < 0.6 else ""
         self._ran_for(tok)
-        verdict, job = self.p.verb("ack", [*tok, f'{{"r":{self.rnd.randrange(99)}}}', nxt])
+        args = [*tok, f'{{"r":{self.rnd.randrange(99)}}}', nxt]
+        if self.rnd.random() < 0.5:   # the run's span (tparent/tlinks on what it releases)
+            span = f"00-{self.rnd.randrange(16**32):032x}-{self.rnd.randrange(16**16):016x}-01"
+            args.append(self.rnd.choice(["", span]))
+        verdict, job = self.p.verb("ack", args)
         self.done_with(tok)
         if job is not None:
             self.take(job)
@@ -850,7 +877,8 @@ class Run:
                  (self.op_workflow, 6), (self.op_workflow_admin, 1),
                  (self.op_retry, 7), (self.op_extend, 6), (self.op_release, 3),
                  (self.op_reap, 6), (self.op_promote, 6), (self.op_admin, 7),
-                 (self.op_fault, 3), (self.op_fairness, 4), (self.op_mode, 2)]
+                 (self.op_fault, 3), (self.op_fairness, 4), (self.op_mode, 2),
+                 (self.op_tenant, 3)]
         fns = [f for f, _ in table]
         weights = [w for _, w in table]
         for i in range(ops):
@@ -1422,6 +1450,59 @@ def test_fairness_paths(server: Server) -> None:
         p.close()
 
 
+def test_tenant_paths(server: Server) -> None:
+    """Fixed paths of two-level lanes, in lockstep: tenants' marks on the ring and their
+    groups' turns (weights at both levels), a tenant at its limit leaving and a completion
+    returning it, a pause, a back-off that takes a tenant's last group out (its mark goes),
+    a busy group refusing a second tenant (4), and a mode flip that takes the groups flat."""
+    p = Pair(server, "tl", "tn")
+    try:
+        def job(i: str, g: str) -> list[Any]:
+            return [i, "t", "p", g, 3, 10**7, 1000, 60, 0, 0]
+
+        def enqueue(jobs: list[tuple[str, str, str]]) -> Any:
+            args: list[Any] = [len(jobs)]
+            for i, g, _ in jobs:
+                args += job(i, g)
+            args += ["" for _ in jobs] + [t for _, _, t in jobs]
+            return p.verb("enqueue", args)
+
+        def ids(leases: list[Any]) -> list[str]:
+            return [lease[0].decode() for lease in leases]
+
+        assert enqueue([(f"a{i}", f"ga{i % 3}", "A") for i in range(9)]) == [1] * 9
+        assert enqueue([(f"b{i}", "gb", "B") for i in range(4)] + [("c0", "gc", "")]) == [1] * 5
+        assert enqueue([("x", "gb", "A"), ("y", "gc", "B")]) == [4, 4]    # busy: refused
+        p.admin("weight", ["ga1", "2"])
+        p.admin("tenant", ["weight", "A", "2"])
+        first = p.verb("claim", [8, "n1"])
+        assert ids(first) == ["a0", "a1", "b0", "c0", "a4", "a2", "b1", "a3"], ids(first)
+        p.compare()
+        p.admin("tenant", ["limit", "A", "5"])              # 5 in flight: A leaves
+        assert p.r.lrange(p.ka.ring, 0, -1) == p.r.lrange(p.kb.ring, 0, -1) == ["\udcffB"]
+        assert ids(p.verb("claim", [2, "n2"])) == ["b2", "b3"]
+        tok = (first[0][0].decode(), first[0][3], first[0][4].decode())
+        p.verb("ack", [*tok, "1", ""])                       # a completion: A is back
+        assert ids(p.verb("claim", [1, "n3"])) == ["a7"]
+        p.compare()
+        tok = (first[1][0].decode(), first[1][3], first[1][4].decode())
+        p.verb("release", [*tok, "RateLimited", str(10**8)])   # ga1 backs off
+        p.admin("tenant", ["pause", "A", "1"])
+        assert p.verb("claim", [3, "n4"]) == []
+        p.admin("tenant", ["pause", "A", "0"])
+        p.admin("tenant", ["limit", "A", ""])
+        p.compare()
+        p.admin("fairness", ["time"])
+        p.verb("claim", [1, "n5"])
+        p.admin("fairness", ["turns"])
+        rest = p.verb("claim", [20, "n6"])
+        assert len(rest) == 2, ids(rest)
+        p.compare()
+        p.checked()
+    finally:
+        p.close()
+
+
 def test_expiring_jobs(server: Server) -> None:
     """Jobs enqueued with expiries (apply_async(expires=...)) on both paths: a claim, and the
     claim of ack-and-claim-next, end every job past its deadline `expired` (never leased: no
@@ -1497,6 +1578,115 @@ def test_retry_keeps_the_failed_attempts_span(server: Server) -> None:
             assert p.r.hget(k.job("j1"), "tlink") == link
             assert p.r.hget(k.job("j2"), "tlink") == "00-old-span-01"
             assert p.r.hget(k.job("j3"), "tlink") == "00-old-span-01"
+        p.checked()
+    finally:
+        p.close()
+
+
+def test_ack_keeps_the_runs_span_on_the_steps_it_releases(server: Server) -> None:
+    """ack's optional ARGV[6] on both paths: a chain's step released keeps the releasing
+    run's span (``tparent``); a chord's callback keeps its last member's as ``tparent`` and
+    the others' in ``tlinks`` (a member acked with '' or no sixth argument adds none), a
+    list that stops growing past its bound; a job with no waiting step keeps nothing."""
+    p = Pair(server, "tpa", "tpn")
+    run = Run(p, SEED + 13)
+
+    def span(i: int) -> str:
+        return f"00-{i:032x}-{i:016x}-01"
+
+    def fields(job_id: str) -> list[Any]:
+        f = run.job_fields(job_id, "tg")
+        f[7], f[8] = 3600, 0   # kept once done (ttl), no countdown
+        return f
+
+    def steps(wf: str, ids: list[str], extra: dict[str, dict[str, str]]) -> list[Any]:
+        meta = {"kind": "chain", "final": ids[-1], "steps": " ".join(ids),
+                "waiting": " ".join(i for i in ids if "par" in extra[i])}
+        args: list[Any] = [wf, 604800, len(meta), *[x for kv in meta.items() for x in kv],
+                           len(ids)]
+        for i in ids:
+            extra[i]["wf"] = wf
+            mode = "w" if "par" in extra[i] else "r"
+            args += [*fields(i), mode, len(extra[i]), *[x for kv in extra[i].items() for x in kv]]
+        return args
+
+    held: dict[str, list[Any]] = {}
+
+    def ack(job_id: str, *more: str) -> None:
+        for _ in range(10):
+            if job_id in held:
+                break
+            for lease in p.verb("claim", [50, run.nonce()]):
+                held[lease[0].decode()] = [lease[0].decode(), lease[3], lease[4].decode()]
+        assert p.verb("ack", [*held.pop(job_id), '{"r":1}', "", *more])[0] == 1
+
+    try:
+        p.admin("workflow", steps("c", ["c0", "c1", "c2"], {
+            "c0": {"next": "c1"}, "c1": {"par": "c0", "next": "c2", "imm": "1"},
+            "c2": {"par": "c1", "splice": "12", "comma": "1"}}))
+        members = [f"m{i}" for i in range(5)]
+        chord_rows = {m: {"next": "cb", "slot": str(i)} for i, m in enumerate(members)}
+        chord_rows["cb"] = {"par": " ".join(members), "npend": "5", "nslots": "5", "imm": "1"}
+        p.admin("workflow", steps("d", [*members, "cb"], chord_rows))
+        # a chord big enough that its callback's list stops at the bound
+        big = [f"b{i}" for i in range(140)]
+        big_rows = {m: {"next": "bcb", "slot": str(i)} for i, m in enumerate(big)}
+        big_rows["bcb"] = {"par": " ".join(big), "npend": "140", "nslots": "140", "imm": "1"}
+        p.admin("workflow", steps("e", [*big, "bcb"], big_rows))
+        p.verb("enqueue", [1, *fields("plain")])
+        p.compare()
+        ack("c0", span(1))
+        ack("c1", span(2))
+        ack("m3", span(13))
+        ack("m0", "")           # a worker that does not trace: nothing of it kept
+        ack("m1")
+        ack("m4", span(14))
+        ack("m2", span(12))     # the last in: the callback's parent
+        for i, m in enumerate(big):
+            ack(m, span(100 + i))
+        ack("plain", span(9))
+        p.compare()
+        for k in (p.ka, p.kb):
+            assert p.r.hget(k.job("c1"), "tparent") == span(1)
+            assert p.r.hget(k.job("c2"), "tparent") == span(2)
+            assert p.r.hmget(k.job("cb"), "tparent", "tlinks") == [
+                span(12), f"{span(13)} {span(14)}"]
+            assert p.r.hget(k.job("bcb"), "tparent") == span(239)
+            kept = p.r.hget(k.job("bcb"), "tlinks").split()
+            assert kept == [span(100 + i) for i in range(len(kept))]
+            assert 120 < len(kept) < 139
+            assert p.r.hmget(k.job("c0"), "tparent", "tlinks") == [None, None]
+            assert p.r.hmget(k.job("plain"), "tparent", "tlinks") == [None, None]
+        p.checked()
+    finally:
+        p.close()
+
+
+def test_an_ack_sent_again_by_its_holder(server: Server) -> None:
+    """ack on both paths when the holder sends it again (its reply lost): done again with
+    nothing written (the row keeps the first result, no stale ack counted), next claim and
+    all; another token's ack of the done job stays stale (counted); a ttl-0 job (no row
+    left) cannot tell: stale."""
+    p = Pair(server, "rsa", "rsn")
+    run = Run(p, SEED + 12)
+    try:
+        fields = [run.job_fields(f"j{i}", f"g{i}") for i in (1, 2, 3)]
+        for f, ttl in zip(fields, (3600, 86400, 0)):
+            f[7], f[8] = ttl, 0                      # its ttl; no countdown
+        p.verb("enqueue", [3, *fields[0], *fields[1], *fields[2]])
+        leases = {lease[0].decode(): [lease[0].decode(), lease[3], lease[4].decode()]
+                  for lease in p.verb("claim", [3, "n1"])}
+        assert sorted(leases) == ["j1", "j2", "j3"], leases
+        for job_id in ("j1", "j3"):
+            assert p.verb("ack", [*leases[job_id], '"first"', ""])[0] == 1
+        p.compare()
+        assert p.verb("ack", [*leases["j1"], '"again"', ""])[0] == 1
+        p.compare()
+        assert p.verb("ack", [leases["j1"][0], leases["j1"][1], "other", '"x"', ""])[0] == 0
+        assert p.verb("ack", [*leases["j3"], '"again"', ""])[0] == 0
+        p.compare()
+        for k in (p.ka, p.kb):
+            assert p.r.hget(k.job("j1"), "result") == '"first"'
         p.checked()
     finally:
         p.close()

@@ -218,3 +218,17 @@ def test_every_verb_runs_on_an_empty_queue(app, queue):
     assert app.resume_group("A") is True
     stats = app.stats()
     assert (stats["pending"], stats["active"], stats["ring"]) == (0, 0, 0)
+
+
+#: Local slots each verb's script keeps free: Lua allows a function 200 active locals, and a
+#: verb's main function holds the top-level locals of every file it includes.
+LOCAL_SLOTS_SPARE = 8
+
+
+@pytest.mark.parametrize("name", scripts.VERBS)
+def test_each_verb_compiles_with_local_slots_to_spare(app: App, name: str) -> None:
+    """A library that grows by a few top-level locals must not stop a verb compiling (ack
+    once went over 200 after two features each added a few): each script still compiles
+    with LOCAL_SLOTS_SPARE more locals in front of it."""
+    spare = "local " + ", ".join(f"_spare{i}" for i in range(LOCAL_SLOTS_SPARE)) + "\n"
+    app.client.script_load(spare + scripts.source(name))

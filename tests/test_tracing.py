@@ -47,6 +47,10 @@ def _total(values: list[int]) -> int:
     return sum(values)
 
 
+def _attempts() -> int:
+    return 1
+
+
 def records(memory: InMemorySpanExporter) -> list[dict[str, Any]]:
     return [spanfile.as_record(s) for s in memory.get_finished_spans()]
 
@@ -107,18 +111,26 @@ def test_a_job_runs_in_the_trace_of_the_request_that_sent_it(
         assert run["parent_id"] == sent_flaky["span_id"]
         assert run["attributes"]["messaging.message.id"] == flaky.id
         assert run["attributes"]["emqtasks.group"] == "globex"
-    # a workflow: one send span for all its steps, each step's run a child of it
+    # a workflow: one send span for all its steps; the first step's run a child of it, each
+    # step after a child of the step that released it
     sent_flow = one(mine, "send t.otel.add", **{"messaging.message.id": flow.id})
     assert sent_flow["attributes"]["messaging.batch.message_count"] == 3
-    steps = [s for s in theirs if s["parent_id"] == sent_flow["span_id"]]
-    assert sorted(s["attributes"]["messaging.message.id"] for s in steps) == sorted(
-        step["id"] for step in flow.steps())
-    assert all(s["name"] == "process t.otel.add" and s["status"] == "UNSET" for s in steps)
-    # a chord: its members and its callback, children of its one send span
+    parent = sent_flow
+    for step in flow.steps():
+        ran_step = one(theirs, "process t.otel.add", **{"messaging.message.id": step["id"]})
+        assert ran_step["parent_id"] == parent["span_id"] and ran_step["links"] == []
+        assert ran_step["status"] == "UNSET"
+        parent = ran_step
+    # a chord: its members children of its one send span; its callback a child of the member
+    # that released it (the last in) and linked to the other two
     sent_chord = one(mine, "send t.otel.add", **{"messaging.message.id": both.id})
     assert sent_chord["attributes"]["messaging.batch.message_count"] == 4
-    runs = sorted(s["name"] for s in theirs if s["parent_id"] == sent_chord["span_id"])
-    assert runs == ["process t.otel.add"] * 3 + ["process t.otel.total"]
+    members = [s for s in theirs if s["parent_id"] == sent_chord["span_id"]]
+    assert [s["name"] for s in members] == ["process t.otel.add"] * 3
+    callback = one(theirs, "process t.otel.total")
+    member_ids = {s["span_id"] for s in members}
+    assert callback["parent_id"] in member_ids
+    assert sorted(callback["links"]) == sorted(member_ids - {callback["parent_id"]})
     assert len(theirs) == 10
 
 
@@ -253,3 +265,70 @@ def test_without_an_sdk_a_current_context_is_passed_on(app: App) -> None:
     q = app.queue()
     carrier = json.loads(q.client.hget(q.keys.job(h.id), "payload"))["t"]
     assert carrier == {"traceparent": f"00-{0x1234:032x}-{0x5678:016x}-01"}
+
+
+def test_without_tracing_an_ack_sends_nothing_more(app: App) -> None:
+    """A worker with no SDK (its tasks module installs none): a chain's acks carry the five
+    arguments they did (no span), and the steps they release keep none. The server's slow
+    log, told to keep every command, holds each ack as sent."""
+    q = app.queue()
+    client = q.client
+    before = client.config_get("slowlog-*")
+    client.config_set("slowlog-log-slower-than", 0)
+    client.config_set("slowlog-max-len", 100_000)
+    client.slowlog_reset()
+    try:
+        with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                        modules=("workflow_tasks",)) as w:
+            w.wait_ready()
+            add = app.task(name="wf.add")(_add)   # the worker's, known here by name
+            flow = chain(add.s(1, 2), add.s(3), add.s(4)).apply_async(app=app)
+            assert flow.get(timeout=10) == 10
+            assert w.stop() == 0
+        entries = client.slowlog_get(100_000)
+    finally:
+        for name, value in before.items():
+            client.config_set(name, value)
+    keys, sha = len(q.keys.fixed), q.scripts.ack.sha
+    step_ids = [step["id"] for step in flow.steps()]
+    acks: dict[str, list[str]] = {}
+    for entry in entries:
+        command = entry["command"]
+        words = (command.decode() if isinstance(command, bytes) else command).split(" ")
+        if words[0].upper() == "EMQ.ACK":
+            args = words[1 + keys:]
+        elif words[0].upper() == "EVALSHA" and words[1] == sha:
+            args = words[3 + keys:]
+        else:
+            continue
+        acks[args[0]] = args
+    assert sorted(acks) == sorted(step_ids)
+    assert all(len(args) == 5 for args in acks.values()), acks   # id .. next: no span
+    for step_id in step_ids:
+        assert client.hmget(q.keys.job(step_id), "tparent", "tlinks") == [None, None]
+
+
+def test_a_released_step_whose_child_dies_is_still_the_child_of_the_step_before(
+        app: App, exported: InMemorySpanExporter, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain's second step dies on its first attempt: the master's span of that run and
+    the retry's run are both children of the first step's run (the row's tparent), the
+    retry linked to the run that died."""
+    out = tmp_path / "spans.jsonl"
+    monkeypatch.setenv("EMQ_TEST_SPANS", str(out))
+    add = app.task(name="t.otel.add")(_add)
+    dies_once = app.task(name="t.otel.dies_once")(_attempts)   # the worker's, by name
+    with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                    modules=("otel_tasks",)) as w:
+        w.wait_ready()
+        flow = chain(add.s(1, 2), dies_once.si()).apply_async(app=app)
+        assert flow.get(timeout=15) == 2
+        assert w.stop() == 0
+    theirs = spanfile.read(out)
+    first = one(theirs, "process t.otel.add")
+    died = one(theirs, "process t.otel.dies_once", **{"emqtasks.attempt": 1})
+    again = one(theirs, "process t.otel.dies_once", **{"emqtasks.attempt": 2})
+    assert died["attributes"]["emqtasks.settled_by"] == "master"
+    assert died["parent_id"] == first["span_id"] and died["status"] == "ERROR"
+    assert again["parent_id"] == first["span_id"] and again["links"] == [died["span_id"]]
+    assert {s["trace_id"] for s in theirs} == {first["trace_id"]}

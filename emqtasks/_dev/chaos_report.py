@@ -38,11 +38,15 @@ class Report:
     worker_errors: list[str] = field(default_factory=list)
     worker_exits: list[str] = field(default_factory=list)   # last log line of each exit
     log_dir: str = ""
+    chords: int = 0          # chords acknowledged
+    operations: dict[str, int] = field(default_factory=dict)   # history records, by op type
+    history_violations: list[str] = field(default_factory=list)   # history_check's, printed
+    skipped: dict[str, str] = field(default_factory=dict)   # fault -> why it did not strike
 
     @property
     def ok(self) -> bool:
         return (self.jobs > 0 and self.check_ok and not self.lost and not self.unexpected_dead
-                and not self.undead and not self.unburied)
+                and not self.undead and not self.unburied and not self.history_violations)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
@@ -59,7 +63,8 @@ class Report:
             f"{e.get('server_restarts', 0)} server restarts, {e.get('poisoned_rows', 0)} "
             f"poisoned rows, {e.get('full_servers', 0)} full servers, "
             f"{e.get('master_freezes', 0)} master freezes, {e.get('partitions', 0)} "
-            f"partitions"
+            f"partitions, {e.get('server_stalls', 0)} server stalls, "
+            f"{e.get('clock_steps', 0)} clock steps"
             + (f" (and {restarted} worker(s) restarted after exiting)" if restarted else ""),
             f"jobs: {self.jobs:,} acknowledged enqueues over {self.groups} groups "
             f"({k.get('work', 0):,} plain, {k.get('flaky', 0):,} failing once, "
@@ -74,6 +79,12 @@ class Report:
                if self.repaired_violations else ""),
             f"duplicates: {self.duplicated_jobs} jobs ran more than once ({self.extra_runs} "
             f"extra runs; at most {self.max_runs} runs of one job)",
+            f"history: {sum(self.operations.values()):,} operations ("
+            + ", ".join(f"{n:,} {op}" for op, n in sorted(self.operations.items()))
+            + f"; {self.chords:,} chords); violations: "
+            f"{sum(1 for v in self.history_violations if not v.startswith(' '))}",
+            *(f"  {line}" for line in self.history_violations[:60]),
+            *(f"skipped: {fault}: {why}" for fault, why in self.skipped.items()),
             f"drain after the chaos: {self.backlog:,} jobs in {self.drain_seconds:.1f} s; "
             f"worker log errors: "
             f"{len(self.worker_errors)}"

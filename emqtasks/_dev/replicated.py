@@ -1,5 +1,6 @@
 """A primary and its replicas on loopback, for the durable-write tests and benchmark (and the
-failover drill to come): each a LocalRedis, the replicas started with ``--replicaof``.
+failover drill: emqtasks._dev.sentinels adds the sentinels): each a LocalRedis, the replicas
+started with ``--replicaof``.
 
 ``pause(replica)`` SIGSTOPs one (it stops acknowledging, as a replica across a slow network
 would) and ``resume`` SIGCONTs it; ``paused()`` is a context that always resumes.
@@ -28,7 +29,8 @@ class Replicated:
                                   extra=(*extra, "--repl-diskless-sync-delay", "0"))
         self.replicas = [
             LocalRedis(binary=binary, module=module,
-                       extra=(*extra, "--replicaof", "127.0.0.1", str(self.primary.port)))
+                       extra=(*extra, "--repl-diskless-sync-delay", "0",   # once promoted
+                              "--replicaof", "127.0.0.1", str(self.primary.port)))
             for _ in range(replicas)]
 
     @property

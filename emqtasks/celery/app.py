@@ -193,13 +193,15 @@ class Celery(App):
                   countdown: float | None = None, eta: datetime | float | None = None,
                   group: str | None = None, priority: int = 0,
                   expires: datetime | float | None = None,
-                  durable: bool | Durable | None = None) -> JobHandle[Any]:
+                  durable: bool | Durable | None = None,
+                  tenant: str | None = None) -> JobHandle[Any]:
         """Celery's send_task: by name, routed by task_routes when no queue is given."""
         if queue is None and isinstance(name, str):
             queue = routes.route(self._routes, name)
         return super().send_task(name, args or (), kwargs, job_id=job_id or task_id,
                                  group=group, countdown=countdown, eta=eta, queue=queue,
-                                 priority=priority, expires=expires, durable=durable)
+                                 priority=priority, expires=expires, durable=durable,
+                                 tenant=tenant)
 
     def signature(self, name: str, args: Iterable[Any] = (),
                   kwargs: dict[str, Any] | None = None, **options: Any) -> Signature:

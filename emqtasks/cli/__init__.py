@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from .. import __version__
-from . import admin, fairness, native, observe, schedules, workflows
+from . import admin, audit, fairness, native, observe, schedules, workflows
 from .doctor import doctor
 from .embedded import embedded
 from .worker import worker
@@ -63,5 +63,5 @@ main.add_command(worker)
 main.add_command(embedded)
 main.add_command(doctor)
 for _command in (*admin.COMMANDS, *fairness.COMMANDS, *native.COMMANDS, *schedules.COMMANDS,
-                 *workflows.COMMANDS, *observe.COMMANDS):
+                 *workflows.COMMANDS, *observe.COMMANDS, *audit.COMMANDS):
     main.add_command(_command)

@@ -47,59 +47,107 @@ from .fairness import describe_rate
 @queue_options
 @click.option("--group", "-g", default=None, metavar="GROUP",
               help="pause only this group's lane (default: the whole queue)")
-def pause(redis_url: str | None, queue: str | None, group: str | None) -> None:
-    """Stop claims on the whole queue, or on one group's lane (backlog and running jobs stay)."""
+@click.option("--tenant", "-t", default=None, metavar="TENANT",
+              help="pause every group of this tenant")
+def pause(redis_url: str | None, queue: str | None, group: str | None,
+          tenant: str | None) -> None:
+    """Stop claims on the whole queue, one group's lane or one tenant's groups (backlog and
+    running jobs stay)."""
 
     def verb(q: Queue) -> str:
+        if tenant is not None:
+            changed = q.pause_tenant(tenant)
+            return f"paused tenant {tenant}" if changed else f"tenant {tenant} was already paused"
         if group is None:
             q.pause()
             return f"paused queue {q.name}"
         changed = q.pause_group(group)
         return f"paused group {group}" if changed else f"group {group} was already paused"
 
-    click.echo(run_admin(redis_url, queue, verb))
+    click.echo(run_admin(redis_url, queue, verb, ("pause", _where(group, tenant), None)))
 
 
 @click.command(cls=AdminCommand)
 @queue_options
 @click.option("--group", "-g", default=None, metavar="GROUP",
               help="resume only this group's lane (default: the whole queue)")
-def resume(redis_url: str | None, queue: str | None, group: str | None) -> None:
-    """Let claims run again on the whole queue, or on one paused group's lane."""
+@click.option("--tenant", "-t", default=None, metavar="TENANT",
+              help="resume this paused tenant's groups")
+def resume(redis_url: str | None, queue: str | None, group: str | None,
+           tenant: str | None) -> None:
+    """Let claims run again on the whole queue, one paused group's lane or one tenant's."""
 
     def verb(q: Queue) -> str:
+        if tenant is not None:
+            changed = q.resume_tenant(tenant)
+            return f"resumed tenant {tenant}" if changed else f"tenant {tenant} was not paused"
         if group is None:
             q.resume()
             return f"resumed queue {q.name}"
         changed = q.resume_group(group)
         return f"resumed group {group}" if changed else f"group {group} was not paused"
 
-    click.echo(run_admin(redis_url, queue, verb))
+    click.echo(run_admin(redis_url, queue, verb, ("resume", _where(group, tenant), None)))
+
+
+def _where(group: str | None, tenant: str | None = None) -> str:
+    """What a pause or resume is aimed at, as the audit log says it."""
+    if tenant is not None:
+        return f"tenant {tenant}"
+    return "queue" if group is None else f"group {group}"
 
 
 # -- limit / weight ----------------------------------------------------------------------
 
-@click.command(cls=AdminCommand)
-@click.argument("group")
-@click.argument("limit", metavar="N|none")
-@queue_options
-def limit(redis_url: str | None, queue: str | None, group: str, limit: str) -> None:
-    """Set a group's concurrency limit to N (>= 1), or clear it with 'none'."""
-    value = None if limit.strip().lower() == "none" else positive_int(limit, "a group limit")
-    run_admin(redis_url, queue, lambda q: q.set_group_limit(group, value))
-    click.echo(f"limit of group {group} cleared" if value is None
-               else f"limit of group {group} set to {value}")
+def _target(words: tuple[str, ...], tenant: str | None, value: str) -> tuple[str, str]:
+    """(group or tenant, the value's text) of ``GROUP VALUE`` or ``--tenant T VALUE``."""
+    if len(words) != (1 if tenant is not None else 2):
+        ctx = click.get_current_context()
+        what = "Missing argument" if len(words) < (1 if tenant is not None else 2) else \
+            "Got unexpected extra argument"
+        raise CliError(f"{ctx.info_name}: {what}: give "
+                       f"{'--tenant TENANT ' if tenant is not None else 'GROUP '}{value} "
+                       f"(see '{ctx.command_path} --help')")
+    return (tenant, words[0]) if tenant is not None else (words[0], words[1])
+
+
+_TENANT = click.option("--tenant", "-t", default=None, metavar="TENANT",
+                       help="the tenant's, over all its groups, instead of a group's")
 
 
 @click.command(cls=AdminCommand)
-@click.argument("group")
-@click.argument("weight", metavar="W")
+@click.argument("words", nargs=-1, metavar="[GROUP] N|none")
+@_TENANT
 @queue_options
-def weight(redis_url: str | None, queue: str | None, group: str, weight: str) -> None:
-    """Give a group W (>= 1) consecutive turns per rotation of the ring (default 1)."""
-    value = positive_int(weight, "a group weight")
-    run_admin(redis_url, queue, lambda q: q.set_group_weight(group, value))
-    click.echo(f"weight of group {group} set to {value}")
+def limit(redis_url: str | None, queue: str | None, words: tuple[str, ...],
+          tenant: str | None) -> None:
+    """Set a group's (or with --tenant a tenant's) concurrency limit to N (>= 1), or clear
+    it with 'none'."""
+    name, text = _target(words, tenant, "N|none")
+    kind = "tenant" if tenant is not None else "group"
+    value = None if text.strip().lower() == "none" else positive_int(text, f"a {kind} limit")
+    run_admin(redis_url, queue, lambda q: (q.set_tenant_limit if tenant is not None
+                                           else q.set_group_limit)(name, value),
+              ("limit", f"{kind} {name}: {value}", None))
+    click.echo(f"limit of {kind} {name} cleared" if value is None
+               else f"limit of {kind} {name} set to {value}")
+
+
+@click.command(cls=AdminCommand)
+@click.argument("words", nargs=-1, metavar="[GROUP] W")
+@_TENANT
+@queue_options
+def weight(redis_url: str | None, queue: str | None, words: tuple[str, ...],
+           tenant: str | None) -> None:
+    """Give a group W (>= 1) consecutive turns per rotation of its ring (default 1); with
+    --tenant, a tenant W turns of the ring of tenants."""
+    name, text = _target(words, tenant, "W")
+    kind = "tenant" if tenant is not None else "group"
+    value = positive_int(text, f"a {kind} weight")
+    run_admin(redis_url, queue, lambda q: (q.set_tenant_weight if tenant is not None
+                                           else q.set_group_weight)(name, value),
+              ("weight", f"{kind} {name}: {value}", None))
+    click.echo(f"weight of {kind} {name} set to {value}")
 
 
 # -- dead / requeue ----------------------------------------------------------------------
@@ -151,7 +199,8 @@ def requeue(redis_url: str | None, queue: str | None, job_id: str | None,
         view = q.job(job_id)  # type: ignore[arg-type]
         return "missing" if view is None else view["state"]
 
-    result = run_admin(redis_url, queue, verb)
+    result = run_admin(redis_url, queue, verb, lambda n: None if isinstance(n, str) else
+                       ("requeue", job_id or "all dead jobs", n))
     if isinstance(result, str):
         raise Refused(f"no job {job_id} in queue {settings_for(redis_url, queue).queue}"
                       if result == "missing" else
@@ -173,7 +222,8 @@ _REFUSALS = {
 @queue_options
 def cancel(redis_url: str | None, queue: str | None, job_id: str) -> None:
     """Withdraw a job that is not running (pending, delayed or dead)."""
-    verdict = run_admin(redis_url, queue, lambda q: q.cancel(job_id))
+    verdict = run_admin(redis_url, queue, lambda q: q.cancel(job_id),
+                        lambda v: ("cancel", job_id, 1) if v == "cancelled" else None)
     if verdict != "cancelled":
         raise Refused(f"job {job_id} not cancelled: {verdict}: {_REFUSALS.get(verdict, '')}"
                       .rstrip(": "))
@@ -192,7 +242,8 @@ def abort(redis_url: str | None, queue: str | None, job_id: str) -> None:
         except UnknownJob as exc:
             raise Refused(str(exc)) from None
 
-    verdict = run_admin(redis_url, queue, verb)
+    verdict = run_admin(redis_url, queue, verb, lambda v: None if v == "finished" else
+                        ("abort" if v == "aborting" else "cancel", job_id, 1))
     if verdict == "finished":
         raise Refused(f"job {job_id} not aborted: it already finished (done, dead, "
                       "cancelled, expired or aborted)")
@@ -203,12 +254,14 @@ def abort(redis_url: str | None, queue: str | None, job_id: str) -> None:
 @queue_options
 @click.option("--yes", is_flag=True, help="really delete every key of the queue")
 def purge(redis_url: str | None, queue: str | None, yes: bool) -> None:
-    """Delete every key of the queue: jobs, lanes, results, limits, pauses, dead jobs."""
+    """Delete every key of the queue: jobs, lanes, results, limits, pauses, dead jobs (its
+    audit log stays, and records the purge)."""
     name = settings_for(redis_url, queue).queue
     if not yes:
         raise CliError(f"purge deletes every job and setting of queue {name}: "
                        "pass --yes to do it")
-    removed = run_admin(redis_url, queue, lambda q: q.purge())
+    removed = run_admin(redis_url, queue, lambda q: q.purge(),
+                        lambda n: ("purge", f"{n} keys", None))
     click.echo(f"purged queue {name}: {removed} key{'' if removed == 1 else 's'} removed")
 
 
@@ -256,7 +309,9 @@ def enqueue(redis_url: str | None, queue: str | None, task_name: str, args_json:
         finally:
             app.close()
 
-    handle = run_admin(redis_url, queue, verb)
+    handle = run_admin(redis_url, queue, verb, lambda h: (
+        "enqueue", f"{task_name} in group {group or 'default'} as {h.id}",
+        0 if h.duplicate else 1))
     click.echo(f"{handle.id} duplicate" if handle.duplicate else handle.id)
 
 
@@ -403,7 +458,9 @@ def check_command(redis_url: str | None, queue: str | None, repair: bool, as_jso
         mended = do_repair(q) if repair else None
         return check(q), mended
 
-    report, mended = run_admin(redis_url, queue, verb)
+    report, mended = run_admin(redis_url, queue, verb, lambda r: None if r[1] is None else (
+        "repair", f"{r[1].restored} restored, {r[1].buried} buried, "
+                  f"{len(r[1].rebuilt)} keys rebuilt", r[1].restored + r[1].buried))
     if as_json:
         click.echo(json.dumps({"ok": report.ok, "violations": report.violations,
                                "jobs": report.jobs, "groups": report.groups,

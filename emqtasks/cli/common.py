@@ -12,6 +12,7 @@ import redis
 from .. import validate
 from ..config import Settings, redacted
 from ..errors import CorruptKey, EmqError, InvalidArgument
+from ..store.audit import cli_user
 from ..store.connection import connect
 from ..store.queue import Queue
 
@@ -98,10 +99,26 @@ def open_queue(settings: Settings) -> Queue:
     return Queue(client, settings.queue)
 
 
-def run_admin(redis_url: str | None, queue: str | None, verb: Callable[[Queue], Any]) -> Any:
+#: What the audit log records of a change (store/audit.py): (action, target, jobs), or a
+#: function of the verb's result giving it (None: nothing changed, nothing recorded).
+Audit = tuple[str, str, "int | None"] | Callable[[Any], "tuple[str, str, int | None] | None"]
+
+
+def run_admin(redis_url: str | None, queue: str | None, verb: Callable[[Queue], Any],
+              audit: Audit | None = None) -> Any:
+    """Run ``verb`` on the queue; with ``audit``, record the change it made in the queue's
+    audit log as this OS user at this host."""
     q = open_queue(settings_for(redis_url, queue))
     try:
-        return verb(q)
+        result = verb(q)
+        entry = audit(result) if callable(audit) else audit
+        if entry is not None:
+            try:
+                q.audit(cli_user(), "cli", *entry)
+            except CorruptKey as exc:
+                raise Refused(f"{entry[0]} done, but not recorded in the audit log: "
+                              f"{exc}") from None
+        return result
     except CorruptKey as exc:   # the verb ran, but a key it read is spoilt: exit 1
         raise Refused(str(exc)) from None
     except EmqError as exc:

@@ -49,7 +49,8 @@ def rate(redis_url: str | None, queue: str | None, group: str, rate: str) -> Non
     """At most MAX of GROUP's jobs start in any window of SECONDS; 'none' clears it."""
     value = parse_rate(rate)
     run_admin(redis_url, queue, lambda q: q.set_group_rate(
-        group, *(value if value else (None, 1.0))))
+        group, *(value if value else (None, 1.0))),
+        ("rate", f"group {group}: {describe_rate(value) if value else None}", None))
     click.echo(f"rate of group {group} cleared" if value is None else
                f"rate of group {group} set to {value[0]} per {value[1]:g}s")
 
@@ -61,7 +62,8 @@ def rate(redis_url: str | None, queue: str | None, group: str, rate: str) -> Non
 def maxsize(redis_url: str | None, queue: str | None, group: str, size: str) -> None:
     """Cap GROUP's waiting jobs at N (enqueues into a full lane are refused); 'none' clears."""
     value = parse_count(size, "a lane cap")
-    run_admin(redis_url, queue, lambda q: q.set_group_max_size(group, value))
+    run_admin(redis_url, queue, lambda q: q.set_group_max_size(group, value),
+              ("maxsize", f"group {group}: {value}", None))
     click.echo(f"lane cap of group {group} cleared" if value is None else
                f"lane cap of group {group} set to {value}")
 
@@ -72,9 +74,20 @@ def maxsize(redis_url: str | None, queue: str | None, group: str, size: str) -> 
 @click.option("--rate", "rate_text", default=None, metavar="M/S|none", help="default rate")
 @click.option("--max-size", default=None, metavar="N|none", help="default lane cap")
 @click.option("--weight", default=None, metavar="W|none", help="default weight")
+@click.option("--tenant-limit", default=None, metavar="N|none",
+              help="default concurrency limit of every tenant")
+@click.option("--tenant-weight", default=None, metavar="W|none",
+              help="default weight of every tenant")
 def defaults(redis_url: str | None, queue: str | None, limit: str | None,
-             rate_text: str | None, max_size: str | None, weight: str | None) -> None:
-    """Set the settings every group has unless it has its own; alone, print them."""
+             rate_text: str | None, max_size: str | None, weight: str | None,
+             tenant_limit: str | None, tenant_weight: str | None) -> None:
+    """Set the settings every group (or with --tenant-*, every tenant) has unless it has its
+    own; alone, print them."""
+    tenant_changes: dict[str, int | None] = {}
+    for name, text in (("limit", tenant_limit), ("weight", tenant_weight)):
+        if text is not None:
+            tenant_changes[name] = None if text.strip().lower() == "none" else \
+                positive_int(text, f"a default tenant {name}")
     changes: dict[str, Any] = {}
     for name, text in (("limit", limit), ("weight", weight)):
         if text is not None:
@@ -85,18 +98,25 @@ def defaults(redis_url: str | None, queue: str | None, limit: str | None,
     if rate_text is not None:
         changes["rate"] = parse_rate(rate_text)
 
-    def verb(q: Queue) -> dict[str, Any]:
+    def verb(q: Queue) -> tuple[dict[str, Any], dict[str, int]]:
         if changes:
             q.set_group_defaults(**changes)
-        return q.group_defaults()
+        for name, value in tenant_changes.items():
+            q.set_tenant_default(name, value)
+        return q.group_defaults(), q.tenant_defaults()
 
-    current = run_admin(redis_url, queue, verb)
+    said = [f"{k}: {describe_rate(v) if k == 'rate' and v else v}" for k, v in changes.items()]
+    said += [f"tenant {k}: {v}" for k, v in tenant_changes.items()]
+    current, tenants = run_admin(redis_url, queue, verb,
+                                 ("defaults", ", ".join(said), None) if said else None)
     if not current:
         click.echo("no defaults set: every group is unlimited, weight 1, no rate, no cap")
     for name in ("limit", "rate", "max_size", "weight"):
         if name in current:
             shown = describe_rate(current[name]) if name == "rate" else current[name]
             click.echo(f"{name + ':':<10} {shown}")
+    for name, value in tenants.items():
+        click.echo(f"{'tenant ' + name + ':':<17} {value}")
 
 
 @click.command(cls=AdminCommand)
@@ -117,6 +137,8 @@ def lane(redis_url: str | None, queue: str | None, group: str, as_json: bool) ->
         click.echo(f"  oldest waiting job: {view['oldest_age']:.1f}s")
     click.echo(f"  pending {view['pending']}, active {view['active']}, "
                f"paused {'yes' if view['paused'] else 'no'}")
+    if view.get("tenant") is not None:
+        click.echo(f"  tenant:    {view['tenant']} (emqtasks tenant {view['tenant']})")
     if view["busy_share"] is not None or view["target_share"] is not None:
         def pct(x: float | None) -> str:
             return "-" if x is None else f"{100 * x:.0f}%"
@@ -143,8 +165,29 @@ def fairness(redis_url: str | None, queue: str | None, mode: str | None) -> None
             q.set_fairness(mode)
         return q.fairness()
 
-    current = run_admin(redis_url, queue, verb)
+    current = run_admin(redis_url, queue, verb,
+                        ("fairness", mode, None) if mode is not None else None)
     click.echo(f"fairness: {current}" if mode is None else f"fairness set to {current}")
 
 
-COMMANDS = (fairness, rate, maxsize, defaults, lane)
+@click.command(cls=AdminCommand)
+@click.argument("name")
+@queue_options
+@click.option("--json", "as_json", is_flag=True, help="the tenant as a JSON object")
+def tenant(redis_url: str | None, queue: str | None, name: str, as_json: bool) -> None:
+    """Why is tenant NAME waiting: its groups, backlog, jobs in flight and controls."""
+    view = run_admin(redis_url, queue, lambda q: q.tenant(name))
+    if as_json:
+        click.echo(json.dumps(view, indent=2))
+        return
+    state = ("empty" if not view["waiting"] else f"waits: {view['waits']}" if view["waits"]
+             else "ready" if view["on_ring"] else "ready (time mode: its groups served flat)")
+    click.echo(f"tenant {name}: {state}")
+    click.echo(f"  {len(view['groups'])} groups, {view['waiting']} jobs waiting, "
+               f"{view['active']} in flight, {view['groups_ready']} groups ready")
+    click.echo(f"  limit:     {'-' if view['limit'] is None else view['limit']}")
+    click.echo(f"  weight:    {view['weight']}")
+    click.echo(f"  paused:    {'yes' if view['paused'] else 'no'}")
+
+
+COMMANDS = (fairness, rate, maxsize, defaults, lane, tenant)

@@ -119,7 +119,8 @@ def add(name: str, task_name: str, redis_url: str | None, queue: str | None,
         store.put(s, origin="runtime")
         return next(i for i in store.infos() if i.name == s.name)
 
-    info = run_admin(redis_url, queue, verb)
+    info = run_admin(redis_url, queue, verb,
+                     ("schedule add", f"{s.name}: {s.task} {s.spec} ({s.tz})", None))
     click.echo(f"schedule {s.name} stored: {s.task} {s.spec} ({s.tz}), next run "
                f"{_when(info.next_run, s.tz)}")
 
@@ -129,7 +130,8 @@ def add(name: str, task_name: str, redis_url: str | None, queue: str | None,
 @queue_options
 def remove(name: str, redis_url: str | None, queue: str | None) -> None:
     """Remove the schedule NAME (jobs it enqueued already stay)."""
-    if not run_admin(redis_url, queue, lambda q: ScheduleStore(q).drop(name)):
+    if not run_admin(redis_url, queue, lambda q: ScheduleStore(q).drop(name),
+                     lambda dropped: ("schedule remove", name, None) if dropped else None):
         raise Refused(f"no schedule {name!r} on queue {settings_for(redis_url, queue).queue}")
     click.echo(f"schedule {name} removed")
 
@@ -152,7 +154,8 @@ def run(name: str, redis_url: str | None, queue: str | None,
         finally:
             app.close()
 
-    result = run_admin(redis_url, queue, verb)
+    result = run_admin(redis_url, queue, verb, lambda r: None if isinstance(
+        r, UnknownSchedule) else ("schedule run", f"{name} as {r.id}", 0 if r.duplicate else 1))
     if isinstance(result, UnknownSchedule):
         raise Refused(str(result))
     click.echo(f"{result.id} duplicate" if result.duplicate else result.id)

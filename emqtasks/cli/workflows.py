@@ -32,7 +32,8 @@ def workflow(redis_url: str | None, queue: str | None, workflow_id: str, cancel:
              as_json: bool) -> None:
     """Show a workflow (chain, group, chord): its status and each step's state, job id and
     attempts."""
-    view = run_admin(redis_url, queue, lambda q: _view(q, workflow_id, cancel))
+    view = run_admin(redis_url, queue, lambda q: _view(q, workflow_id, cancel),
+                     lambda v: ("cancel workflow", workflow_id, None) if cancel and v else None)
     if view is None:
         raise Refused(f"no workflow {workflow_id} (never was, or it expired)")
     if as_json:

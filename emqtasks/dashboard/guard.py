@@ -83,9 +83,10 @@ def session_key(token: str) -> bytes:
     return hmac.new(token.encode(), b"emqtasks-dashboard-session", hashlib.sha256).digest()
 
 
-def new_session(key: bytes) -> str:
-    """A login cookie's value: a new session's id and its signature."""
-    sid = secrets.token_urlsafe(18)
+def new_session(key: bytes, name: str = "") -> str:
+    """A login cookie's value: a new session's id and its signature; the id starts with the
+    signed-in account's ``name`` (``name~random``), so the session says who acts."""
+    sid = f"{name}~{secrets.token_urlsafe(18)}" if name else secrets.token_urlsafe(18)
     return f"{sid}.{_sign(key, 'session', sid)}"
 
 

@@ -4,14 +4,17 @@ The standard library's ThreadingHTTPServer (a thread per request: an SSE stream 
 and Jinja2 templates with autoescaping on: every value from Redis is escaped by the
 template engine, never pasted into HTML by hand. Assets are files of the package.
 
-Auth: with a token, every request must carry it, as ``Authorization: Bearer <token>``
+Auth: with tokens (one ``--token``, or named tokens with a role: roles.py), every request
+must carry one, as ``Authorization: Bearer <token>``
 (programs, Prometheus) or by the ``emq_session`` cookie that the login form sets (people:
 a signed session, see guard.py); anything else is answered 401. CSRF: every POST of a
 session carries that session's CSRF token (a form field or the ``X-CSRF-Token`` header),
 which only its pages show, and no Origin but its own; the cookie is SameSite=Strict and
 HttpOnly besides. A Bearer POST needs no CSRF token: a browser never adds that header of
 its own accord. Without a token, only a loopback Host name is answered (no DNS
-rebinding), and the CSRF token is one of this process.
+rebinding), and the CSRF token is one of this process. A viewer's POST is answered 403
+before its body is read. Every change made here is written to the queue's audit log
+(store/audit.py) with the name of the token that made it.
 
 A POST is checked (Host, Origin, auth, read-only, its declared length: at most 64 KB)
 before a byte of its body is read; a refusal then closes the connection. A client that
@@ -38,11 +41,13 @@ from urllib.parse import parse_qs, quote, urlsplit
 from ..errors import CorruptKey, EmqError, ScriptError, UnknownJob
 from ..observe.metrics import CONTENT_TYPE, Exporter
 from ..producer.abort import abort as abort_job
+from ..store.audit import AUDIT_DAYS, AUDIT_MAX
 from ..store.keys import check_job_id
 from ..store.queue import Queue
 from ..workflows.canvas import WorkflowHandle
-from . import guard, views
+from . import actions, guard, roles, views
 from .guard import Refused
+from .roles import Account
 
 log = logging.getLogger("emqtasks.dashboard")
 COOKIE = "emq_session"
@@ -51,14 +56,18 @@ _STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; cha
 #: Pages past this are refused (400): an offset the server could not take.
 MAX_PAGE = 1_000_000_000
 _DIGITS = re.compile(r"[0-9]+")
+_STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 
 
 @dataclass(frozen=True)
 class Caller:
-    """Who an authorized request comes from, as far as CSRF goes: the token its POSTs must
-    carry, or None where none is needed (the Bearer token)."""
+    """Who an authorized request comes from: the CSRF token its POSTs must carry (None where
+    none is needed: the Bearer token), its account's name (the audit log's "who") and
+    whether its role may change anything."""
 
     csrf: str | None
+    name: str = roles.LOOPBACK
+    can_act: bool = True
 
 
 class Dashboard:
@@ -66,16 +75,22 @@ class Dashboard:
 
     def __init__(self, queues: list[Queue], token: str | None = None,
                  read_only: bool = False, metrics_only: bool = False,
-                 top_groups: int = 50) -> None:
+                 top_groups: int = 50, accounts: list[Account] | None = None) -> None:
         self.queues = {q.name: q for q in queues}
         self.views = {q.name: views.QueueView(q) for q in queues}
         self.first = queues[0].name
         self.token = token or None
+        #: Who may sign in: the named tokens and the one --token (an operator).
+        self.accounts = roles.merge(list(accounts or []), self.token)
         self.read_only = read_only
         self.metrics_only = metrics_only
-        # Signs the sessions and CSRF tokens: derived from the token (every process with it
-        # agrees), or, without one, a key of this process.
-        self.key = guard.session_key(token) if token else secrets.token_bytes(32)
+        # Signs the sessions and CSRF tokens: derived from the tokens (every process with
+        # them agrees; a changed token or role ends every session), or, without any, a key
+        # of this process.
+        single = [a.token for a in self.accounts if a.name == roles.SINGLE]
+        secret = (single[0] if len(self.accounts) == 1 and single else
+                  "\n".join(sorted(f"{a.name}:{a.role}:{a.token}" for a in self.accounts)))
+        self.key = guard.session_key(secret) if self.accounts else secrets.token_bytes(32)
         self.exporter = Exporter(queues, top_groups)
         self.stopping = threading.Event()
         self._env: Any = None
@@ -94,30 +109,47 @@ class Dashboard:
             self._env.filters["q"] = lambda v: quote(str(v), safe="")
         return self._env
 
-    def render(self, name: str, csrf: str = "", **values: Any) -> str:
-        """A page; ``csrf``: the CSRF token of the caller's session, for its forms."""
+    def render(self, name: str, csrf: str = "", caller: Caller | None = None,
+               **values: Any) -> str:
+        """A page; ``csrf``: the CSRF token of the caller's session, for its forms; a
+        viewer's pages show no action (as a read-only dashboard's)."""
+        viewer = caller is not None and not caller.can_act
         return str(self.env.get_template(name).render(
-            read_only=self.read_only, csrf=csrf, queues=list(self.queues),
-            auth=self.token is not None, **values))
+            read_only=self.read_only or viewer, csrf=csrf, queues=list(self.queues),
+            auth=bool(self.accounts), who=caller.name if caller else "",
+            role="viewer" if viewer else "", **values))
 
     def caller(self, headers: Any) -> Caller | None:
         """Who the request comes from, or None: not authorized."""
-        if self.token is None:
+        if not self.accounts:
             return Caller(guard.csrf_token(self.key, ""))
         auth = headers.get("Authorization", "")
         if auth.startswith("Bearer "):
-            given = auth[len("Bearer "):].strip()
-            return Caller(None) if self.token_ok(given) else None
+            account = self.account_for(auth[len("Bearer "):].strip())
+            return None if account is None else Caller(None, account.name, account.can_act)
         try:
             cookie = SimpleCookie(headers.get("Cookie", ""))
         except CookieError:
             return None
         sid = guard.session_id(self.key, cookie[COOKIE].value) if COOKIE in cookie else None
-        return None if sid is None else Caller(guard.csrf_token(self.key, sid))
+        if sid is None:
+            return None
+        # The role is read now, not at sign-in: the session names its account
+        name = sid.partition("~")[0] if "~" in sid else roles.SINGLE
+        account = next((a for a in self.accounts if a.name == name), None)
+        return None if account is None else Caller(guard.csrf_token(self.key, sid),
+                                                   account.name, account.can_act)
+
+    def account_for(self, given: str) -> Account | None:
+        """The account whose token this is (each compared in constant time), or None."""
+        found = None
+        for account in self.accounts:
+            if hmac.compare_digest(given.encode(), account.token.encode()):
+                found = account
+        return found
 
     def token_ok(self, given: str) -> bool:
-        return self.token is not None and hmac.compare_digest(given.encode(),
-                                                              self.token.encode())
+        return self.account_for(given) is not None
 
 
 def serve(dashboard: Dashboard, host: str, port: int) -> ThreadingHTTPServer:
@@ -135,6 +167,7 @@ class Handler(BaseHTTPRequestHandler):
     timeout = 30.0              # seconds a client may stall (socket timeout, StreamRequestHandler)
     body_unread = False         # a POST's body not read yet: an answer closes the connection
     csrf = ""                   # the caller's CSRF token, for the forms of the pages
+    who: Caller | None = None   # the caller, once authorized (its role shapes the pages)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
@@ -167,7 +200,7 @@ class Handler(BaseHTTPRequestHandler):
         return {k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()}
 
     def _render(self, name: str, **values: Any) -> str:
-        return self.dash.render(name, csrf=self.csrf, **values)
+        return self.dash.render(name, csrf=self.csrf, caller=self.who, **values)
 
     def handle_expect_100(self) -> bool:
         return True   # "100 Continue" only once the headers passed: see _form
@@ -229,7 +262,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _host_refused(self) -> bool:
         """A tokenless dashboard answers only to a loopback Host (guard.py)."""
-        if self.dash.token is None and not guard.host_ok(self.headers.get("Host")):
+        if not self.dash.accounts and not guard.host_ok(self.headers.get("Host")):
             self._send(HTTPStatus.MISDIRECTED_REQUEST,
                        "this dashboard has no token: it answers only on a loopback address",
                        "text/plain; charset=utf-8")
@@ -238,7 +271,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
-        self.csrf = ""   # a kept-alive connection may carry another caller's next request
+        # a kept-alive connection may carry another caller's next request
+        self.csrf, self.who = "", None
         if self._host_refused():
             return
         try:
@@ -250,7 +284,7 @@ class Handler(BaseHTTPRequestHandler):
             if caller is None:
                 self._unauthorized()
                 return
-            self.csrf = caller.csrf or ""
+            self.csrf, self.who = caller.csrf or "", caller
             if path == "/metrics":
                 self._send(HTTPStatus.OK, self.dash.exporter.render(), CONTENT_TYPE)
                 return
@@ -285,7 +319,8 @@ class Handler(BaseHTTPRequestHandler):
             done = qs.get("done")
             self._send(HTTPStatus.OK, self._render(
                 "job.html", page="jobs", job=detail,
-                done=done if done in ("aborting", "cancelled", "finished") else None, **common))
+                done=done if done in ("aborting", "cancelled", "finished", "run", "duplicate")
+                else None, **common))
         elif path == "/workflow":
             page = _page(qs.get("page"))
             wf = views.workflow_detail(queue, qs.get("id", ""), page)
@@ -295,6 +330,19 @@ class Handler(BaseHTTPRequestHandler):
                 "workflow.html", page="jobs", wf=wf, pg=page,
                 pages=views.page_count(wf["total"]), done=_count(qs.get("done")),
                 **common))
+        elif path == "/audit":
+            before = qs.get("before") or None
+            if before is not None and not _STREAM_ID.fullmatch(before):
+                raise Refused(HTTPStatus.BAD_REQUEST, "before= is an entry id (ms-seq)")
+            rows = queue.audit_log(views.PAGE + 1, before)
+            self._send(HTTPStatus.OK, self._render(
+                "audit.html", page="audit", rows=rows[:views.PAGE],
+                more=rows[views.PAGE - 1].id if len(rows) > views.PAGE else None,
+                days=AUDIT_DAYS, cap=AUDIT_MAX, **common))
+        elif path == "/enqueue":
+            known = actions.known_tasks(queue, view.hour.get()["tasks"])
+            self._send(HTTPStatus.OK, self._render(
+                "enqueue.html", page="enqueue", tasks=sorted(known), **common))
         elif path == "/workers":
             self._send(HTTPStatus.OK, self._render(
                 "workers.html", page="workers", workers=queue.workers(),
@@ -358,7 +406,7 @@ class Handler(BaseHTTPRequestHandler):
         """Everything the headers can tell is checked before the body is read: a request
         refused on them costs a few hundred bytes, whatever body it declares."""
         path = urlsplit(self.path).path
-        self.body_unread, self.csrf = True, ""
+        self.body_unread, self.csrf, self.who = True, "", None
         if self._host_refused():
             return
         try:
@@ -371,8 +419,12 @@ class Handler(BaseHTTPRequestHandler):
             if caller is None:
                 self._unauthorized()
                 return
+            self.who = caller
             if self.dash.read_only:
                 raise Refused(HTTPStatus.FORBIDDEN, "refused: the dashboard is read-only")
+            if not caller.can_act:
+                raise Refused(HTTPStatus.FORBIDDEN, f"refused: {caller.name} is a viewer "
+                                                    f"(it may look, not change)")
             header_token = self.headers.get("X-CSRF-Token")
             if header_token is not None:
                 self._check_csrf(caller, header_token)
@@ -382,36 +434,50 @@ class Handler(BaseHTTPRequestHandler):
                 self._check_csrf(caller, one.get("csrf", ""))
             self.csrf = caller.csrf or ""
             queue, _ = self._queue(one.get("queue"))
-            self._act(path, queue, one, form)
+            self._act(path, queue, one, form, caller)
         except Exception as exc:
             self._answer_failure(exc, "POST", path)
 
     def _login(self, one: dict[str, str]) -> None:
         nxt = guard.local_path(one.get("next"))
-        if not self.dash.token_ok(one.get("token", "")):
+        account = self.dash.account_for(one.get("token", ""))
+        if account is None:
             self._send(HTTPStatus.UNAUTHORIZED, self.dash.render(
                 "login.html", error="wrong token", next=nxt))
             return
-        cookie = (f"{COOKIE}={guard.new_session(self.dash.key)}; HttpOnly; SameSite=Strict; "
-                  f"Path=/")
+        name = "" if account.name == roles.SINGLE else account.name
+        cookie = (f"{COOKIE}={guard.new_session(self.dash.key, name)}; HttpOnly; "
+                  f"SameSite=Strict; Path=/")
         self._redirect(nxt, {"Set-Cookie": cookie})
 
     def _act(self, path: str, queue: Queue, one: dict[str, str],
-             form: dict[str, list[str]]) -> None:
+             form: dict[str, list[str]], caller: Caller) -> None:
         back = guard.local_path(one.get("back"))
         group = one.get("group", "")
         view = self.dash.views[queue.name]
+        where = f"group {group}" if group else "queue"
+        # what the audit log records of the change: (action, target, jobs)
+        entry: tuple[str, str, int | None]
         if path == "/action/pause":
             queue.pause_group(group) if group else queue.pause()
+            entry = ("pause", where, None)
         elif path == "/action/resume":
             queue.resume_group(group) if group else queue.resume()
+            entry = ("resume", where, None)
         elif path == "/action/limit":
-            queue.set_group_limit(group, _opt_int(one.get("value")))
+            value = _opt_int(one.get("value"))
+            queue.set_group_limit(group, value)
+            entry = ("limit", f"{where}: {value}", None)
         elif path == "/action/weight":
-            queue.set_group_weight(group, _opt_int(one.get("value")))
+            value = _opt_int(one.get("value"))
+            queue.set_group_weight(group, value)
+            entry = ("weight", f"{where}: {value}", None)
         elif path == "/action/rate":
             value = _opt_int(one.get("value"))
-            queue.set_group_rate(group, value, float(one.get("per") or 1))
+            per = float(one.get("per") or 1)
+            queue.set_group_rate(group, value, per)
+            entry = ("rate", f"{where}: {value if value is None else f'{value}/{per:g}s'}",
+                     None)
         elif path == "/dead/confirm":
             # "All that match" where the page's count was a lower bound: count them all
             # first (one full search), then the action runs on the jobs counted.
@@ -434,6 +500,8 @@ class Handler(BaseHTTPRequestHandler):
                 n = views.cancel_ids(queue, ids)
             sep = "&" if "?" in back else "?"
             back = f"{back}{sep}done={n}"
+            what = ids[0] if len(ids) == 1 else f"{len(ids)} dead jobs"
+            entry = (path[len("/dead/"):], what, n)
         elif path == "/job/abort":
             job_id = check_job_id(one.get("id", ""))
             try:
@@ -441,12 +509,30 @@ class Handler(BaseHTTPRequestHandler):
             except UnknownJob:
                 raise Refused(HTTPStatus.NOT_FOUND, "no such job (or its row expired)") from None
             back = f"/job?queue={quote(queue.name)}&id={quote(job_id)}&done={verdict}"
+            entry = ("abort" if verdict == "aborting" else "cancel", job_id,
+                     0 if verdict == "finished" else 1)
+        elif path == "/job/run":
+            job_id = check_job_id(one.get("id", ""))
+            if not queue.run_now(job_id):
+                raise Refused(HTTPStatus.CONFLICT, f"job {job_id} is not delayed: nothing to "
+                                                   f"run now")
+            back = f"/job?queue={quote(queue.name)}&id={quote(job_id)}&done=run"
+            entry = ("run now", job_id, 1)
+        elif path == "/action/enqueue":
+            known = actions.known_tasks(queue, view.hour.get()["tasks"])
+            job = actions.enqueue(queue, known, one)
+            back = f"/job?queue={quote(queue.name)}&id={quote(job.id)}" + \
+                ("&done=duplicate" if job.duplicate else "")
+            entry = ("enqueue", f"{job.task} in group {job.group} as {job.id}",
+                     0 if job.duplicate else 1)
         elif path == "/workflow/cancel":
             handle = WorkflowHandle(queue, check_job_id(one.get("id", "")))
             n = handle.cancel()
             back = f"/workflow?queue={quote(queue.name)}&id={quote(handle.id)}&done={n}"
+            entry = ("cancel workflow", handle.id, n)
         else:
             raise Refused(HTTPStatus.NOT_FOUND, "no such action")
+        queue.audit(caller.name, "dashboard", *entry)
         view.stats._value = None    # the next page shows the change
         self._redirect(back)
 

@@ -25,7 +25,8 @@ __all__ = ["BOOK_REPLIES", "DEFAULT_FIELDS", "STATES", "book_faults", "effective
 
 #: The settings a group has of its own or by default (the store's SETTINGS).
 DEFAULT_FIELDS = SETTINGS
-STATES = ("ready", "empty", "paused", "queue_paused", "at_limit", "rate_limited", "corrupt")
+STATES = ("ready", "empty", "paused", "queue_paused", "at_limit", "rate_limited", "corrupt",
+          "tenant_paused", "tenant_at_limit")
 
 
 def split_score(score: float) -> tuple[int, int]:
@@ -34,10 +35,12 @@ def split_score(score: float) -> tuple[int, int]:
     return prio, int(score - prio * PRIO_SPAN)
 
 
-_BOOK_HASHES = ("gactive", "glimit", "gweight", "grate", "gmax", "gdefaults")
+_BOOK_HASHES = ("gactive", "glimit", "gweight", "grate", "gmax", "gdefaults", "gtenant",
+                "tactive", "tlimit", "tweight")
 #: The other shared books: (name in QueueKeys, what a missing or unreadable key reads as).
 _BOOK_OTHERS: tuple[tuple[str, Any], ...] = (("gpaused", set()), ("paused", 0), ("gwait", []),
-                                             ("fairness", None), ("gvt", []), ("busy", {}))
+                                             ("fairness", None), ("gvt", []), ("busy", {}),
+                                             ("tpaused", set()))
 #: How many replies queue_books adds to a pipeline.
 BOOK_REPLIES = len(_BOOK_HASHES) + len(_BOOK_OTHERS)
 
@@ -53,6 +56,7 @@ def queue_books(pipe: Any, keys: Any) -> None:
     pipe.get(keys.fairness)
     pipe.zrange(keys.gvt, 0, -1)
     pipe.hgetall(keys.busy)
+    pipe.smembers(keys.tpaused)
 
 
 def make_books(client: Any, keys: Any, replies: list[Any], now: int) -> dict[str, Any]:
@@ -75,10 +79,11 @@ def make_books_plan(keys: Any, replies: list[Any], now: int) -> Steps[dict[str, 
     for (name, empty), reply in zip(_BOOK_OTHERS, replies[n:BOOK_REPLIES]):
         values.append((yield from readable_plan(getattr(keys, name), reply, empty, others)))
     books: dict[str, Any] = dict(zip(_BOOK_HASHES, hashes))
-    gpaused, paused, gwait, fairness, gvt, busy = values
+    gpaused, paused, gwait, fairness, gvt, busy, tpaused = values
     books.update(now_ms=now, gpaused=gpaused, paused=bool(paused), gwait=dict(gwait),
                  lanes={}, fairness="time" if fairness == "time" else "turns", gvt=gvt,
-                 busy={}, corrupt={}, faults=shared + others, shared_faults=shared, keys=keys)
+                 busy={}, corrupt={}, faults=shared + others, shared_faults=shared, keys=keys,
+                 tpaused=tpaused)
     books["busy_total"] = minute_ms(busy, now) or 0
     return books
 
@@ -203,6 +208,20 @@ def _int(text: Any) -> int | None:
     return int(text) if int_ok(text) else None
 
 
+def tenant_state(books: dict[str, Any], g: str) -> str:
+    """A group ready of its own: "ready", or why its tenant holds it back (its pause, its
+    limit; time mode serves the groups flat, no tenant holds one back there)."""
+    t = books["gtenant"].get(g)
+    if t is None or books["fairness"] == "time":
+        return "ready"
+    if t in books["tpaused"]:
+        return "tenant_paused"
+    limit = _int(books["tlimit"].get(t, books["tlimit"].get("")))
+    if limit is not None and (_int(books["tactive"].get(t, "0")) or 0) >= limit:
+        return "tenant_at_limit"
+    return "ready"
+
+
 def group_row(g: str, pending: int, oldest: int | None, books: dict[str, Any]) -> dict[str, Any]:
     """A group's row from the books: its effective settings (and where each comes from), its
     state and why it waits, its oldest job's age, its busy share (``books["busy"][g]``).
@@ -231,10 +250,11 @@ def group_row(g: str, pending: int, oldest: int | None, books: dict[str, Any]) -
     elif waiting_until is not None:
         state = "rate_limited"
     else:
-        state = "ready"
+        state = tenant_state(books, g)
     return {
         "pending": pending, "active": active, "limit": limit,
         "weight": weight, "paused": g in books["gpaused"],
+        "tenant": books["gtenant"].get(g),
         # a rate a claim reads as none (not max:per_ms) shows as none
         "rate": parse_rate(rate) if settings.RATE.fullmatch(rate or "") else None,
         "max_size": _int(eff["max_size"].value),
@@ -286,7 +306,32 @@ def stats_plan(k: QueueKeys) -> Steps[dict[str, Any]]:
         "pending": sum(v["pending"] for v in per_group.values()),
         "active": active, "delayed": delayed, "dead": dead, "ring": ring + ring_time,
         **marks, "corrupt": faults, "groups": per_group,
+        "tenants": tenant_rows(per_group, books),
     }
+
+
+def tenant_rows(per_group: dict[str, dict[str, Any]], books: dict[str, Any]
+                ) -> dict[str, dict[str, Any]]:
+    """Per tenant (lua/lib/ring.lua): its groups, their waiting jobs and oldest job's age,
+    its jobs in flight, its effective limit and weight, whether paused, and its state:
+    "empty", "paused", "at_limit" or "ready" (in time mode its groups are served flat)."""
+    names = {t for t in (*books["gtenant"].values(), *books["tactive"], *books["tpaused"])
+             if t}
+    rows: dict[str, dict[str, Any]] = {}
+    for t in sorted(names):
+        mine = [row for g, row in per_group.items() if books["gtenant"].get(g) == t]
+        pending = sum(row["pending"] for row in mine)
+        ages = [row["oldest_age"] for row in mine if row["oldest_age"] is not None]
+        active = _int(books["tactive"].get(t, "0")) or 0
+        limit = _int(books["tlimit"].get(t, books["tlimit"].get("")))
+        weight = _int(books["tweight"].get(t, books["tweight"].get(""))) or 1
+        paused = t in books["tpaused"]
+        state = ("empty" if not pending else "paused" if paused else
+                 "at_limit" if limit is not None and active >= limit else "ready")
+        rows[t] = {"groups": len(mine), "pending": pending, "active": active, "limit": limit,
+                   "weight": weight, "paused": paused, "state": state,
+                   "oldest_age": max(ages) if ages else None}
+    return rows
 
 
 def lane(queue: Queue, group: str) -> dict[str, Any]:

@@ -10,9 +10,16 @@ job's argument envelope as a W3C carrier (``"t"``, last, which workers before it
 
 A retry's run is a new ``process`` span in the same trace, linked to the attempt before:
 the retry verb keeps the failed attempt's traceparent on the job's row (``tlink``), which
-the next run reads (one HGET, only a traced run past its first attempt). A run whose child
+the next run reads (one HMGET, only a traced run past its first attempt). A run whose child
 died or was killed at its time limit gets its span from the master (``settling``), ERROR,
 its traceparent kept on the row the same way.
+
+A workflow's steps are in the workflow's trace, each a child of the step that released it:
+the worker's ack names the run's span (its traceparent, only when it recorded one) and the
+ack verb keeps it on each step it releases (``tparent``); a chord's callback, released by
+its last member, keeps the other members' too (``tlinks``) and links to them. A step that
+waits for another carries a mark in its envelope's carrier (``RELEASED``), so only its run
+reads its row (one HMGET, as a retry's).
 """
 
 from __future__ import annotations
@@ -24,9 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..producer.context import JobContext
+    from ..store.replies import SpanRow
 
 SYSTEM = "emqtasks"
 _TRACER = "emqtasks"
+#: The carrier's mark of a workflow step another step releases: its run's parent is on its
+#: row (``tparent``), not in the carrier. No propagator reads it.
+RELEASED = "emqtasks-released"
 
 
 def active() -> bool:
@@ -119,17 +130,54 @@ def _process_attributes(ctx: JobContext) -> dict[str, Any]:
             "emqtasks.attempt": ctx.attempts}
 
 
-def _links(traceparent: str | None) -> list[Any]:
-    """The link to the attempt before, from the traceparent the retry verb kept."""
-    if not traceparent:
-        return []
+def released(carrier: dict[str, str] | None) -> dict[str, str] | None:
+    """The carrier of a workflow step another step releases (the sender's, marked), or None
+    when there is nothing to carry."""
+    return {**carrier, RELEASED: "1"} if carrier else None
+
+
+def _span_context(traceparent: str) -> Any:
     from opentelemetry import trace
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    before = trace.get_current_span(
+    return trace.get_current_span(
         TraceContextTextMapPropagator().extract({"traceparent": traceparent})
     ).get_span_context()
-    return [trace.Link(before)] if before.is_valid else []
+
+
+def _links(row: SpanRow | None) -> list[Any]:
+    """The links a row names: the attempt before (the traceparent the retry verb kept), and
+    a chord callback's members before the last (the ack verb's)."""
+    if row is None:
+        return []
+    from opentelemetry import trace
+
+    found = (_span_context(t) for t in (row.link, *row.links) if t)
+    return [trace.Link(c) for c in found if c.is_valid]
+
+
+def _parent(carrier: dict[str, str], row: SpanRow | None) -> Any:
+    """A run's parent context: its sender's (the carrier), or, a released workflow step,
+    the span of the run that released it (in the same trace; the carrier's baggage kept)."""
+    from opentelemetry import propagate, trace
+
+    context = propagate.extract(carrier)
+    if row is not None and row.parent:
+        released_by = _span_context(row.parent)
+        if released_by.is_valid:
+            context = trace.set_span_in_context(trace.NonRecordingSpan(released_by), context)
+    return context
+
+
+def _row(ctx: JobContext, carrier: dict[str, str]) -> SpanRow | None:
+    """The spans the job's row names, read (one HMGET) only for a retry or a released step."""
+    if ctx.attempts <= 1 and RELEASED not in carrier:
+        return None
+    try:
+        row: SpanRow = ctx._queue.trace_row(ctx.id)
+        return row
+    except Exception:   # a span without its parent and links, rather than a failed run
+        return None
 
 
 def _traceparent(span: Any) -> str | None:
@@ -178,28 +226,27 @@ def firing(task: str, queue: str, schedule: str, slot: int) -> Firing | None:
 
 
 class _Process:
-    """A CONSUMER span ``process <task>`` around one run, child of the sender's span (and
-    linked to the attempt before, for a retry)."""
+    """A CONSUMER span ``process <task>`` around one run, child of the sender's span (a
+    released workflow step: of the span of the run that released it), linked to the attempt
+    before (a retry) and to a chord's other members (its callback)."""
 
     def __init__(self, ctx: JobContext, payload: str) -> None:
-        from opentelemetry import propagate, trace
+        from opentelemetry import trace
 
         self._ctx = ctx
-        link = None
-        if ctx.attempts > 1:
-            try:
-                link = ctx._queue.retry_link(ctx.id)
-            except Exception:   # a span without its link, rather than a failed run
-                link = None
+        carrier = _carrier(payload)
+        row = _row(ctx, carrier)
         self._cm = trace.get_tracer(_TRACER).start_as_current_span(
-            f"process {ctx.task}", context=propagate.extract(_carrier(payload)),
+            f"process {ctx.task}", context=_parent(carrier, row),
             kind=trace.SpanKind.CONSUMER, record_exception=False,
             set_status_on_exception=False, attributes=_process_attributes(ctx),
-            links=_links(link))
+            links=_links(row))
         self._span = self._cm.__enter__()
         span_context = self._span.get_span_context()
         if span_context.is_valid:   # for the job's log lines and error reports
             ctx._trace_id = f"{span_context.trace_id:032x}"
+        # for the ack: the workflow steps it releases are this span's children
+        ctx._traceparent = _traceparent(self._span)
 
     def __enter__(self) -> _Process:
         return self
@@ -227,16 +274,16 @@ class Settling:
     its time limit): begun at the run's start, in the job's trace, ended ERROR only once the
     master's write of the failure landed (a stale one: the child wrote it, and its span)."""
 
-    def __init__(self, ctx: JobContext, payload: str, link: str | None,
+    def __init__(self, ctx: JobContext, payload: str, row: SpanRow | None,
                  started_ns: int) -> None:
-        from opentelemetry import propagate, trace
+        from opentelemetry import trace
 
         self._ctx = ctx
         self._span = trace.get_tracer(_TRACER).start_span(
-            f"process {ctx.task}", context=propagate.extract(_carrier(payload)),
+            f"process {ctx.task}", context=_parent(_carrier(payload), row),
             kind=trace.SpanKind.CONSUMER, attributes={
                 **_process_attributes(ctx), "emqtasks.settled_by": "master"},
-            links=_links(link), start_time=started_ns)
+            links=_links(row), start_time=started_ns)
         #: What the retry verb keeps on the row, for the next attempt's link.
         self.traceparent = _traceparent(self._span)
         span_context = self._span.get_span_context()
@@ -251,10 +298,11 @@ class Settling:
         self._span.end()
 
 
-def settling(ctx: JobContext, payload: str, link: str | None,
+def settling(ctx: JobContext, payload: str, row: SpanRow | None,
              started_ns: int) -> Settling | None:
-    """The span of a run the master settles, or None when this process does not trace."""
-    return Settling(ctx, payload, link, started_ns) if _recording() else None
+    """The span of a run the master settles, or None when this process does not trace.
+    ``row``: the spans the job's row names (Reads.trace_of)."""
+    return Settling(ctx, payload, row, started_ns) if _recording() else None
 
 
 def recording() -> bool:
@@ -271,6 +319,12 @@ def traceparent() -> str | None:
     from opentelemetry import trace
 
     return _traceparent(trace.get_current_span())
+
+
+def span_of(ctx: JobContext | None) -> str | None:
+    """The traceparent of a run's span, if it recorded one: what its ack sends (None: the
+    ack sends nothing more)."""
+    return ctx._traceparent if ctx is not None else None
 
 
 def trace_id() -> str | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..store.groups import group_names
-from ..store.keys import NAMED_TYPES, WAKE_CAP, expected_type, ident_of, kind_of
+from ..store.keys import NAMED_TYPES, TENANT_MARK, WAKE_CAP, expected_type, ident_of, kind_of
 from ..store.protocol import ROW_INTS
 from ..store.queue import Queue
 from ..store.replies import ROW_READ, row_fault
@@ -36,11 +36,13 @@ TYPES = NAMED_TYPES
 #: The others are settings and workflows, which only their owner can set again.
 REBUILT = frozenset({"ring", "active", "gactive", "gturn", "delayed", "dead", "wake",
                      "gbackoff", "gwait", "gvt", "gvrun", "gcost", "busy", "workers", "tasks",
-                     "schedver"})
+                     "schedver", "tactive"})
 #: The families of keys (store/keys.py FAMILIES) repair deletes when of the wrong type.
-_REBUILT_FAMILIES = frozenset({"minute", "done", "worker", "lane", "starts", "group_busy"})
+_REBUILT_FAMILIES = frozenset({"minute", "done", "worker", "lane", "starts", "group_busy",
+                               "tenant_ring"})
 #: Settings the rebuild reads (a group's openness, its books): of the wrong type, they stop it.
-_NEEDED = frozenset({"gdefaults", "fairness", "glimit", "gweight", "gpaused", "grate"})
+_NEEDED = frozenset({"gdefaults", "fairness", "glimit", "gweight", "gpaused", "grate",
+                     "gtenant", "tlimit", "tpaused"})
 
 def rebuilt(name: str) -> bool:
     """Whether repair deletes the key of this name (after the base) when of the wrong type."""
@@ -101,7 +103,8 @@ _SNAPSHOT = (("active", "zrange"), ("delayed", "zrange"), ("dead", "zrange"), ("
              ("glimit", "hgetall"), ("gweight", "hgetall"), ("gturn", "hgetall"),
              ("grate", "hgetall"), ("gmax", "hgetall"), ("gcost", "hgetall"),
              ("gdefaults", "hgetall"), ("gpaused", "smembers"), ("wake", "llen"),
-             ("fairness", "get"))
+             ("fairness", "get"), ("gtenant", "hgetall"), ("tactive", "hgetall"),
+             ("tlimit", "hgetall"), ("tpaused", "smembers"))
 _EMPTY: dict[str, Any] = {"zrange": [], "lrange": [], "hgetall": {}, "smembers": set(),
                           "llen": 0, "get": None}
 
@@ -123,6 +126,13 @@ def _snapshot(queue: Queue, report: Report, lanes: set[str]) -> dict[str, Any]:
     for (name, cmd), reply in zip(reads, replies):
         books[name] = _EMPTY[cmd] if reply is None else reply
     books["lanes"] = {g: r or [] for g, r in zip(readable, replies[len(reads):])}
+    # each tenant's ring (lua/lib/ring.lua): its open groups
+    tenants = sorted(set(books["gtenant"].values()))
+    pipe = queue.client.pipeline(transaction=False)
+    for t in tenants:
+        pipe.lrange(k.tenant_ring(t), 0, -1)
+    books["trings"] = {t: r if isinstance(r, list) else []
+                       for t, r in zip(tenants, pipe.execute(raise_on_error=False))}
     books["time_mode"] = books.pop("fairness") == "time"
     return books
 
@@ -208,6 +218,7 @@ def check(queue: Queue) -> Report:
         if int_ok(booked) and int(booked) != counted:
             report.add(f"gactive of {holder} is {booked} but {counted} of its jobs are active")
     _check_ring(report, groups, lanes, b, in_flight)
+    _check_tenants(report, b, in_flight)
     _check_workflows(queue, report, rows)
     if b["wake"] > WAKE_CAP:
         report.add(f"the wake list holds {b['wake']} tokens (bound {WAKE_CAP})")
@@ -238,7 +249,18 @@ def _check_ring(report: Report, groups: list[str], lanes: dict[str, list[str]],
     if b[idle]:
         report.add(f"the queue is in {'time' if b['time_mode'] else 'turns'} mode but "
                    f"{len(b[idle])} groups are on its {idle}")
-    on_ring, waiting = Counter(b[live]) + Counter(b[idle]), set(b["gwait"])
+    marks = [m for m in b["ring"] if m.startswith(TENANT_MARK)]
+    ring_groups = [g for g in b[live] if not g.startswith(TENANT_MARK)]
+    others = [g for g in b[idle] if not g.startswith(TENANT_MARK)]
+    tenanted = [g for t, members in b["trings"].items() for g in members]
+    on_ring = Counter(ring_groups) + Counter(others) + Counter(tenanted)
+    waiting = set(b["gwait"])
+    if marks and b["time_mode"]:
+        report.add(f"the queue is in time mode but {len(marks)} tenants are on its ring")
+    for g in ring_groups:
+        if g in b["gtenant"] and not b["time_mode"]:
+            report.add(f"group {g} of tenant {b['gtenant'][g]} is on the queue's ring, "
+                       f"not its tenant's")
     for g, n in on_ring.items():
         if n > 1:
             report.add(f"group {g} is on the ring {n} times")
@@ -256,6 +278,41 @@ def _check_ring(report: Report, groups: list[str], lanes: dict[str, list[str]],
             report.add(f"group {g} is on the ring but not serviceable")
         elif g in waiting and not is_open:
             report.add(f"group {g} waits in gwait but is not serviceable")
+
+
+def _check_tenants(report: Report, b: dict[str, Any], in_flight: Counter[str | None]) -> None:
+    """Each tenant's books (lua/lib/ring.lua): its ring holds only its own groups, its jobs
+    in flight are booked in tactive, and its mark stands on the ring (once) exactly while
+    its ring holds a group and it is open (not paused, under its limit)."""
+    per_tenant: Counter[str] = Counter()
+    for g, n in in_flight.items():
+        if g is not None and g in b["gtenant"]:
+            per_tenant[b["gtenant"][g]] += n
+    for t in set(per_tenant) | set(b["tactive"]):
+        booked = b["tactive"].get(t, "0")
+        if int_ok(booked) and int(booked) != per_tenant.get(t, 0):
+            report.add(f"tactive of tenant {t} is {booked} but {per_tenant.get(t, 0)} of its "
+                       f"jobs are active")
+    marks = Counter(m[len(TENANT_MARK):] for m in b["ring"] if m.startswith(TENANT_MARK))
+    for t, members in b["trings"].items():
+        for g in members:
+            if b["gtenant"].get(g) != t:
+                report.add(f"group {g} is on the ring of tenant {t} but is not its")
+    if b["time_mode"]:
+        return
+    for t in set(marks) | set(b["trings"]):
+        limit = b["tlimit"].get(t, b["tlimit"].get(""))
+        active = b["tactive"].get(t, "0")
+        is_open = t not in b["tpaused"] and (
+            limit is None or not int_ok(limit) or not int_ok(active)
+            or int(active) < int(limit))
+        should = is_open and bool(b["trings"].get(t))
+        if marks.get(t, 0) > 1:
+            report.add(f"tenant {t} is on the ring {marks[t]} times")
+        if should and not marks.get(t):
+            report.add(f"tenant {t} has groups ready and is open but is not on the ring")
+        elif marks.get(t) and not should:
+            report.add(f"tenant {t} is on the ring but is not serviceable")
 
 
 def _check_workflows(queue: Queue, report: Report,

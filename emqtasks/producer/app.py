@@ -79,7 +79,7 @@ class App:
                                           "max_payload_bytes": max_payload_bytes,
                                           "max_result_bytes": max_result_bytes,
                                           "durable": durable,
-                                          # None reads EMQ_AUTOPIPELINE (on by default)
+                                          # None reads EMQ_AUTOPIPELINE (off by default)
                                           "autopipeline": autopipeline}
         self._settings: Settings | None = None
         self._client: Any = None
@@ -276,7 +276,8 @@ class App:
                   eta: datetime | float | None = None, queue: str | None = None,
                   priority: int = 0,
                   expires: datetime | float | None = None,
-                  durable: bool | Durable | None = None) -> JobHandle[Any]:
+                  durable: bool | Durable | None = None,
+                  tenant: str | None = None) -> JobHandle[Any]:
         """Enqueue a call by task name (or Task) on this app's server.
 
         A name registered on this App (else on another App of this process) keeps its
@@ -284,12 +285,13 @@ class App:
         defaults of ``@task``, for a worker elsewhere that knows it. Raises LaneFull
         (nothing written) when the job's lane holds its cap of waiting jobs, CorruptKey
         (nothing written) when a key it would write holds the wrong type. ``expires``: as
-        ``Task.apply_async``'s, and so is ``durable``.
+        ``Task.apply_async``'s, and so is ``durable``; ``tenant`` (the group's tenant,
+        else the task's).
         """
         spec = task.spec if isinstance(task, Task) else self._spec_for(validate.task_name(task))
         return send(self, spec, args, kwargs, queue=queue, job_id=job_id, group=group,
                     countdown=countdown, eta=eta, priority=priority, expires=expires,
-                    durable=durable)
+                    durable=durable, tenant=tenant)
 
     def _spec_for(self, name: str) -> TaskSpec:
         return self._local_spec(name) or TaskSpec(name=name, fn=_not_here)
@@ -387,6 +389,51 @@ class App:
 
     def set_group_weight(self, group: str, weight: int | None) -> None:
         self.queue().set_group_weight(group, weight)
+
+    def set_tenant_weight(self, tenant: str, weight: int | None) -> None:
+        """The tenant's consecutive claims per turn of the ring of tenants (None: 1)."""
+        self.queue().set_tenant_weight(tenant, weight)
+
+    def set_tenant_limit(self, tenant: str, limit: int | None) -> None:
+        """At most ``limit`` of the tenant's jobs in flight over all its groups (None:
+        none); at its limit the tenant sits out until one of its jobs leaves flight."""
+        self.queue().set_tenant_limit(tenant, limit)
+
+    def tenant_shares(self, minutes: int = 5) -> dict[str, Any]:
+        """Per tenant over the last ``minutes`` (from the history): its claims, its share of
+        them and the share its weight entitles it to; Jain's index per minute
+        (observe/tenants.py)."""
+        from ..observe import tenants
+
+        return tenants.shares(self.queue(), minutes)
+
+    def set_tenant_defaults(self, limit: int | None = None, weight: int | None = None) -> None:
+        """A limit and/or weight for every tenant without its own, including tenants that do
+        not exist yet; a None argument leaves that default as it is
+        (``clear_tenant_defaults`` clears)."""
+        q = self.queue()
+        for name, value in (("limit", limit), ("weight", weight)):
+            if value is not None:
+                q.set_tenant_default(name, value)
+
+    def clear_tenant_defaults(self, *names: str) -> None:
+        """Clear the named tenant defaults ("limit", "weight"), or all of them."""
+        for name in names or ("limit", "weight"):
+            self.queue().set_tenant_default(name, None)
+
+    def tenant_defaults(self) -> dict[str, int]:
+        return self.queue().tenant_defaults()
+
+    def pause_tenant(self, tenant: str) -> bool:
+        """Park every group of the tenant (their backlog and in-flight work stay)."""
+        return self.queue().pause_tenant(tenant)
+
+    def resume_tenant(self, tenant: str) -> bool:
+        return self.queue().resume_tenant(tenant)
+
+    def tenant(self, tenant: str) -> dict[str, Any]:
+        """A tenant's groups, backlog, jobs in flight, controls, and why it waits."""
+        return self.queue().tenant(tenant)
 
     def set_fairness(self, mode: str) -> int:
         """"turns" (the default: one claim per backlogged group per turn of the ring) or

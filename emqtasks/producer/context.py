@@ -28,7 +28,7 @@ class JobContext:
     __slots__ = ("id", "task", "queue", "group", "attempts", "fence", "exception", "args",
                  "kwargs", "give_up", "result", "aborted", "_lease", "_queue", "_row",
                  "_started",
-                 "_trace_id")
+                 "_trace_id", "_traceparent")
 
     def __init__(self, lease: Lease, queue: Queue) -> None:
         self.id: str = lease.id
@@ -57,6 +57,9 @@ class JobContext:
         self._started = time.monotonic()
         #: The trace this run is in (32 hex digits; observe/tracing.py sets it), else None.
         self._trace_id: str | None = None
+        #: This run's span (a W3C traceparent) if it records one: its ack sends it, for the
+        #: workflow steps the ack releases (observe/tracing.py).
+        self._traceparent: str | None = None
 
     def _read_row(self) -> tuple[int, datetime | None]:
         if self._row is None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import serialization, validate
 from ..errors import InvalidGroup
-from ..store.keys import DEFAULT_GROUP, check_group, check_job_id, new_job_id
+from ..store.keys import DEFAULT_GROUP, check_group, check_job_id, check_tenant, new_job_id
 from ..store.queue import NewJob
 from ..validate import integer
 from .callshape import fits, signature_of
@@ -41,19 +41,37 @@ def build_job(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any], *, 
     )
 
 
+def tenant_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
+              tenant: str | None = None) -> str | None:
+    """The call's tenant: ``tenant`` (the call's own), else by the task's ``tenant=`` (a
+    name, or a function of the call's arguments as a group's), else None (its group is
+    its own tenant). Gated: InvalidGroup before anything is written."""
+    if tenant is not None:
+        return check_tenant(tenant)
+    t = spec.tenant
+    if t is None or isinstance(t, str):
+        return t
+    return check_tenant(_picked(spec, t, args, kwargs, "tenant"))
+
+
 def _group_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     g = spec.group
     if g is None:
         return DEFAULT_GROUP
     if isinstance(g, str):
         return g
+    return _picked(spec, g, args, kwargs, "group")
+
+
+def _picked(spec: TaskSpec, g: Callable[..., str], args: tuple[Any, ...],
+            kwargs: dict[str, Any], what: str) -> str:
     # The call as made, if it fits the group function; else the task's arguments by name,
     # so ``lambda tenant, **_: tenant`` serves ``build_report.delay("acme", 42)``.
     call = (args, kwargs) if fits(g, args, kwargs) else _by_name(spec.fn, args, kwargs)
     try:
         group: str = g(*call[0], **call[1])
     except Exception as exc:
-        raise InvalidGroup(f"the group function of {spec.name} failed: {exc!r}") from exc
+        raise InvalidGroup(f"the {what} function of {spec.name} failed: {exc!r}") from exc
     return group
 
 

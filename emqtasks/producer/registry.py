@@ -13,7 +13,7 @@ from .. import validate
 from ..errors import DuplicateTaskName, InvalidArgument, InvalidGroup, UnknownTask
 from ..schedules.cron import Timing
 from ..store.durable import Durable, durable_of
-from ..store.keys import check_group
+from ..store.keys import check_group, check_tenant
 from . import celery_options
 from .retry_policy import DEFAULT_POLICY, ExceptionTypes, RetryPolicy
 
@@ -36,6 +36,7 @@ class TaskOptions(TypedDict, total=False):
 
     name: str | None                  # default: the function's module and qualified name
     group: GroupSpec
+    tenant: GroupSpec                 # the group's tenant, as group: a name or a function
     max_attempts: int
     retry_delay: float
     lease: float
@@ -69,6 +70,7 @@ class TaskSpec:
     name: str
     fn: Callable[..., Any]
     group: GroupSpec = None
+    tenant: GroupSpec = None        # None: each group is its own tenant
     max_attempts: int = 3
     retry_delay: float = 1.0
     lease: float = 30.0
@@ -122,6 +124,11 @@ class TaskSpec:
                     f"rate_limit of {self.name}: its group is picked by a function, so each "
                     f"call's group has its own rate: set it with app.set_group_rate(group, "
                     f"n, per) or app.set_group_defaults(rate=(n, per)), not rate_limit=")
+        if isinstance(self.tenant, str):
+            check_tenant(self.tenant)
+        elif self.tenant is not None and not callable(self.tenant):
+            raise InvalidGroup(f"a task's tenant is a string or a function of the call's "
+                               f"arguments, not {self.tenant!r}")
         if isinstance(self.group, str):
             check_group(self.group)
         elif self.group is not None and not callable(self.group):

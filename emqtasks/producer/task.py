@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
 
 from .. import serialization, validate
-from ..errors import InvalidArgument, LaneFull, ResultTimeout, TaskFailed
+from ..errors import InvalidArgument, InvalidGroup, LaneFull, ResultTimeout, TaskFailed
 from ..observe import tracing
 from ..store.connection import MAX_BLOCK
 from ..store.durable import Durable
@@ -26,7 +26,7 @@ from . import bound
 from .abort import abort as abort_job
 from .bound import Request, current_request
 from .handle import Handle
-from .jobs import build_job
+from .jobs import build_job, tenant_of
 from .oncommit import run_on_commit
 from .registry import TaskSpec
 
@@ -175,11 +175,14 @@ class Task(Generic[P, R]):
                     expires: datetime | float | None = None, *, task_id: str | None = None,
                     queue: str | None = None, link: Any = None,
                     link_error: Signature | None = None,
-                    durable: bool | Durable | None = None) -> JobHandle[R]:
+                    durable: bool | Durable | None = None,
+                    tenant: str | None = None) -> JobHandle[R]:
         """Enqueue one call. ``eta`` is a datetime or a UNIX timestamp; both go via delayed.
         ``priority`` (-100..100, lower first) orders jobs within the group's lane only.
         ``expires`` (seconds from now, a UNIX timestamp or a datetime): a job not started
         by then ends ``expired``, never run, and ``get()`` raises TaskFailed.
+        ``tenant``: the group's tenant (else the task's ``tenant=``); InvalidGroup, nothing
+        written, when the group is another tenant's and not empty.
         Raises LaneFull (nothing written) when the lane holds its cap of waiting jobs.
 
         ``on_commit=True`` (Django): the call is checked now and sent when the current
@@ -195,9 +198,9 @@ class Task(Generic[P, R]):
         job is written on the primary; sending the same job_id again is safe)."""
         job_id = bound.one_id(job_id, task_id)
         if link is not None or link_error is not None:
-            if expires is not None:
-                raise InvalidArgument("expires= with link=: a linked call is a workflow, "
-                                      "whose steps do not expire")
+            if expires is not None or tenant is not None:
+                raise InvalidArgument("expires= or tenant= with link=: a linked call is a "
+                                      "workflow, whose steps take neither")
             if durable is not None:
                 raise InvalidArgument("durable= with link=: a linked call is a workflow, "
                                       "which follows the App's durable setting")
@@ -209,7 +212,7 @@ class Task(Generic[P, R]):
         return send(self.app, self.spec, args, kwargs, queue=queue, job_id=job_id,
                     group=group, countdown=countdown, eta=eta, priority=priority,
                     later=run_on_commit if on_commit else None, expires=expires,
-                    durable=durable)
+                    durable=durable, tenant=tenant)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature of this call for a workflow: chain, group, chord (emqtasks.canvas).
@@ -236,7 +239,7 @@ class Task(Generic[P, R]):
         with tracing.sending(self.name, queue.name, len(calls)) as span:
             jobs = self._jobs(calls, priority, span.carrier)
             verdicts = queue.enqueue_many(jobs, None if ex is None else [ex] * len(jobs),
-                                          wait)
+                                          self._tenants(calls), wait)
         return [JobHandle(queue, j.id, v.word, self.app) for j, v in zip(jobs, verdicts)]
 
     def _jobs(self, calls: Iterable[Any], priority: int,
@@ -244,6 +247,12 @@ class Task(Generic[P, R]):
         limit = self.app.settings.max_payload_bytes
         return [build_job(self.spec, *_split_call(c), limit=limit, priority=priority,
                           trace=trace) for c in calls]
+
+    def _tenants(self, calls: list[Any]) -> list[str | None] | None:
+        """Each call's tenant by the task's ``tenant=``; None when the task names none."""
+        if self.spec.tenant is None:
+            return None
+        return [tenant_of(self.spec, *_split_call(c)) for c in calls]
 
     # -- the awaitable twins (on the App's async client of the running event loop) ----------
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
@@ -256,11 +265,12 @@ class Task(Generic[P, R]):
                            eta: datetime | float | None = None,
                            priority: int = 0,
                            expires: datetime | float | None = None, *,
-                           durable: bool | Durable | None = None) -> JobHandle[R]:
+                           durable: bool | Durable | None = None,
+                           tenant: str | None = None) -> JobHandle[R]:
         """apply_async(), awaited."""
         return await asend(self.app, self.spec, args, kwargs, job_id=job_id, group=group,
                            countdown=countdown, eta=eta, priority=priority, expires=expires,
-                           durable=durable)
+                           durable=durable, tenant=tenant)
 
     async def amap(self, calls: Iterable[Any], priority: int = 0,
                    expires: datetime | float | None = None, *,
@@ -274,8 +284,8 @@ class Task(Generic[P, R]):
         wait = self.app.settings.durable_for(durable, self.spec.durable)
         with tracing.sending(self.name, queue.name, len(calls)) as span:
             jobs = self._jobs(calls, priority, span.carrier)
-            verdicts = await queue.enqueue_many(
-                jobs, None if ex is None else [ex] * len(jobs), wait)
+            verdicts = await queue.enqueue_many(jobs, None if ex is None else [ex] * len(jobs),
+                                                self._tenants(calls), wait)
         return [JobHandle(queue, j.id, v.word, self.app) for j, v in zip(jobs, verdicts)]
 
     def __repr__(self) -> str:
@@ -288,7 +298,7 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
          eta: datetime | float | None = None, priority: int = 0,
          later: Callable[[Callable[[], None]], None] | None = None,
          expires: datetime | float | None = None,
-         durable: bool | Durable | None = None) -> JobHandle[Any]:
+         durable: bool | Durable | None = None, tenant: str | None = None) -> JobHandle[Any]:
     """Enqueue one call of ``spec`` on ``app``'s server (``Task.apply_async`` and
     ``App.send_task``): LaneFull or CorruptKey, nothing written, as the verdict says.
 
@@ -301,24 +311,26 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
         job = build_job(spec, tuple(args), kwargs or {},
                         limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
                         countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
+        tn = tenant_of(spec, tuple(args), kwargs or {}, tenant)
         span.job(job.id, job.group)
         if later is not None:
             handle: JobHandle[Any] = JobHandle(q, job.id, "on_commit", app)
 
             def enqueue() -> None:
-                handle.verdict = _enqueue(app, q, job, ex, wait).verdict
+                handle.verdict = _enqueue(app, q, job, ex, wait, tn).verdict
 
             later(enqueue)
             return handle
-        return _enqueue(app, q, job, ex, wait)
+        return _enqueue(app, q, job, ex, wait, tn)
 
 
 def _enqueue(app: App, q: Queue, job: NewJob, expires_ms: int | None,
-             durable: Durable | None) -> JobHandle[Any]:
-    verdict = q.enqueue_many([job], None if expires_ms is None else [expires_ms], durable)[0]
+             durable: Durable | None, tenant: str | None) -> JobHandle[Any]:
+    verdict = q.enqueue_many([job], None if expires_ms is None else [expires_ms],
+                             None if tenant is None else [tenant], durable)[0]
     if verdict == EnqueueVerdict.UNREADABLE:
         raise q.corrupt([job.group], f"job {job.id} was not enqueued")
-    return JobHandle(q, job.id, _accepted(job, verdict), app)
+    return JobHandle(q, job.id, _accepted(job, verdict, tenant), app)
 
 
 async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
@@ -327,7 +339,8 @@ async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
                 countdown: float | None = None, eta: datetime | float | None = None,
                 priority: int = 0,
                 expires: datetime | float | None = None,
-                durable: bool | Durable | None = None) -> JobHandle[Any]:
+                durable: bool | Durable | None = None,
+                tenant: str | None = None) -> JobHandle[Any]:
     """send(), awaited on the App's async client of the running event loop."""
     q = app.aqueue(queue if queue is not None else spec.queue)
     ex = validate.expires_ms(expires)
@@ -336,17 +349,22 @@ async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
         job = build_job(spec, tuple(args), kwargs or {},
                         limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
                         countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
+        tn = tenant_of(spec, tuple(args), kwargs or {}, tenant)
         span.job(job.id, job.group)
-        verdict = (await q.enqueue_many([job], None if ex is None else [ex], wait))[0]
+        verdict = (await q.enqueue_many([job], None if ex is None else [ex],
+                                        None if tn is None else [tn], wait))[0]
         if verdict == EnqueueVerdict.UNREADABLE:
             raise await q.corrupt([job.group], f"job {job.id} was not enqueued")
-        return JobHandle(q, job.id, _accepted(job, verdict), app)
+        return JobHandle(q, job.id, _accepted(job, verdict, tn), app)
 
 
-def _accepted(job: NewJob, verdict: EnqueueVerdict) -> str:
+def _accepted(job: NewJob, verdict: EnqueueVerdict, tenant: str | None = None) -> str:
     """The handle's verdict of a job sent alone: LaneFull when its lane was full."""
     if verdict == EnqueueVerdict.FULL:
         raise LaneFull(job.group, job.id)
+    if verdict == EnqueueVerdict.TENANT:
+        raise InvalidGroup(f"group {job.group!r} belongs to another tenant than "
+                           f"{tenant!r} and is not empty: job {job.id} was not enqueued")
     return verdict.word
 
 

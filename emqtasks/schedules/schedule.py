@@ -336,7 +336,7 @@ def run_now(store: ScheduleStore, schedule: Schedule, spec: TaskSpec,
     """Enqueue one extra run of a schedule now, with an id of its own (not a slot's): its
     slots, marker and overlap books are untouched. Returns (job id, duplicate)."""
     job = build_slot_job(spec, schedule, run_id(schedule.name), limit)
-    verdict = store.queue.enqueue_many([job], None, durable)[0]
+    verdict = store.queue.enqueue_many([job], None, durable=durable)[0]
     return job.id, verdict == EnqueueVerdict.DUPLICATE
 
 

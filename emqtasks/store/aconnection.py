@@ -1,9 +1,9 @@
 """Connecting on ``redis.asyncio``: the twin of connection.py for the async producer calls.
 
-The same URLs (``embedded``, ``redis+cluster://``, ``rediss://`` with the same TLS
-defaults), timeouts and reply decoding as connect(); a client belongs to the event loop it
-was made on (its pool's connections and the pool's wait are that loop's), so the App keeps
-one per loop (producer/aio.py). Nothing here connects: the first command does.
+The same URLs (``embedded``, ``redis+cluster://``, ``redis+sentinel://``, ``rediss://``
+with the same TLS defaults), timeouts and reply decoding as connect(); a client belongs to
+the event loop it was made on (its pool's connections and the pool's wait are that loop's),
+so the App keeps one per loop (producer/aio.py). Nothing here connects: the first command does.
 
 What differs from connect(): redis-py's asyncio connections run their connect-time
 handshake under ``socket_timeout`` (connect() bounds it by CONNECT_TIMEOUT), and a
@@ -32,6 +32,7 @@ from .connection import (
     PoolBusy,
     pool_wait_limit,
 )
+from .sentinel import aconnect_sentinel, is_sentinel_url
 
 
 def aconnect(url: str) -> Any:
@@ -42,6 +43,8 @@ def aconnect(url: str) -> Any:
     options: dict[str, Any] = dict(decode_responses=True, encoding_errors=ENCODING_ERRORS,
                                    socket_timeout=SOCKET_TIMEOUT,
                                    socket_connect_timeout=CONNECT_TIMEOUT, **tls)
+    if is_sentinel_url(url):
+        return aconnect_sentinel(url, options=options, tls=TLS_DEFAULTS, pool_size=POOL_SIZE)
     if is_cluster_url(url):
         nodes, kwargs = parse_url(url)
         return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes],

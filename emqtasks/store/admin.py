@@ -9,8 +9,9 @@ from typing import Any
 from ..errors import InvalidArgument, ScriptError
 from ..validate import MAX_COUNT, integer, seconds
 from ..verdicts import CancelVerdict
+from .audit import AuditEntry, entries, record
 from .core import QueueCore
-from .keys import QueueKeys, check_group, check_job_id
+from .keys import TENANT_MARK, QueueKeys, check_group, check_job_id, check_tenant
 from .minutes import DEFAULT_HOURS, DEFAULT_MAX_GROUPS, MAX_HOURS
 from .plan import Script, Steps
 from .settings import SETTINGS, parse_rate
@@ -72,6 +73,81 @@ class Admin(QueueCore):
         return {name: parse_rate(value) if name == "rate" else int(value)
                 for name, value in raw.items() if name in SETTINGS}
 
+    # -- tenants: the same controls one level up (lua/tenant.lua) ---------------------------
+    def set_tenant_weight(self, tenant: str, weight: int | None) -> None:
+        """The tenant's consecutive claims per turn of the ring (None: 1)."""
+        value = "" if weight is None else integer(weight, "a tenant weight", 1)
+        self.scripts.tenant(self._k, ["weight", check_tenant(tenant), value])
+
+    def set_tenant_limit(self, tenant: str, limit: int | None) -> None:
+        """At most ``limit`` of the tenant's jobs in flight, over all its groups (None: no
+        limit)."""
+        value = "" if limit is None else integer(limit, "a tenant limit", 1)
+        self.scripts.tenant(self._k, ["limit", check_tenant(tenant), value])
+
+    def set_tenant_default(self, name: str, value: int | None) -> None:
+        """The ``limit`` or ``weight`` of every tenant without its own (None clears it);
+        tenants already waiting follow at once."""
+        if name not in ("limit", "weight"):
+            raise InvalidArgument(f"a tenant default is limit or weight, not {name!r}")
+        text = "" if value is None else integer(value, f"a default tenant {name}", 1)
+        self.scripts.tenant(self._k, [name, "", text])
+
+    def tenant_defaults(self) -> dict[str, int]:
+        """The defaults for every tenant that are set (limit, weight)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(self.keys.tlimit, "")
+        pipe.hget(self.keys.tweight, "")
+        limit, weight = pipe.execute()
+        return {name: int(v) for name, v in (("limit", limit), ("weight", weight))
+                if v is not None}
+
+    def pause_tenant(self, tenant: str) -> bool:
+        return bool(self.scripts.tenant(self._k, ["pause", check_tenant(tenant), "1"]) == 1)
+
+    def resume_tenant(self, tenant: str) -> bool:
+        return bool(self.scripts.tenant(self._k, ["pause", check_tenant(tenant), "0"]) == 1)
+
+    def tenant(self, tenant: str) -> dict[str, Any]:
+        """What the queue holds of a tenant: its groups, their waiting jobs, its jobs in
+        flight, its weight, limit and pause, whether it stands on the ring, and ``waits``:
+        why it is not served now (None when it is, or has nothing waiting)."""
+        k, t = self.keys, check_tenant(tenant)
+        groups = sorted(g for g, owner in self.client.hgetall(k.gtenant).items() if owner == t)
+        pipe = self.client.pipeline(transaction=False)
+        for g in groups:
+            pipe.zcard(k.lane(g))
+        pipe.hget(k.tactive, t)
+        pipe.hget(k.tlimit, t)
+        pipe.hget(k.tweight, t)
+        pipe.sismember(k.tpaused, t)
+        pipe.llen(k.tenant_ring(t))
+        pipe.hget(k.tlimit, "")
+        pipe.hget(k.tweight, "")
+        *sizes, active, limit, weight, paused, ringed, dlimit, dweight = pipe.execute()
+        limit = dlimit if limit is None else limit        # its own, else the default
+        weight = dweight if weight is None else weight
+        standing = TENANT_MARK + t in self.client.lrange(k.ring, 0, -1)
+        waiting = sum(sizes)
+        info: dict[str, Any] = {
+            "tenant": t, "groups": dict(zip(groups, sizes)), "waiting": waiting,
+            "active": int(active or 0), "limit": None if limit is None else int(limit),
+            "weight": int(weight or 1), "paused": bool(paused), "groups_ready": int(ringed),
+            "on_ring": standing,
+        }
+        why = None
+        if waiting and not standing:
+            if paused:
+                why = "paused (resume_tenant)"
+            elif limit is not None and info["active"] >= int(limit):
+                why = f"at its limit: {info['active']} of {limit} jobs in flight"
+            elif self.fairness() == "time":
+                why = None   # time mode serves the groups flat
+            elif not ringed:
+                why = "each of its groups waits for its own reason (see emqtasks lane)"
+        info["waits"] = why
+        return info
+
     def set_fairness(self, mode: str) -> int:
         """"turns" (one claim per turn of the ring, the default) or "time" (each backlogged
         group gets a share of the worker time proportional to its weight); returns the
@@ -104,6 +180,30 @@ class Admin(QueueCore):
                 self.scripts.cancel(self._k, [job_id], client=pipe)
             done += sum(1 for r in pipe.execute() if int(r) == 1)   # CANCELLED's code
         return done
+
+    def run_now(self, job_id: str) -> bool:
+        """Make a delayed job (a countdown, an eta, a retry's back-off) due now and move it
+        to its lane, behind the work already waiting there; False when it is not delayed.
+
+        No verb of its own: its due time (its score in ``delayed``) is set to 0, only if it
+        is still there (ZADD XX: a job cancelled or promoted meanwhile is left alone), and
+        promote, which moves the earliest due entries first, moves it."""
+        key = self.keys.delayed
+        if self.client.zscore(key, check_job_id(job_id)) is None:
+            return False
+        self.client.zadd(key, {job_id: 0}, xx=True)
+        self.hot.call("promote", self._k, [1])   # the earliest due entry: this one
+        return True
+
+    # -- the audit log (audit.py) -----------------------------------------------------------
+    def audit(self, who: str, via: str, action: str, target: str = "",
+              jobs: int | None = None) -> str:
+        """Record a change an operator made; the entry's id."""
+        return record(self.client, self.keys, who, via, action, target, jobs)
+
+    def audit_log(self, count: int = 100, before: str | None = None) -> list[AuditEntry]:
+        """The newest ``count`` audit entries, newest first."""
+        return entries(self.client, self.keys, count, before)
 
     def requeue_dead(self, job_id: str | None = None) -> int:
         """Bring one dead job (or all of them) back with fresh attempts; returns the count."""
@@ -145,10 +245,13 @@ class Admin(QueueCore):
                                                        "hgroups": max_groups})
 
     def purge(self) -> int:
-        """Delete every key of the queue (jobs, lanes, books, flags); returns keys removed."""
+        """Delete every key of the queue (jobs, lanes, books, flags) but its audit log (the
+        trail of the purge outlives it); returns keys removed."""
         removed = 0
         batch: list[str] = []
         for key in self.scan(self.keys.all_pattern):
+            if key == self.keys.audit:
+                continue
             batch.append(key)
             if len(batch) >= 500:
                 removed += self.client.unlink(*batch)

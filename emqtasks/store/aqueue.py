@@ -139,18 +139,20 @@ class AsyncQueue:
     # -- the verbs (each the sync Queue's plan) ---------------------------------------------
     async def enqueue_many(self, jobs: Sequence[NewJob],
                            expires_ms: Sequence[int | None] | None = None,
+                           tenants: Sequence[str | None] | None = None,
                            durable: Durable | None = None) -> list[EnqueueVerdict]:
         if self.batcher is not None and len(jobs) <= BATCHABLE:
-            check_jobs(jobs, expires_ms)    # a call's own bad id fails it alone, unsent
+            check_jobs(jobs, expires_ms, tenants)   # a call's own bad id fails it alone
             self._check_loop()
-            return await self.batcher.enqueue(jobs, expires_ms, durable)
-        return await self.enqueue_now(jobs, expires_ms, durable)
+            return await self.batcher.enqueue(jobs, expires_ms, tenants, durable)
+        return await self.enqueue_now(jobs, expires_ms, tenants, durable)
 
     async def enqueue_now(self, jobs: Sequence[NewJob],
                           expires_ms: Sequence[int | None] | None = None,
+                          tenants: Sequence[str | None] | None = None,
                           durable: Durable | None = None) -> list[EnqueueVerdict]:
         """enqueue_many in a round trip of its own (a batch of the batcher's)."""
-        return await self.run(enqueue_plan(self.keys, jobs, expires_ms, durable))
+        return await self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants, durable))
 
     async def corrupt(self, groups: Iterable[str], outcome: str) -> CorruptKey:
         return await self.run(corrupt_plan(self.keys, groups, outcome))

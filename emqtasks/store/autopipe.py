@@ -5,7 +5,7 @@ A web app enqueues from many threads or coroutines at once. Sent one by one, eac
 round trip and a verb run on the server; gathered, a burst of N calls is one round trip and
 one run of the enqueue verb for N jobs (a job in a batch costs the server a fraction of a
 job sent alone). Each caller still gets its own answer: the verdicts of its own jobs
-(ENQUEUED, DUPLICATE, FULL... in the order the server admitted them, as if the calls had
+(ENQUEUED, DUPLICATE, FULL, TENANT... in the order the server admitted them, as if the calls had
 been sent one after the other in that order), its own NotDurable, and when the batch as a
 whole fails (a corrupt queue key, a full server, a broken connection: nothing is written,
 or what was is idempotent by job id) each call is sent again alone, so its error is the
@@ -24,9 +24,16 @@ A durable batch (store/durable.py) keeps the durable semantics: calls of one dur
 are one write followed by one WAIT (whose offset covers every job of the batch), and each
 caller of a batch too few replicas confirmed gets NotDurable naming its own jobs.
 
-``EMQ_AUTOPIPELINE`` (``1``, the default, or ``0``) or ``App(autopipeline=...)`` decides; a
-cluster client never batches (queue.py): its commands are routed and redirected by redis-py
-one by one, and a pre-packed batch cannot follow a MOVED.
+A batch's expiries and tenants are its calls' in order (None for a call that names none),
+sent as enqueue_plan sends them: a batch sends the tenants section only when one of its
+jobs names a tenant, and a job whose group is another tenant's and busy answers TENANT to
+its own caller alone.
+
+Off by default in this release: ``EMQ_AUTOPIPELINE`` (``0``, the default, or ``1``) or
+``App(autopipeline=...)`` turns it on. It is new, and changes when and with what a call's
+write goes out; it becomes the default after a long soak. A cluster client never batches
+(queue.py): its commands are routed and redirected by redis-py one by one, and a pre-packed
+batch cannot follow a MOVED.
 """
 
 from __future__ import annotations
@@ -50,12 +57,14 @@ BATCHABLE = 100
 
 Verdicts = list[EnqueueVerdict]
 Expiries = Sequence[int | None] | None
+Tenants = Sequence[str | None] | None
 
 
 def autopipeline_mode(environ: Mapping[str, str] | None = None) -> bool:
-    """``EMQ_AUTOPIPELINE``: on (the default: unset, ``1``, ``true``...) or off (``0``...)."""
+    """``EMQ_AUTOPIPELINE``: off (the default in this release: unset, ``0``...) or on
+    (``1``, ``true``...)."""
     env = os.environ if environ is None else environ
-    word = (env.get("EMQ_AUTOPIPELINE") or "1").strip().lower()
+    word = (env.get("EMQ_AUTOPIPELINE") or "0").strip().lower()
     if word in ("1", "true", "yes", "on"):
         return True
     if word in ("0", "false", "no", "off"):
@@ -66,12 +75,14 @@ def autopipeline_mode(environ: Mapping[str, str] | None = None) -> bool:
 class _Call:
     """One caller's enqueue, and what came of it."""
 
-    __slots__ = ("jobs", "expires", "durable", "verdicts", "error", "alone", "lead", "done")
+    __slots__ = ("jobs", "expires", "tenants", "durable", "verdicts", "error", "alone",
+                 "lead", "done")
 
-    def __init__(self, jobs: Sequence[NewJob], expires: Expiries,
+    def __init__(self, jobs: Sequence[NewJob], expires: Expiries, tenants: Tenants,
                  durable: Durable | None) -> None:
         self.jobs = jobs
         self.expires = expires
+        self.tenants = tenants
         self.durable = durable
         self.verdicts: Verdicts | None = None
         self.error: BaseException | None = None
@@ -82,11 +93,18 @@ class _Call:
         self.done: Any = None
 
 
-def _merge(batch: Sequence[_Call]) -> tuple[list[NewJob], Expiries]:
+def _merge(batch: Sequence[_Call]) -> tuple[list[NewJob], Expiries, Tenants]:
+    """One enqueue of a batch's calls: their jobs, and their expiries and tenants (None for
+    a call that gives none) when a call gives some; so the arguments sent are enqueue_plan's
+    for the same jobs sent in one call."""
     jobs = [job for c in batch for job in c.jobs]
-    if all(c.expires is None for c in batch):
-        return jobs, None
-    return jobs, [e for c in batch for e in (c.expires or [None] * len(c.jobs))]
+    expires: Expiries = None
+    if any(c.expires is not None for c in batch):
+        expires = [e for c in batch for e in (c.expires or [None] * len(c.jobs))]
+    tenants: Tenants = None
+    if any(c.tenants is not None for c in batch):
+        tenants = [t for c in batch for t in (c.tenants or [None] * len(c.jobs))]
+    return jobs, expires, tenants
 
 
 def _by_setting(batch: Sequence[_Call]) -> list[list[_Call]]:
@@ -140,8 +158,8 @@ class Batcher:
     ``send(jobs, expires_ms, durable)`` is the queue's own enqueue (hot.enqueue_plan run on
     its client): a batch is one call of it."""
 
-    def __init__(self, send: Callable[[Sequence[NewJob], Expiries, Durable | None], Verdicts]
-                 ) -> None:
+    def __init__(self, send: Callable[[Sequence[NewJob], Expiries, Tenants, Durable | None],
+                                      Verdicts]) -> None:
         self._send = send
         self._reset()
         _batchers.add(self)
@@ -153,9 +171,9 @@ class Batcher:
         self._queued: list[_Call] = []
         self._busy = False
 
-    def enqueue(self, jobs: Sequence[NewJob], expires: Expiries,
+    def enqueue(self, jobs: Sequence[NewJob], expires: Expiries, tenants: Tenants,
                 durable: Durable | None) -> Verdicts:
-        call = _Call(jobs, expires, durable)
+        call = _Call(jobs, expires, tenants, durable)
         with self._lock:
             lead = not self._busy
             if lead:
@@ -184,14 +202,14 @@ class Batcher:
 
     def _own(self, call: _Call) -> Verdicts:
         if call.alone:
-            return self._send(call.jobs, call.expires, call.durable)
+            return self._send(call.jobs, call.expires, call.tenants, call.durable)
         return _answer(call)
 
     def _flush(self, batch: Sequence[_Call]) -> None:
         for group in _by_setting(batch):
-            jobs, expires = _merge(group)
+            jobs, expires, tenants = _merge(group)
             try:
-                verdicts = self._send(jobs, expires, group[0].durable)
+                verdicts = self._send(jobs, expires, tenants, group[0].durable)
             except Exception as exc:
                 _share(group, None, exc)
             else:
@@ -223,15 +241,15 @@ class AsyncBatcher:
     """Auto-pipelining of one async queue's enqueues: the calls of one turn of its event
     loop, and those made while a batch is in flight, go out together."""
 
-    def __init__(self, send: Callable[[Sequence[NewJob], Expiries, Durable | None],
+    def __init__(self, send: Callable[[Sequence[NewJob], Expiries, Tenants, Durable | None],
                                       Awaitable[Verdicts]]) -> None:
         self._send = send
         self._queued: list[_Call] = []
         self._flusher: asyncio.Task[None] | None = None
 
-    async def enqueue(self, jobs: Sequence[NewJob], expires: Expiries,
+    async def enqueue(self, jobs: Sequence[NewJob], expires: Expiries, tenants: Tenants,
                       durable: Durable | None) -> Verdicts:
-        call = _Call(jobs, expires, durable)
+        call = _Call(jobs, expires, tenants, durable)
         call.done = asyncio.get_running_loop().create_future()
         self._queued.append(call)
         if self._flusher is None:
@@ -239,7 +257,7 @@ class AsyncBatcher:
         # A cancelled caller leaves its call behind: not sent if its batch has not gone yet
         await call.done
         if call.alone:
-            return await self._send(call.jobs, call.expires, call.durable)
+            return await self._send(call.jobs, call.expires, call.tenants, call.durable)
         return _answer(call)
 
     async def _flush_all(self) -> None:
@@ -249,9 +267,10 @@ class AsyncBatcher:
                 self._queued = []
                 try:
                     for group in _by_setting(batch):
-                        jobs, expires = _merge(group)
+                        jobs, expires, tenants = _merge(group)
                         try:
-                            verdicts = await self._send(jobs, expires, group[0].durable)
+                            verdicts = await self._send(jobs, expires, tenants,
+                                                        group[0].durable)
                         except Exception as exc:
                             _share(group, None, exc)
                         else:

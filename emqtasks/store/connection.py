@@ -13,6 +13,7 @@ import redis
 from redis.connection import Connection, SSLConnection, UnixDomainSocketConnection
 
 from .cluster import connect_cluster, is_cluster_url
+from .sentinel import connect_sentinel, is_sentinel_url
 
 #: Longer than any blocking call emqtasks makes (parks and result waits are capped at
 #: MAX_BLOCK), so a BLPOP never trips the socket timeout, yet a dead peer is noticed.
@@ -50,7 +51,9 @@ def connect(url: str, single_thread: bool = False) -> Any:
 
     ``embedded`` / ``embedded:PATH`` start (or reuse) the embedded development server
     (through the resolver emqtasks.embedded registers);
-    ``redis+cluster://host:port[,host:port...]`` gives a Redis Cluster client (cluster.py).
+    ``redis+cluster://host:port[,host:port...]`` gives a Redis Cluster client (cluster.py);
+    ``redis+sentinel://host:26379[,...]/service`` a client of the service's primary, found
+    through the sentinels (sentinel.py).
     ``single_thread`` keeps one connection instead of a pool checkout per command (about a
     sixth of a worker child's time per job); only for a client one thread uses. Otherwise
     the client has a bounded pool (POOL_SIZE, or the URL's ``max_connections``) that a
@@ -64,6 +67,13 @@ def connect(url: str, single_thread: bool = False) -> Any:
     ``ssl_cert_reqs`` / ``ssl_check_hostname`` say otherwise.
     """
     tls = TLS_DEFAULTS if url.lower().startswith(("rediss://", "rediss+cluster://")) else {}
+    if is_sentinel_url(url):
+        return connect_sentinel(
+            url, single_thread, tls=TLS_DEFAULTS, mixin=_ShortHandshake,
+            queue_class=_FreeConnections, pool_size=POOL_SIZE, pool_wait=POOL_WAIT,
+            options=dict(decode_responses=True, encoding_errors=ENCODING_ERRORS,
+                         socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT,
+                         redis_connect_func=_handshake))
     if is_cluster_url(url):
         return connect_cluster(url, decode_responses=True, socket_timeout=SOCKET_TIMEOUT,
                                socket_connect_timeout=CONNECT_TIMEOUT,

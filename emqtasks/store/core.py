@@ -43,7 +43,8 @@ class QueueCore:
         self.batcher: Batcher | None = (
             Batcher(self.enqueue_now) if on and not is_cluster(client) else None)
 
-    def enqueue_now(self, jobs: Any, expires_ms: Any = None, durable: Any = None) -> Any:
+    def enqueue_now(self, jobs: Any, expires_ms: Any = None, tenants: Any = None,
+                    durable: Any = None) -> Any:
         raise NotImplementedError    # hot.py's
 
     def run(self, steps: Steps[T]) -> T:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .keys import QueueKeys
+from .keys import TENANT_MARK, QueueKeys
 
 #: The books that name groups, and the type of each: the rings (turns and time mode), the
 #: jobs in flight, the settings, the back-offs, the groups held back, the paused ones.
@@ -41,5 +41,6 @@ def group_names(lanes: Iterable[str], books: Mapping[str, Any]) -> set[str]:
     for name, _ in GROUP_BOOKS:
         names = books[name]
         if not isinstance(names, Exception):
-            found.update(names)
+            # (the ring holds tenants' marks beside groups: lua/lib/ring.lua)
+            found.update(n for n in names if not n.startswith(TENANT_MARK))
     return found

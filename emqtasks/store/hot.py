@@ -25,7 +25,7 @@ from .autopipe import BATCHABLE
 from .beats import Beat
 from .core import QueueCore, corrupt_plan
 from .durable import Durable
-from .keys import WAKE_DUE, WAKE_WORK, QueueKeys, check_group, check_job_id
+from .keys import WAKE_DUE, WAKE_WORK, QueueKeys, check_group, check_job_id, check_tenant
 from .plan import Hot, Steps, blpop
 from .replies import Acked, Lease, NewJob, Reaped
 from .waits import check, waited
@@ -59,6 +59,7 @@ class HotPath(QueueCore):
     # -- producer ---------------------------------------------------------------------
     def enqueue_many(self, jobs: Sequence[NewJob],
                      expires_ms: Sequence[int | None] | None = None,
+                     tenants: Sequence[str | None] | None = None,
                      durable: Durable | None = None) -> list[EnqueueVerdict]:
         """Admit jobs, one round trip per ENQUEUE_CHUNK of them (enqueue_plan); with
         ``durable``, the last one carries the wait (NotDurable: too few replicas).
@@ -67,12 +68,13 @@ class HotPath(QueueCore):
         made while another thread's is in flight goes out with it in the next round trip;
         its verdicts and errors are its own."""
         if self.batcher is not None and len(jobs) <= BATCHABLE:
-            check_jobs(jobs, expires_ms)    # a call's own bad id fails it alone, unsent
-            return self.batcher.enqueue(jobs, expires_ms, durable)
-        return self.enqueue_now(jobs, expires_ms, durable)
+            check_jobs(jobs, expires_ms, tenants)   # a call's own bad id fails it alone
+            return self.batcher.enqueue(jobs, expires_ms, tenants, durable)
+        return self.enqueue_now(jobs, expires_ms, tenants, durable)
 
     def enqueue_now(self, jobs: Sequence[NewJob],
                     expires_ms: Sequence[int | None] | None = None,
+                    tenants: Sequence[str | None] | None = None,
                     durable: Durable | None = None) -> list[EnqueueVerdict]:
         """enqueue_many in a round trip of its own (a batch of the batcher's).
 
@@ -80,10 +82,11 @@ class HotPath(QueueCore):
         same arguments, verdicts and errors, without the plan's generator and runner (a
         tenth of a producer's own time per call)."""
         if durable is not None or len(jobs) > ENQUEUE_CHUNK:
-            return self.run(enqueue_plan(self.keys, jobs, expires_ms, durable))
-        check_jobs(jobs, expires_ms)
+            return self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants, durable))
+        check_jobs(jobs, expires_ms, tenants)
         try:
-            replies = self.hot.call("enqueue", self._k, enqueue_args(jobs, expires_ms))
+            replies = self.hot.call("enqueue", self._k,
+                                    enqueue_args(jobs, expires_ms, tenants))
         except ResponseError as exc:
             if "WRONGTYPE" not in str(exc):
                 raise
@@ -96,18 +99,34 @@ class HotPath(QueueCore):
         n = integer(n, "the number of jobs to claim")
         return [Lease.from_reply(r) for r in self.hot.call("claim", self._k, [n, _nonce()])]
 
-    def ack(self, lease: Lease, result: str = "null",
-            claim_next: bool = False, durable: Durable | None = None) -> Acked:
+    def ack(self, lease: Lease, result: str = "null", claim_next: bool = False,
+            durable: Durable | None = None, span: str | None = None) -> Acked:
         """Complete a job (fenced); with claim_next, lease the next job in the same call.
 
-        Returns Acked(verdict, next): verdict DONE, or STALE when this holder's lease is no
-        longer current (nothing of it was written). With ``durable`` (default: the
+        Returns Acked(verdict, next): verdict DONE (also to this holder's ack sent again
+        after its reply was lost: nothing more is written), or STALE when this holder's
+        lease is no longer current (nothing of it was written). With ``durable`` (default: the
         queue's ``durable``), the ack and the result it stores are followed by the wait in
         the same round trip; too few replicas is NotDurable, whose ``reply`` is the Acked
-        (the ack is made on the primary, a next lease is in it).
+        (the ack is made on the primary, a next lease is in it). ``span``: the run's span (a
+        traceparent), kept on the workflow steps the ack releases, their runs' parent (sent
+        only when given; a server's module of a release before takes five: the ack is made
+        without it).
         """
         args = [lease.id, lease.attempts, lease.nonce, result, _nonce() if claim_next else ""]
         durable = self.durable if durable is None else durable
+        if not span:
+            return self._ack(lease, args, durable)
+        try:
+            return self._ack(lease, [*args, _sendable(span)], durable)
+        except ResponseError as exc:
+            if "wrong number of arguments" not in str(exc):
+                raise
+        # A server whose module predates the span (workers upgraded before the servers)
+        # refuses a sixth argument before it writes anything: the ack, without it
+        return self._ack(lease, args, durable)
+
+    def _ack(self, lease: Lease, args: list[Any], durable: Durable | None) -> Acked:
         if durable is None:
             verdict, nxt = self.hot.call("ack", self._k, args)
             return Acked(AckVerdict(verdict), Lease.from_reply(nxt) if nxt else None)
@@ -254,25 +273,37 @@ class HotPath(QueueCore):
         self.scripts.wake(self._k, [token])
 
 
-def check_jobs(jobs: Sequence[NewJob], expires_ms: Sequence[int | None] | None) -> None:
+def check_jobs(jobs: Sequence[NewJob], expires_ms: Sequence[int | None] | None,
+               tenants: Sequence[str | None] | None = None) -> None:
     """An enqueue's gate, before anything is sent: InvalidArgument, InvalidJobId,
-    InvalidGroup."""
+    InvalidGroup (a bad group or tenant name)."""
     if expires_ms is not None and len(expires_ms) != len(jobs):
         raise InvalidArgument("one expiry per job (None for none)")
+    if tenants is not None and len(tenants) != len(jobs):
+        raise InvalidArgument("one tenant per job (None for none)")
     for job in jobs:
         check_job_id(job.id)
         check_group(job.group)
+    for tenant in tenants or ():
+        if tenant is not None:
+            check_tenant(tenant)
 
 
-def enqueue_args(chunk: Sequence[NewJob],
-                 expires_ms: Sequence[int | None] | None) -> list[Any]:
+def enqueue_args(chunk: Sequence[NewJob], expires_ms: Sequence[int | None] | None,
+                 tenants: Sequence[str | None] | None = None) -> list[Any]:
     """The enqueue verb's ARGV for one chunk: n, the fields of each job, then the expiries
-    only when one of them has one (so an older server's scripts or module take the rest)."""
+    only when one of them has one or a job names a tenant ('' for none), then the tenants
+    only when a job names one (so an older server's scripts or module take the rest)."""
     args: list[Any] = [len(chunk)]
     for job in chunk:
         args.extend(job)
-    if expires_ms is not None and any(e is not None for e in expires_ms):
-        args.extend("" if e is None else int(e) for e in expires_ms)
+    named = tenants is not None and any(t is not None for t in tenants)
+    if named or (expires_ms is not None and any(e is not None for e in expires_ms)):
+        args.extend("" if e is None else int(e)
+                    for e in (expires_ms if expires_ms is not None else [None] * len(chunk)))
+    if named:
+        assert tenants is not None
+        args.extend("" if t is None else t for t in tenants)
     return args
 
 
@@ -285,6 +316,7 @@ def enqueue_verdicts(replies: Sequence[Any]) -> list[EnqueueVerdict]:
 
 def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
                  expires_ms: Sequence[int | None] | None = None,
+                 tenants: Sequence[str | None] | None = None,
                  durable: Durable | None = None) -> Steps[list[EnqueueVerdict]]:
     """Admit jobs, one round trip per ENQUEUE_CHUNK of them; per job ENQUEUED or
     DUPLICATE (bad ids raise before anything is sent). A batch bigger than a chunk is
@@ -295,15 +327,20 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
     validate.expires_ms makes them). A call whose jobs have none sends none: the
     arguments are the previous release's, so an older server's scripts or module take it.
 
+    ``tenants``: per job, its group's tenant (None: the group is its own); sent, after the
+    expiries, only when a job of the call names one. A job whose group is another tenant's
+    and busy answers TENANT (nothing written).
+
     ``durable``: the last chunk is pipelined with the wait (one wait for the batch: the
     replication offset it waits for covers every chunk before it); NotDurable names the
     jobs the primary holds (enqueued or duplicate) when too few replicas confirmed."""
-    check_jobs(jobs, expires_ms)
+    check_jobs(jobs, expires_ms, tenants)
     verdicts: list[EnqueueVerdict] = []
     for start in range(0, len(jobs), ENQUEUE_CHUNK):
         chunk = jobs[start:start + ENQUEUE_CHUNK]
         tail = expires_ms[start:start + ENQUEUE_CHUNK] if expires_ms is not None else None
-        op = Hot("enqueue", keys.fixed, enqueue_args(chunk, tail))
+        named = tenants[start:start + ENQUEUE_CHUNK] if tenants is not None else None
+        op = Hot("enqueue", keys.fixed, enqueue_args(chunk, tail, named))
         last = start + ENQUEUE_CHUNK >= len(jobs)
         try:
             if durable is not None and last:

@@ -53,6 +53,9 @@ WAKE_WORK, WAKE_DUE = "1", "d"
 #: (seconds): a master gone leaves its list to expire (lua/abort.lua).
 ABORT_CAP = 64
 ABORT_TTL = 60
+#: A tenant's mark on the ring is the byte 0xff (never in UTF-8 text, so starting no group
+#: name) and the tenant's name; here as the connections decode it (surrogateescape).
+TENANT_MARK = "\udcff"
 #: Lane scores are priority * PRIO_SPAN + the enqueue time in ms.
 PRIO_SPAN = 10**13
 
@@ -64,7 +67,8 @@ NAMED_TYPES = {
     "grate": "hash", "gmax": "hash", "gdefaults": "hash", "gbackoff": "hash", "gwait": "zset",
     "fairness": "string", "gvt": "zset", "gvrun": "hash", "gcost": "hash", "busy": "hash",
     "schedules": "hash", "schedstate": "hash", "schedver": "string", "tasks": "hash",
-    "workers": "hash",
+    "workers": "hash", "audit": "stream",
+    "gtenant": "hash", "tactive": "hash", "tlimit": "hash", "tweight": "hash", "tpaused": "set",
 }
 #: The families of keys named by an id or a group: (family, the name's prefix and suffix,
 #: the type). A group's keys are matched by suffix in this order.
@@ -79,6 +83,7 @@ FAMILIES = (
     ("lane", "g:", ":pending", "zset"),
     ("starts", "g:", ":starts", "list"),
     ("group_busy", "g:", ":busy", "hash"),
+    ("tenant_ring", "t:", ":ring", "list"),   # a tenant's open groups (lua/lib/ring.lua)
 )
 
 
@@ -150,6 +155,13 @@ def check_group(group: object) -> str:
     return group
 
 
+def check_tenant(tenant: object) -> str:
+    """A tenant's name: the rules of a group's (check_group), or InvalidGroup."""
+    if not isinstance(tenant, str) or not tenant:
+        raise InvalidGroup(f"invalid tenant {tenant!r}: a tenant is a non-empty string")
+    return check_group(tenant)
+
+
 _last_ms = 0
 _seq = 0
 #: The random part of job ids: a generator seeded from the OS, seeded again in a forked
@@ -178,7 +190,7 @@ class QueueKeys:
     __slots__ = ("name", "base", "fixed", "ring", "active", "delayed", "dead", "wake",
                  "gactive", "glimit", "gweight", "gpaused", "paused", "grate", "gmax",
                  "gdefaults", "gbackoff", "gwait", "fairness", "gvt", "gvrun", "gcost",
-                 "busy")
+                 "busy", "gtenant", "tactive", "tlimit", "tweight", "tpaused")
 
     def __init__(self, name: str) -> None:
         self.name = check_queue_name(name)
@@ -199,6 +211,10 @@ class QueueKeys:
         # estimate, and the queue's busy time in 10 s slots.
         self.fairness, self.gvt, self.gvrun = b + "fairness", b + "gvt", b + "gvrun"
         self.gcost, self.busy = b + "gcost", b + "busy"
+        # Tenants (lua/lib/ring.lua): each group's tenant, and each tenant's jobs in flight,
+        # limit, weight and pause.
+        self.gtenant, self.tactive, self.tlimit = b + "gtenant", b + "tactive", b + "tlimit"
+        self.tweight, self.tpaused = b + "tweight", b + "tpaused"
 
     def named(self, name: str) -> str:
         """The key of a name after the base: a named key (NAMED_TYPES, ``paused``,
@@ -230,6 +246,10 @@ class QueueKeys:
     def starts(self, group: str) -> str:
         """A rate-limited group's last start times (ms), newest first, at most max_jobs."""
         return f"{self.base}g:{group}:starts"
+
+    def tenant_ring(self, tenant: str) -> str:
+        """list: the tenant's open groups, turned once per claim of the tenant."""
+        return f"{self.base}t:{tenant}:ring"
 
     def group_busy(self, group: str) -> str:
         """hash: 10 s slot -> ms of worker time the group's time-mode jobs used (last minute)."""
@@ -294,6 +314,11 @@ class QueueKeys:
     def minute(self, minute: int) -> str:
         """hash: the counters the verbs keep of one unix minute (store/minutes.py)."""
         return f"{self.base}h:{minute}"
+
+    @property
+    def audit(self) -> str:
+        """stream: the changes operators made (store/audit.py), one entry each, capped."""
+        return self.base + "audit"
 
     @property
     def doctor(self) -> str:

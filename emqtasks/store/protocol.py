@@ -18,6 +18,9 @@ from __future__ import annotations
 #: end's (``finished``, ``result``, ``error``) and the clients blocked on it (``waiters``);
 #: a workflow step's (``wf`` ... ``shape``: lua/lib/workflow.lua); the span of its last failed
 #: attempt (``tlink``, a W3C traceparent retry.lua keeps for the next attempt's span link);
+#: a released step's, from the ack that released it (``tparent``: the releasing run's span,
+#: its run's parent; ``tlinks``: a chord callback's other members' spans, space-separated,
+#: linked; lua/lib/workflow.lua);
 #: the attempt an abort was asked of (``abort``: its nonce, lua/abort.lua).
 ROW_FIELDS = (
     "task", "payload", "group", "state", "attempts", "max", "lease", "delay", "ttl",
@@ -25,7 +28,7 @@ ROW_FIELDS = (
     "nonce", "started", "fence", "ran", "unrun", "vcharge",
     "finished", "result", "error", "waiters",
     "wf", "next", "slot", "par", "imm", "splice", "comma", "cd", "npend", "nslots", "shape",
-    "tlink", "abort",
+    "tlink", "tparent", "tlinks", "abort",
 )
 
 #: The arguments of one job, in order: enqueue takes ten per job, a workflow ten per step

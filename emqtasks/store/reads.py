@@ -18,7 +18,7 @@ from .core import QueueCore
 from .keys import QueueKeys, check_job_id
 from .minutes import DEFAULT_HOURS, DEFAULT_MAX_GROUPS, Minute
 from .plan import Bounded, Pop, Script, Steps, blpop, cmd
-from .replies import ENDED, FoundPage, LaneHead, Lease, Outcome, int_or, job_view
+from .replies import ENDED, FoundPage, LaneHead, Lease, Outcome, SpanRow, int_or, job_view
 
 #: Groups per call of the lanes verb (lua/lanes.lua; about a millisecond of the server's time
 #: per 200 groups).
@@ -85,11 +85,18 @@ class Reads(QueueCore):
         link: str | None = self.client.hget(self.keys.job(job_id), "tlink")
         return link
 
-    def trace_of(self, job_id: str) -> tuple[str, str | None]:
-        """(payload, the last failed attempt's span) of a job: what the span of a run its
-        master settles needs (its sender's context is in the payload's envelope)."""
-        payload, link = self.client.hmget(self.keys.job(job_id), "payload", "tlink")
-        return payload or "", link
+    def trace_row(self, job_id: str) -> SpanRow:
+        """The spans a job's row names, for its run's span (one HMGET)."""
+        link, parent, links = self.client.hmget(self.keys.job(job_id), "tlink", "tparent",
+                                                "tlinks")
+        return SpanRow(link, parent, tuple((links or "").split()))
+
+    def trace_of(self, job_id: str) -> tuple[str, SpanRow]:
+        """(payload, the spans its row names) of a job: what the span of a run its master
+        settles needs (its sender's context is in the payload's envelope)."""
+        payload, link, parent, links = self.client.hmget(
+            self.keys.job(job_id), "payload", "tlink", "tparent", "tlinks")
+        return payload or "", SpanRow(link, parent, tuple((links or "").split()))
 
     # -- a job's end (JobHandle.get) ------------------------------------------------------
     def outcome(self, job_id: str, register: bool = False) -> tuple[str | None, str | None,

@@ -38,6 +38,16 @@ class Outcome(NamedTuple):
     ended: bool
 
 
+class SpanRow(NamedTuple):
+    """The spans a job's row names (W3C traceparents), for its run's span: ``link`` the last
+    failed attempt's (``tlink``), ``parent`` the run that released this workflow step
+    (``tparent``), ``links`` a chord callback's members before the last (``tlinks``)."""
+
+    link: str | None
+    parent: str | None
+    links: tuple[str, ...]
+
+
 #: The states a job ends in (a row that is gone counts too). ``expired``: its ``expires``
 #: passed before a claim started it (lua/lib/claim.lua), so it never ran.
 ENDED = ("done", "dead", "cancelled", "skipped", "expired", "aborted")

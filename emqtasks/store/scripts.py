@@ -31,7 +31,7 @@ VERBS = (
     "enqueue", "claim", "ack", "retry", "release", "extend", "reap", "promote",
     "pause", "pause_group", "limit", "weight", "cancel", "requeue", "wait",
     "repair", "rate", "maxsize", "defaults", "schedule", "fairness", "workflow", "wffail",
-    "wfcancel", "find", "lanes", "wake", "forget", "abort",
+    "wfcancel", "find", "lanes", "wake", "forget", "abort", "tenant",
 )
 #: Keys a verb takes after the fixed ones, in KEYS order; its prelude declares them as
 #: ``K_<name>``, so a script still forms no key of its own but job rows, lanes and done lists.
@@ -195,3 +195,4 @@ class Scripts:
     lanes: Any
     wake: Any
     forget: Any
+    tenant: Any

@@ -17,6 +17,7 @@ import functools
 import signal
 from typing import TYPE_CHECKING, Any
 
+from ..observe import tracing
 from ..store.queue import Lease
 from .pipe import GO, STOP
 from .queues import Claimed
@@ -150,7 +151,8 @@ class AsyncDrain:
         claim = more and self.child.may_claim()
         nxt: Claimed | None = None
         settled = None if outcome is not None else self.runner.ack(
-            functools.partial(self.qs.ack, qi, lease, result or "null", claim), ctx, qi, plan)
+            functools.partial(self.qs.ack, qi, lease, result or "null", claim,
+                              tracing.span_of(ctx)), ctx, qi, plan)
         if settled is not None:
             acked, nxt = settled
             self.runner.acked(lease, qi, acked, ctx)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import Aborted, TimeLimitExceeded
+from ..observe import tracing
 from ..producer.context import install_log_fields
 from ..producer.hooks import Hooks
 from ..producer.registry import Registry
@@ -227,7 +228,8 @@ class Child:
             self.done += 1
             more = self.may_claim()
             settled = None if outcome is not None else runner.ack(
-                functools.partial(qs.ack, qi, lease, result or "null", more), ctx, qi, plan)
+                functools.partial(qs.ack, qi, lease, result or "null", more,
+                                  tracing.span_of(ctx)), ctx, qi, plan)
             if settled is not None:
                 acked, claimed = settled
                 runner.acked(lease, qi, acked, ctx)

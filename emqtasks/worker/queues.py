@@ -62,13 +62,14 @@ class QueueSet:
                 return i, leases[0]
             self._empty.add(i)
 
-    def ack(self, qi: int, lease: Lease, result: str, claim_next: bool) -> tuple[bool,
-                                                                               Claimed | None]:
+    def ack(self, qi: int, lease: Lease, result: str, claim_next: bool,
+            span: str | None = None) -> tuple[bool, Claimed | None]:
         """Acknowledge a job of queue qi; with claim_next, the next job: in the same call
-        when the order would claim from qi next, else by a claim after the ack."""
+        when the order would claim from qi next, else by a claim after the ack. ``span``:
+        the run's (Queue.ack), when it recorded one."""
         q = self.queues[qi]
         if self.single or (claim_next and self._next_is(qi)):
-            acked, nxt = durable_ack(q, lease, result, claim_next)
+            acked, nxt = durable_ack(q, lease, result, claim_next, span)
             if nxt is not None:
                 if self.weights is not None:
                     self._commit(qi)
@@ -78,7 +79,7 @@ class QueueSet:
             if self.weights is not None:
                 self._empty.add(qi)
             return bool(acked), self._claim_after(qi)   # strict: qi (the top) had none
-        acked, _ = durable_ack(q, lease, result, False)
+        acked, _ = durable_ack(q, lease, result, False, span)
         return bool(acked), self._claim_after(-1) if claim_next else None
 
     def _claim_after(self, after: int) -> Claimed | None:
@@ -122,12 +123,13 @@ class QueueSet:
             self._empty.clear()   # a full turn: look at the queues found empty again
 
 
-def durable_ack(q: Queue, lease: Lease, result: str, claim_next: bool) -> Acked:
+def durable_ack(q: Queue, lease: Lease, result: str, claim_next: bool,
+                span: str | None = None) -> Acked:
     """``q.ack``; with the queue durable (q.durable), an ack too few replicas confirmed is
     logged, not raised: the job is done and its result stored on the primary (running it
     again would not make that copy safer, and the producer is not waiting on this call)."""
     try:
-        return q.ack(lease, result, claim_next)
+        return q.ack(lease, result, claim_next, span=span)
     except NotDurable as exc:
         log.warning("job %s: %s", lease.id, exc)
         acked: Acked = exc.reply   # type: ignore[assignment]

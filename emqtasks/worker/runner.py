@@ -373,7 +373,7 @@ class Runner:
         result, outcome, ctx = self.execute(leases[0])
         if outcome is not None:
             return outcome
-        acked, _ = self.queue.ack(leases[0], result or "null")
+        acked, _ = self.queue.ack(leases[0], result or "null", span=tracing.span_of(ctx))
         self.acked(leases[0], 0, bool(acked), ctx)
         return Outcome(leases[0].id, "done" if acked else "stale")
 

@@ -53,12 +53,12 @@ def traced(queue: Queue, lease: Lease, exc: BaseException, started: float,
         return None
     try:
         ctx: JobContext = call(context, queue, lease, exc)
-        payload, link = call(queue.trace_of, lease.id)
+        payload, row = call(queue.trace_of, lease.id)
     except Exception:   # the failure is written all the same, untraced
         log.exception("could not read the row of job %s: its run is not traced", lease.id)
         return None
     started_ns = time.time_ns() - int((time.monotonic() - started) * 1e9)
-    span = tracing.settling(ctx, payload, link, started_ns)
+    span = tracing.settling(ctx, payload, row, started_ns)
     return (ctx, span) if span is not None else None
 
 

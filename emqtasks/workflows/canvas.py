@@ -422,12 +422,17 @@ class _Builder:
             raise UnknownTask(f"workflow step {sig.task!r} is not a registered task")
         return spec
 
-    def _step(self, sig: Signature, mode: str) -> _Step:
+    def _step(self, sig: Signature, mode: str, by_ack: bool = True) -> _Step:
+        """A step's job and extras; ``mode`` "w": it waits, released by an ack (``by_ack``:
+        its run's parent is then on its row) or by a failure (link_error)."""
         o = sig.options
         job = build_job(self._spec(sig), sig.args, sig.kwargs, limit=self.limit,
                         job_id=o.get("job_id"), group=o.get("group"),
                         countdown=o.get("countdown") if mode == "r" else None,
-                        priority=o.get("priority", 0), trace=self.trace)
+                        priority=o.get("priority", 0),
+                        # a step an ack releases: its run reads its parent off its row
+                        trace=tracing.released(self.trace) if mode == "w" and by_ack
+                        else self.trace)
         step = _Step(sig, job, mode)
         if mode == "w":
             cd = validate.countdown_ms(o.get("countdown"), None)
@@ -508,7 +513,7 @@ class _Builder:
                 s.extra["next"] = " ".join(s.children)
         lerr = None
         if self.link_error is not None:
-            lerr = self._step(self.link_error, "w")
+            lerr = self._step(self.link_error, "w", by_ack=False)
             lerr.mode = "e"            # waiting, and expiring with the workflow's hash
             if not self.link_error.immutable and lerr.size + 130 > self.limit:
                 raise WorkflowTooLarge("the link_error step's arguments leave no room for "

@@ -14,10 +14,12 @@ do
   local ring_leave, ring_size, ring_turn, row_fault, starts_key, time_charge, time_fair =
     ring_leave, ring_size, ring_turn, row_fault, starts_key, time_charge, time_fair
   local notify, type_of, wait_push, wake, wrong_type = notify, type_of, wait_push, wake, wrong_type
+  local K_tactive, TENANT_MARK, tenant_leave, tenant_limit, tenant_of, tring_key =
+    K_tactive, TENANT_MARK, tenant_leave, tenant_limit, tenant_of, tring_key
   local LEASE_ROW, R_ATTEMPTS, R_EXPIRES, R_FENCE, R_LEASE, R_PAYLOAD, R_STATE, R_TASK, R_TTL =
     LEASE_ROW, R_ATTEMPTS, R_EXPIRES, R_FENCE, R_LEASE, R_PAYLOAD, R_STATE, R_TASK, R_TTL
   local unpack = unpack
-  local tonumber, type = tonumber, type
+  local byte, sub, tonumber, type = string.byte, string.sub, tonumber, type
   -- A claim meets what it cannot read without failing the queue: a job row it cannot read goes
   -- to `dead` with the reason (bury), a group whose books it cannot read leaves the ring
   -- (group_seat), and only a queue-wide key of the wrong type fails the call, before its first
@@ -72,20 +74,30 @@ do
     local tf = time_fair()
     for _ = 1, 64 do
       local g, vs
+      -- t: the group's tenant, false for none (in time mode its tenant is read for the
+      -- books of jobs in flight only: the groups are served flat)
+      local t = false
       if tf then
         local h = redis.call('ZRANGE', K_gvt, 0, 0, 'WITHSCORES')
         g, vs = h[1], tonumber(h[2])
       else
         g = redis.call('LINDEX', K_ring, 0)
+        if g and byte(g, 1) == 255 then          -- a tenant's mark: its ring's head group
+          t = sub(g, 2)
+          g = redis.call('LINDEX', tring_key(t), 0)
+          if not g then g = '' end
+        end
       end
       if not g then return nil end
       local books = claim_books(now)
       if books then return nil, books end
-      local seat = group_seat(g, tf)
+      local seat = g ~= '' and group_seat(g, tf)
       local lane = lane_key(g)
       local popped = seat and redis.pcall('ZPOPMIN', lane)
-      if not seat or popped.err or #popped == 0 then
-        ring_leave(g, false)
+      if g == '' then
+        tenant_leave(t, false)                 -- a stale mark (its tenant's ring is empty)
+      elseif not seat or popped.err or #popped == 0 then
+        ring_leave(g, false, false, t)
       else
         local id = popped[1]
         local jk = job_key(id)
@@ -112,10 +124,15 @@ do
         if not ok or expired then
           -- a ghost (its row is gone), a buried row or an expired job: look again
           if expired then expire(id, jk, row, now) end
-          if redis.call('ZCARD', lane) == 0 then ring_leave(g, false) end
+          if redis.call('ZCARD', lane) == 0 then ring_leave(g, false, false, t) end
         else
-          local rotated = true
-          if tf then time_charge(g, vs, jk, seat.est, seat.w) else rotated = ring_turn(g, seat.w) end
+          local rotated, t_rotated = true, true
+          if tf then
+            time_charge(g, vs, jk, seat.est, seat.w)
+            t = tenant_of(g) or false
+          else
+            rotated, t_rotated = ring_turn(g, seat.w, t)
+          end
           local att = tonumber(row[R_ATTEMPTS]) + 1
           local lease = tonumber(row[R_LEASE])
           -- fence: grows with every claim of the row, never rolled back (attempts is: by a
@@ -137,10 +154,19 @@ do
           local at = nil
           if seat.m and not closed then at = rate_ready(g, now) end
           if closed or at then
-            ring_leave(g, rotated)
+            ring_leave(g, rotated, t_rotated, t)
             if at then wait_push(g, at) end
-            if ring_size() == 0 then more = 0 end
           end
+          if t then
+            -- the tenant's jobs in flight; at its limit it leaves the ring (its groups stay
+            -- in its own ring) until a completion returns it (active_drop)
+            local tact = redis.call('HINCRBY', K_tactive, t, 1)
+            local tlim = tenant_limit(t)
+            if not tf and tlim and tact >= tlim and redis.call('LLEN', tring_key(t)) > 0 then
+              tenant_leave(t, t_rotated)
+            end
+          end
+          if (closed or at or t) and ring_size() == 0 then more = 0 end
           -- last: a history counter that cannot be counted fails the call with the books whole
           hist_started(now, row[R_TASK] or '', g, tonumber(popped[2]))
           -- the lease: emqtasks/store/protocol.py LEASE_REPLY, position by position

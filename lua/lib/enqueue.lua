@@ -88,3 +88,21 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
     return refused, nil, caps
   end
 end
+
+-- A job of group g names tenant t ('' or nil: none, the group is its own tenant): true when
+-- g is t's (passing it to t when it is empty: nothing in its lane nor in flight), false when
+-- it is another tenant's and busy (the job is refused, nothing written). full: the job will
+-- be refused for its lane's cap of 0 (then the group stays whose it is).
+local function tenant_claim(g, t, full)
+  if t == '' then t = nil end
+  local cur = redis.call('HGET', K_gtenant, g) or nil
+  if cur == t then return true end
+  local waiting = redis.pcall('ZCARD', lane_key(g))   -- a lane of the wrong type: busy
+  if type(waiting) ~= 'number' or waiting > 0
+    or (tonumber(redis.call('HGET', K_gactive, g) or '0') or 1) > 0 then
+    return false
+  end
+  if full then return true end
+  if t then redis.call('HSET', K_gtenant, g, t) else redis.call('HDEL', K_gtenant, g) end
+  return true
+end

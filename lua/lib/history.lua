@@ -12,89 +12,92 @@
 -- Bucket i of HB, 16 the rest. Every write that creates a field (the minute's first of
 -- each kind) sets the hash's expiry. Per job: 7 HINCRBY (1 at enqueue, 3 at the claim, 3
 -- at the ack), on 2 fields per group: see README "History in the server".
-local HB = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000,
-  1800000}
-local HIST = nil     -- {key, ttl seconds, group cap}, false when off; read once per run
-local H_STARTED, H_RETRIED, H_DEAD = 4294967296, 4294967296, 281474976710656
+local hist, hist_enqueued, hist_started, hist_succeeded, hist_failed
+do   -- in a block: a script has 200 local slots for every file it includes
+  local HB = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000,
+    1800000}
+  local HIST = nil     -- {key, ttl seconds, group cap}, false when off; read once per run
+  local H_STARTED, H_RETRIED, H_DEAD = 4294967296, 4294967296, 281474976710656
 
-local function hist(now)
-  if HIST == nil then
-    local hours = tonumber(default('history') or '24') or 24
-    if hours <= 0 then
-      HIST = false
+  function hist(now)
+    if HIST == nil then
+      local hours = tonumber(default('history') or '24') or 24
+      if hours <= 0 then
+        HIST = false
+      else
+        HIST = {BASE .. 'h:' .. math.floor(now / 60000), math.floor(hours * 3600) + 60,
+                tonumber(default('hgroups') or '1000') or 1000}
+      end
+    end
+    return HIST
+  end
+
+  local function hbucket(ms)
+    for i = 1, #HB do if ms <= HB[i] then return i end end
+    return #HB + 1
+  end
+
+  -- A time in whole ms, 0 for what is not a sane one (a corrupted row's times).
+  local function hclamp(ms)
+    ms = math.floor(ms)
+    if ms >= 0 and ms < 1e15 then return ms end
+    return 0
+  end
+
+  -- A task's counter + 1; one that was created sets the hash's expiry.
+  local function hcount(h, f)
+    if redis.call('HINCRBY', h[1], f, 1) == 1 then redis.call('EXPIRE', h[1], h[2]) end
+  end
+
+  -- A group's packed field (kind 'a' or 'b') + by; a field that was created sets the expiry
+  -- and counts against the cap: past it, the overflow's field takes the count instead.
+  local function hgroup(h, kind, g, by)
+    local f = kind .. ':' .. g
+    if redis.call('HINCRBY', h[1], f, by) == by then
+      redis.call('EXPIRE', h[1], h[2])
+      if redis.call('HINCRBY', h[1], 'n' .. kind, 1) > h[3] then
+        redis.call('HDEL', h[1], f)
+        redis.call('HINCRBY', h[1], 'o' .. kind, by)
+      end
+    end
+  end
+
+  function hist_enqueued(now, g)
+    local h = hist(now)
+    if h then hgroup(h, 'a', g, 1) end
+  end
+
+  -- A claim: the wait is the start time less the time the job became due (its lane score's).
+  function hist_started(now, task, g, score)
+    local h = hist(now)
+    if not h then return end
+    local wait = hclamp(now - (score - math.floor(score / PRIO_SPAN) * PRIO_SPAN))
+    hcount(h, 'w' .. hbucket(wait) .. ':' .. task)
+    redis.call('HINCRBY', h[1], 'ws:' .. task, wait)
+    hgroup(h, 'a', g, H_STARTED)
+  end
+
+  -- A success, with its run time when the row knows its start.
+  function hist_succeeded(now, task, g, started)
+    local h = hist(now)
+    if not h then return end
+    local run = 0
+    if started then run = hclamp(now - started) end
+    hcount(h, 'r' .. hbucket(run) .. ':' .. task)
+    redis.call('HINCRBY', h[1], 'rs:' .. task, run)
+    hgroup(h, 'b', g, 1)
+  end
+
+  -- A failure: dead, or retried (a lease the reaper took back too).
+  function hist_failed(now, task, g, dead)
+    local h = hist(now)
+    if not h then return end
+    if dead then
+      hcount(h, 'dd:' .. task)
+      hgroup(h, 'b', g, H_DEAD)
     else
-      HIST = {BASE .. 'h:' .. math.floor(now / 60000), math.floor(hours * 3600) + 60,
-              tonumber(default('hgroups') or '1000') or 1000}
+      hcount(h, 'rt:' .. task)
+      hgroup(h, 'b', g, H_RETRIED)
     end
-  end
-  return HIST
-end
-
-local function hbucket(ms)
-  for i = 1, #HB do if ms <= HB[i] then return i end end
-  return #HB + 1
-end
-
--- A time in whole ms, 0 for what is not a sane one (a corrupted row's times).
-local function hclamp(ms)
-  ms = math.floor(ms)
-  if ms >= 0 and ms < 1e15 then return ms end
-  return 0
-end
-
--- A task's counter + 1; one that was created sets the hash's expiry.
-local function hcount(h, f)
-  if redis.call('HINCRBY', h[1], f, 1) == 1 then redis.call('EXPIRE', h[1], h[2]) end
-end
-
--- A group's packed field (kind 'a' or 'b') + by; a field that was created sets the expiry
--- and counts against the cap: past it, the overflow's field takes the count instead.
-local function hgroup(h, kind, g, by)
-  local f = kind .. ':' .. g
-  if redis.call('HINCRBY', h[1], f, by) == by then
-    redis.call('EXPIRE', h[1], h[2])
-    if redis.call('HINCRBY', h[1], 'n' .. kind, 1) > h[3] then
-      redis.call('HDEL', h[1], f)
-      redis.call('HINCRBY', h[1], 'o' .. kind, by)
-    end
-  end
-end
-
-local function hist_enqueued(now, g)
-  local h = hist(now)
-  if h then hgroup(h, 'a', g, 1) end
-end
-
--- A claim: the wait is the start time less the time the job became due (its lane score's).
-local function hist_started(now, task, g, score)
-  local h = hist(now)
-  if not h then return end
-  local wait = hclamp(now - (score - math.floor(score / PRIO_SPAN) * PRIO_SPAN))
-  hcount(h, 'w' .. hbucket(wait) .. ':' .. task)
-  redis.call('HINCRBY', h[1], 'ws:' .. task, wait)
-  hgroup(h, 'a', g, H_STARTED)
-end
-
--- A success, with its run time when the row knows its start.
-local function hist_succeeded(now, task, g, started)
-  local h = hist(now)
-  if not h then return end
-  local run = 0
-  if started then run = hclamp(now - started) end
-  hcount(h, 'r' .. hbucket(run) .. ':' .. task)
-  redis.call('HINCRBY', h[1], 'rs:' .. task, run)
-  hgroup(h, 'b', g, 1)
-end
-
--- A failure: dead, or retried (a lease the reaper took back too).
-local function hist_failed(now, task, g, dead)
-  local h = hist(now)
-  if not h then return end
-  if dead then
-    hcount(h, 'dd:' .. task)
-    hgroup(h, 'b', g, H_DEAD)
-  else
-    hcount(h, 'rt:' .. task)
-    hgroup(h, 'b', g, H_RETRIED)
   end
 end

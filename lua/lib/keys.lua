@@ -33,6 +33,15 @@ local K_gvt = BASE .. 'gvt'               -- zset: time mode's ring, score = vir
 local K_gvrun = BASE .. 'gvrun'           -- hash: group -> virtual time (us); '' -> the floor
 local K_gcost = BASE .. 'gcost'           -- hash: group -> estimated job cost (us); '' queue's
 local K_busy = BASE .. 'busy'             -- hash: 10 s slot -> busy ms of the whole queue
+-- Tenants (lib/ring.lua): a group may belong to a tenant; the ring then holds the tenant's
+-- mark (TENANT_MARK .. tenant: no group name starts with that byte, they are UTF-8) and the
+-- tenant's own ring holds its open groups. A group with no tenant is its own tenant.
+local TENANT_MARK = '\255'
+local K_gtenant = BASE .. 'gtenant'       -- hash: group -> its tenant (absent: its own)
+local K_tactive = BASE .. 'tactive'       -- hash: tenant -> jobs in flight
+local K_tlimit = BASE .. 'tlimit'         -- hash: tenant -> concurrency limit
+local K_tweight = BASE .. 'tweight'       -- hash: tenant -> weight (claims per turn)
+local K_tpaused = BASE .. 'tpaused'       -- set: paused tenants
 -- The queue's own marks (emqtasks/clock.py, stats()):
 local K_clock = BASE .. 'clock'           -- hash: seen (latest server ms a reap saw), step, at
 local K_tally = BASE .. 'tally'           -- hash: stale_acks (acks the fence refused)
@@ -44,6 +53,8 @@ local function job_key(id) return BASE .. 'job:' .. id end
 local function lane_key(g) return BASE .. 'g:' .. g .. ':pending' end
 local function starts_key(g) return BASE .. 'g:' .. g .. ':starts' end
 local function lane_score(prio, t) return (tonumber(prio) or 0) * PRIO_SPAN + t end
+-- A tenant's ring: its open groups, turned once per claim of the tenant.
+local function tring_key(t) return BASE .. 't:' .. t .. ':ring' end
 local function busy_key(g) return BASE .. 'g:' .. g .. ':busy' end
 -- A key of the queue by its name after the base (repair deletes derived keys by name).
 local function queue_key(name) return BASE .. name end

@@ -63,6 +63,19 @@ end
 local function active_drop(g, now)
   local act = redis.call('HINCRBY', K_gactive, g, -1)
   if act <= 0 then redis.call('HDEL', K_gactive, g) end
+  local t = tenant_of(g)
+  if t then
+    -- its tenant's too: a tenant held back only by its limit returns to the ring
+    local tact = redis.call('HINCRBY', K_tactive, t, -1)
+    if tact <= 0 then redis.call('HDEL', K_tactive, t) end
+    local tlim = tenant_limit(t)
+    if tlim and tact + 1 >= tlim and tact < tlim and not time_fair()
+      and redis.call('LLEN', tring_key(t)) > 0
+      and redis.call('SISMEMBER', K_tpaused, t) == 0 then
+      tenant_enter(t)
+      wake()
+    end
+  end
   local lim = limit_of(g)
   if lim and act + 1 >= tonumber(lim) and act < tonumber(lim)
     and redis.call('ZCARD', lane_key(g)) > 0

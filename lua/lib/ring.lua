@@ -1,5 +1,5 @@
--- ring: where a serviceable group sits: the ring (in time mode `gvt`, lib/timefair.lua) or
--- `gwait`; and the ring's turn (deficit round robin by weight).
+-- ring: where a serviceable group sits: the ring (in time mode `gvt`, lib/timefair.lua), its
+-- tenant's ring, or `gwait`; and the rings' turns (deficit round robin by weight).
 -- Includes: keys, core, settings, wake
 
 -- A group entering time mode's ring starts at its own virtual time or the floor, whichever
@@ -11,13 +11,41 @@ local function vstart(g)
   return floor
 end
 
+-- Tenants (turns mode; time mode serves the groups flat, whatever their tenant): a
+-- tenant's mark stands on the ring exactly while its own ring holds a group and the tenant
+-- is open (not paused, under its limit), as a group stands on it while it is open.
+local function tenant_open(t)
+  if redis.call('SISMEMBER', K_tpaused, t) == 1 then return false end
+  local lim = tenant_limit(t)
+  return not lim or (tonumber(redis.call('HGET', K_tactive, t)) or 0) < lim
+end
+
+local function tenant_enter(t)
+  local m = TENANT_MARK .. t
+  redis.call('RPUSH', K_ring, m)
+  redis.call('HDEL', K_gturn, m)
+end
+
+-- from_tail as ring_leave's below.
+local function tenant_leave(t, from_tail)
+  local m, count = TENANT_MARK .. t, 0
+  if from_tail == true then count = -1 elseif from_tail == false then count = 1 end
+  redis.call('LREM', K_ring, count, m)
+  redis.call('HDEL', K_gturn, m)
+end
+
 local function ring_push(g)
   if time_fair() then
     local v = int_text(vstart(g))
     redis.call('ZADD', K_gvt, v, g)
     redis.call('HSET', K_gvrun, g, v)
   else
-    redis.call('RPUSH', K_ring, g)
+    local t = tenant_of(g)
+    if not t then
+      redis.call('RPUSH', K_ring, g)
+    elseif redis.call('RPUSH', tring_key(t), g) == 1 and tenant_open(t) then
+      tenant_enter(t)
+    end
   end
 end
 
@@ -46,23 +74,47 @@ local function wait_push(g, at)
 end
 
 -- from_tail: where the group is known to stand (just rotated to the tail, or still at the
--- head), so LREM finds it in one step; nil scans the whole ring (admin verbs only).
-local function ring_leave(g, from_tail)
+-- head), so LREM finds it in one step; nil scans the whole ring (admin verbs only). For a
+-- tenant's group, from_tail is its place in its tenant's ring and t_tail the tenant mark's
+-- in the queue's; t: its tenant, false for none, nil to read it. A claim knows the mark
+-- stands (it just served the tenant): there the tenant's last group takes it out unread.
+local function ring_leave(g, from_tail, t_tail, t)
   if time_fair() then
     redis.call('ZREM', K_gvt, g)
   else
+    if t == nil then t = tenant_of(g) end
     local count = 0
     if from_tail == true then count = -1 elseif from_tail == false then count = 1 end
-    redis.call('LREM', K_ring, count, g)
+    if not t then
+      redis.call('LREM', K_ring, count, g)
+    else
+      local tr = tring_key(t)
+      redis.call('LREM', tr, count, g)
+      if redis.call('LLEN', tr) == 0 and (t_tail ~= nil or tenant_open(t)) then
+        tenant_leave(t, t_tail)
+      end
+    end
   end
   redis.call('HDEL', K_gturn, g)
 end
 
--- Rotate the ring for a claim of g (the head), of weight w. A weighted group keeps the head
--- for `w` consecutive claims (deficit round robin). Returns true if g moved to the tail.
-local function ring_turn(g, w)
-  if w > 1 and redis.call('HINCRBY', K_gturn, g, 1) < w then return false end
-  if w > 1 then redis.call('HDEL', K_gturn, g) end
-  redis.call('LMOVE', K_ring, K_ring, 'LEFT', 'RIGHT')
+-- One turn of a ring for the member at its head, m, of weight w: a weighted member keeps
+-- the head for `w` consecutive claims (deficit round robin). True if m moved to the tail.
+local function turn(ring, m, w)
+  if w > 1 and redis.call('HINCRBY', K_gturn, m, 1) < w then return false end
+  if w > 1 then redis.call('HDEL', K_gturn, m) end
+  redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
   return true
+end
+
+-- Rotate for a claim of g (the head), of weight w, of tenant t (or false): one turn of the
+-- tenant's ring for g, then one of the queue's for the tenant's mark, by the tenant's
+-- weight. Returns whether g moved to the tail, and whether its tenant's mark did.
+local function ring_turn(g, w, t)
+  if not t then
+    local moved = turn(K_ring, g, w)
+    return moved, moved
+  end
+  local moved = turn(tring_key(t), g, w)
+  return moved, turn(K_ring, TENANT_MARK .. t, tenant_weight(t))
 end

@@ -40,3 +40,13 @@ local function rate_of(g)
   if not m then return nil end
   return tonumber(m), tonumber(p), #m > 15 or #p > 15
 end
+
+-- A group's tenant (nil: the group is its own tenant), a tenant's limit and weight: its
+-- own, else the default for every tenant (field '' of the same hash: no tenant is named '').
+local function tenant_of(g) return redis.call('HGET', K_gtenant, g) or nil end
+local function tenant_limit(t)
+  return tonumber(redis.call('HGET', K_tlimit, t) or redis.call('HGET', K_tlimit, ''))
+end
+local function tenant_weight(t)
+  return tonumber(redis.call('HGET', K_tweight, t) or redis.call('HGET', K_tweight, '')) or 1
+end

@@ -11,6 +11,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from emqtasks.dashboard import roles
 from emqtasks.dashboard.server import Dashboard, serve
 from emqtasks.store.queue import Queue
 
@@ -30,8 +31,9 @@ class RawAnswer:
 
 class DashServer:
     def __init__(self, queues: list[Queue], token: str | None = None,
-                 read_only: bool = False) -> None:
-        self.dash = Dashboard(queues, token, read_only)
+                 read_only: bool = False, tokens: str | None = None) -> None:
+        accounts = roles.parse(tokens) if tokens else None
+        self.dash = Dashboard(queues, token, read_only, accounts=accounts)
         self.server = serve(self.dash, "127.0.0.1", 0)
         self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever,

@@ -70,8 +70,10 @@ from .scenarios import Row, render, run_all
               metavar="SECONDS",
               help="instead of the figures, the chaos soak for SECONDS: jobs keep coming "
                    "while children, masters, connections and a private AOF server are "
-                   "killed, poisoned rows written, the server filled, a master frozen and "
-                   "a pool partitioned; checks no job is lost (exit 1 if a promise broke)")
+                   "killed, poisoned rows written, the server filled, stalled and its "
+                   "clock stepped, a master frozen and a pool partitioned; checks no job "
+                   "is lost and the history of every operation (exit 1 if a promise "
+                   "broke)")
 @click.option("--seed", type=int, default=None, help="with --chaos: the seed of its schedule")
 @click.option("--durable", "durable_", is_flag=True,
               help="only durable writes: enqueue p50/p99 and jobs/s, delay() and map() of "

@@ -6,7 +6,9 @@ The share table: two groups backlogged on one queue, ``heavy`` running 100 ms jo
 server measures it (claim to ack, what the time mode shares) and as the tasks measure it
 (their own sleep), and its share of the pool. Then the claim cost per job in time mode
 against turns, at 10 and 10,000 groups (an in-process claim -> ack-and-claim-next loop,
-Redis CPU per job, as in --controls).
+Redis CPU per job, as in --controls). Then tenants (bench/tenants.py): a flood spread over
+many groups by one tenant against another's few jobs, two-level lanes against groups only,
+and the claim cost at many groups under many tenants.
 """
 
 from __future__ import annotations
@@ -113,7 +115,12 @@ def measure(b: Bench, quick: bool) -> tuple[list[Row], list[str]]:
 
 def run(redis_url: str | None, concurrency: int, runs: int | None, quick: bool,
         as_json: bool) -> None:
+    from . import tenants
+
     title = "emqtasks bench --fairness"
     with bench_on(redis_url, concurrency, runs, quick, title) as (b, version):
         rows, table = measure(b, quick)
+        more, lines = tenants.measure(b, quick)
+        rows += more
+        table += ["", *lines]
     report(b, rows, version, title, as_json, extra={"shares": table}, before=table)

@@ -179,7 +179,7 @@ def _producer_figures(prefix: str, found: dict[str, float]) -> dict[str, float |
 
 def measure_producers(b: Bench) -> dict[str, float | None]:
     """delay() one job a call: in a loop, from THREADS threads, from COROUTINES coroutines
-    (adelay), all on one App (auto-pipelining as EMQ_AUTOPIPELINE says: on by default)."""
+    (adelay), all on one App (auto-pipelining as EMQ_AUTOPIPELINE says: off by default)."""
     n, out = b.sizes.one_by_one, {}
     with b.queue() as (app, tasks):
         counter, noop = b.key(app, "done"), tasks["noop"]

@@ -91,12 +91,12 @@ static int expire(Q *q, RMS *id, RMK *h, RMS *jkey, RMS *ttl) {
 /* One turn at the ring's head group g: 1 claimed into *out, 0 look again (the group's
  * books unreadable, its lane empty or not a zset, its head a ghost or a buried row), -1
  * error. */
-static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
+static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out, RMS *t) {
     RMS *lkey = lane_key(q, g), *id = NULL, *jkey = NULL, *row[NROW] = {0};
     RMK *lane = NULL, *job = NULL;
     double score;
     long long act, more = 1;
-    int rotated = 1, rc, tf = time_fair(q);
+    int rotated = 1, t_rotated = 1, rc, tf = time_fair(q), own_t = 0;
     Seat s;
     if (tf < 0 || (rc = group_seat(q, g, tf, &s)) < 0) {
         sfree(q, lkey);
@@ -108,7 +108,7 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
         else if (!(id = zfirst(lane, &score))) rc = 0;
     }
     if (rc == 0) {                               /* nothing to take here: leave the ring */
-        rc = ring_leave(q, g, 0);
+        rc = ring_leave(q, g, 0, 0, t);
         goto out;
     }
     jkey = job_key(q, id);
@@ -144,7 +144,7 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
             rc = bury(q, id, g, why, jt != REDISMODULE_KEYTYPE_HASH ? t : NULL, job, jkey, NULL);
             job = NULL;
         }
-        if (rc >= 0) rc = vlen(lane) == 0 ? ring_leave(q, g, 0) : 0;
+        if (rc >= 0) rc = vlen(lane) == 0 ? ring_leave(q, g, 0, 0, t) : 0;
         if (rc > 0) rc = 0;
         goto out;
     }
@@ -152,6 +152,10 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
     zrem(q, lane, lkey, id);
     if (tf) {                                    /* time mode: charge the estimate */
         if ((rc = time_charge(q, g, vs, s.w, s.est, job, jkey)) < 0) goto out;
+        if ((rc = tenant_of(q, g, &t)) < 0) goto out;   /* for its books of jobs in flight */
+        own_t = 1;
+    } else if (t) {                              /* a tenant's group: both rings turn */
+        if ((rc = tenant_turn(q, g, (long long)s.w, t, &rotated, &t_rotated)) < 0) goto out;
     } else if (s.w > 1) {                        /* ring_turn: a weighted group keeps the head */
         RMK *turn = fx(q, K_GTURN, 1);
         long long t;
@@ -159,7 +163,7 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
         if (t < s.w) rotated = 0;
         else hdel(q, turn, q->k[K_GTURN], g);
     }
-    if (rotated && !tf) {                        /* LMOVE ring ring LEFT RIGHT */
+    if (rotated && !tf && !t) {                  /* LMOVE ring ring LEFT RIGHT */
         RMK *r = fx(q, K_RING, 1);
         RMS *head = r ? RedisModule_ListPop(r, REDISMODULE_LIST_HEAD) : NULL;
         if (head) {
@@ -219,8 +223,36 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
     double at = 0;
     if (s.rated && !closed && (rc = rate_ready(q, g, &wait, &at)) < 0) goto out;
     if (closed || wait) {
-        if ((rc = ring_leave(q, g, rotated)) < 0) goto out;
+        if ((rc = ring_leave(q, g, rotated, t_rotated, t)) < 0) goto out;
         if (wait && (rc = wait_push(q, g, at)) < 0) goto out;
+    }
+    if (t) {
+        /* the tenant's jobs in flight; at its limit it leaves the ring (its groups stay in
+         * its own ring) until a completion returns it (active_drop) */
+        RMS *tk = book_key(q, "tactive");
+        RMK *th;
+        long long tact;
+        int has;
+        double tlim;
+        if ((rc = dk(q, tk, 1, REDISMODULE_KEYTYPE_HASH, &th)) == 0)
+            rc = hincrby(q, th, tk, t, 1, &tact);
+        if (th) RedisModule_CloseKey(th);
+        sfree(q, tk);
+        if (rc < 0) goto out;
+        if (!tf) {
+            if ((rc = tenant_setting(q, "tlimit", t, &has, &tlim)) < 0) goto out;
+            if (has && (double)tact >= tlim) {
+                RMS *rk = tring_key(q, t);
+                RMK *rh;
+                if ((rc = dk(q, rk, 0, REDISMODULE_KEYTYPE_LIST, &rh)) == 0 && vlen(rh) > 0)
+                    rc = tenant_leave(q, t, t_rotated ? -1 : 1);
+                if (rh) RedisModule_CloseKey(rh);
+                sfree(q, rk);
+                if (rc < 0) goto out;
+            }
+        }
+    }
+    if (closed || wait || t) {
         size_t left;
         if ((rc = ring_size(q, &left)) < 0) goto out;
         if (left == 0) more = 0;
@@ -240,6 +272,7 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out) {
 out:
     if (lane) RedisModule_CloseKey(lane);
     if (job) RedisModule_CloseKey(job);
+    if (own_t) sfree(q, t);
     sfree(q, lkey); sfree(q, jkey); sfree(q, id);
     for (int i = 0; i < NROW; i++) sfree(q, row[i]);
     return rc;
@@ -276,8 +309,28 @@ static int claim_one(Q *q, RMS *nonce, Job *out) {
             g = ring_head(q);
         }
         if (!g) return q->err ? -1 : 0;
+        /* a tenant's mark: its ring's head group (t: the tenant, NULL for none) */
+        RMS *t = NULL;
+        size_t hl;
+        const char *hp = RedisModule_StringPtrLen(g, &hl);
+        if (!tf && hl > 0 && (unsigned char)hp[0] == 0xff) {
+            t = RedisModule_CreateString(q->ctx, hp + 1, hl - 1);
+            sfree(q, g);
+            RMS *tk = tring_key(q, t);
+            int lr = lindex(q, tk, 0, &g);
+            sfree(q, tk);
+            if (lr < 0) {
+                sfree(q, t);
+                return -1;
+            }
+        }
         int rc = claim_books(q);
-        if (rc == 1) rc = claim_at(q, g, vs, nonce, out);
+        if (rc == 1 && !g) {                      /* a stale mark (its ring is empty) */
+            rc = tenant_leave(q, t, 1);
+        } else if (rc == 1) {
+            rc = claim_at(q, g, vs, nonce, out, t);
+        }
+        sfree(q, t);
         if (rc == 1) {
             out->group = g;
             return 1;

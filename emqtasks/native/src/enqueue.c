@@ -110,7 +110,52 @@ static int enqueue_books(Q *q, RMS **a, long long n, char *refused) {
  * now + one stays integer text of 15 digits (int_ok). */
 #define MAX_EXPIRES_MS 315576000000LL
 
-static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, long long *verdict) {
+/* tenant_claim (lua/lib/enqueue.lua): a job of group g names tenant t (NULL or '': none, the
+ * group is its own tenant). *ok 1 when g is t's (passed to t when it is empty: nothing in
+ * its lane nor in flight), 0 when it is another tenant's and busy (the job is refused).
+ * full: the job will be refused for its lane's cap of 0 (the group stays whose it is). */
+static int tenant_claim(Q *q, RMS *g, RMS *t, int full, int *ok) {
+    size_t tl = 0;
+    if (t) RedisModule_StringPtrLen(t, &tl);
+    if (tl == 0) t = NULL;
+    RMS *cur;
+    *ok = 1;
+    if (tenant_of(q, g, &cur) < 0) return -1;
+    int same = (!cur && !t) || (cur && t && eq(cur, t));
+    sfree(q, cur);
+    if (same) return 0;
+    RMS *lk = lane_key(q, g);
+    RMK *lane = RedisModule_OpenKey(q->ctx, lk, REDISMODULE_READ);
+    int lane_ok = type_ok(lane, REDISMODULE_KEYTYPE_ZSET);   /* the wrong type: busy */
+    size_t n = lane_ok ? vlen(lane) : 0;
+    if (lane) RedisModule_CloseKey(lane);
+    sfree(q, lk);
+    RMK *ga = fx(q, K_GACTIVE, 0);
+    if (q->err) return -1;
+    RMS *a = hget(ga, g);
+    double av = 0;
+    int busy = !lane_ok || n > 0;
+    if (a) busy = busy || RedisModule_StringToDouble(a, &av) != REDISMODULE_OK || av > 0;
+    sfree(q, a);
+    if (busy) {
+        *ok = 0;
+        return 0;
+    }
+    if (full) return 0;
+    RMS *key = book_key(q, "gtenant");
+    RMK *h;
+    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_HASH, &h);
+    if (rc == 0) {
+        if (t) hset1(q, h, key, g, t);
+        else hdel(q, h, key, g);
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    return rc;
+}
+
+static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *tenant,
+                       long long *verdict) {
     RMS *id = f[J_ID], *g = f[J_GROUP];
     double countdown, prio = 0, cap = 0;
     num(q, f[J_COUNTDOWN], &countdown, "ERR emq: countdown must be a number");
@@ -133,6 +178,16 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, long lon
         return 0;
     }
     if (countdown <= 0) rc = max_size_of(q, g, &has_cap, &cap);   /* the cap on waiting jobs */
+    if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) {
+        int ok;
+        if (tenant_claim(q, g, tenant, has_cap && cap == 0, &ok) < 0) rc = -1;
+        else if (!ok) {                          /* its group is another tenant's, busy */
+            *verdict = 4;
+            RedisModule_CloseKey(job);
+            sfree(q, jk);
+            return 0;
+        }
+    }
     /* A producer's job: held to its lane's cap when due now (a countdown joins its lane when
      * due), and counted in the minute's history as enqueued (lua/enqueue.lua says the same). */
     RMS *expires = NULL;
@@ -157,8 +212,11 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
     /* n jobs, then optionally n expiries (sent when a job of the call has one) */
     if (n > argc) return RedisModule_WrongArity(ctx);
     long long given = argc - ARGV0 - 1;
-    if (given != n * NJOB && (n == 0 || given != n * NJOB + n)) return RedisModule_WrongArity(ctx);
+    /* then optionally n tenants after the expiries (lua/enqueue.lua) */
+    if (given != n * NJOB && (n == 0 || (given != n * NJOB + n && given != n * NJOB + 2 * n)))
+        return RedisModule_WrongArity(ctx);
     RMS **ex = given == n * NJOB ? NULL : argv + ARGV0 + 1 + n * NJOB;
+    RMS **tn = given == n * NJOB + 2 * n && n > 0 ? ex + n : NULL;
     Q q;
     if (q_init(&q, ctx, argv, 0, 0) < 0) return finish(&q);
     RMS **a = argv + ARGV0 + 1;
@@ -187,7 +245,8 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
     RMS *now_s = RedisModule_CreateStringFromLongLong(ctx, q.now);
     q.full = full(ctx);
     for (long long i = 0; books == 1 && i < n; i++) {
-        if (enqueue_one(&q, a + i * NJOB, now_s, refused[i], ex ? ex[i] : NULL, &out[i]) < 0)
+        if (enqueue_one(&q, a + i * NJOB, now_s, refused[i], ex ? ex[i] : NULL,
+                        tn ? tn[i] : NULL, &out[i]) < 0)
             break;
         if (out[i] == 1) q.full = 0;   /* written: a script is not stopped half-way */
     }

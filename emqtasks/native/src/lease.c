@@ -54,11 +54,34 @@ static int cmd_claim(RedisModuleCtx *ctx, RMS **argv, int argc) {
     return finish(&q);
 }
 
-/* ack's first half: the fenced job is done. 1 done, 0 stale, -1 error. */
-static int ack_done(Q *q, RMS **a) {
+/* The same holder's ack again (its reply was lost: a cut connection, a timeout; the worker
+ * sends it again): the row is done with this holder's attempts and nonce. 1 yes, 0 no (a
+ * row gone with ttl 0 cannot tell), -1 error. As ack.lua. */
+static int acked_before(Q *q, RMS **a) {
+    Row r;
+    memset(&r, 0, sizeof r);
+    r.key = job_key(q, a[0]);
+    if (dk(q, r.key, 0, REDISMODULE_KEYTYPE_HASH, &r.h) < 0) {
+        row_free(q, &r);
+        return -1;
+    }
+    if (RedisModule_KeyType(r.h) != REDISMODULE_KEYTYPE_EMPTY)
+        RedisModule_HashGet(r.h, REDISMODULE_HASH_NONE, F_STATE, &r.state, F_ATTEMPTS,
+                            &r.attempts, F_NONCE, &r.nonce, NULL);
+    int same = r.state && eqc(r.state, "done") && r.attempts && eq(r.attempts, a[1]) &&
+               r.nonce && eq(r.nonce, a[2]);
+    row_free(q, &r);
+    return same;
+}
+
+/* ack's first half: the fenced job is done. 1 done (or done before by this holder), 0
+ * stale, -1 error. `tp` (a[5], optional, NULL when absent or ''): the run's span, kept on
+ * the steps it releases (ack.lua). */
+static int ack_done(Q *q, RMS **a, RMS *tp) {
     Row r;
     int f = fenced(q, a[0], a[1], a[2], &r);
-    if (f <= 0) return f;
+    if (f == 0) return acked_before(q, a);
+    if (f < 0) return f;
     long long ttl = 0;
     if (need_group(q, &r) < 0) return -1;
     if ((r.ttl && integer(q, r.ttl, &ttl, "ERR emq: a job row's ttl is not an integer") < 0) ||
@@ -92,17 +115,18 @@ static int ack_done(Q *q, RMS **a) {
     int rc = books ? 0 : active_drop(q, r.group);
     if (rc == 0) rc = hist_succeeded(q, r.task, r.group, r.started);
     if (rc == 0) rc = notify(q, a[0], r.waiters);
-    if (rc == 0 && r.next) rc = wf_handover(q, r.next, r.slot, a[3]);
+    if (rc == 0 && r.next) rc = wf_handover(q, r.next, r.slot, a[3], tp);
     row_free(q, &r);
     return rc < 0 ? -1 : 1;
 }
 
 static int cmd_ack(RedisModuleCtx *ctx, RMS **argv, int argc) {
-    if (argc != ARGV0 + 5) return RedisModule_WrongArity(ctx);
+    if (argc != ARGV0 + 5 && argc != ARGV0 + 6) return RedisModule_WrongArity(ctx);
     Q q;
     if (q_init(&q, ctx, argv, B(K_ACTIVE) | B(K_GACTIVE), B(K_GLIMIT) | B(K_PAUSED)) < 0) return finish(&q);
     RMS **a = argv + ARGV0;
-    int verdict = ack_done(&q, a), got = 0;
+    RMS *tp = argc == ARGV0 + 6 && slen(a[5]) > 0 ? a[5] : NULL;
+    int verdict = ack_done(&q, a, tp), got = 0;
     Job job;
     if (verdict == 0) {                          /* a stale ack, counted for stats() */
         RMS *key = book_key(&q, "tally");

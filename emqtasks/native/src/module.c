@@ -16,7 +16,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     F_LEASE = mk(ctx, "lease"); F_DELAY = mk(ctx, "delay"); F_TTL = mk(ctx, "ttl");
     F_CREATED = mk(ctx, "created"); F_NONCE = mk(ctx, "nonce"); F_STARTED = mk(ctx, "started");
     F_FINISHED = mk(ctx, "finished"); F_RESULT = mk(ctx, "result"); F_ERROR = mk(ctx, "error");
-    F_TLINK = mk(ctx, "tlink");
+    F_TLINK = mk(ctx, "tlink"); F_TPARENT = mk(ctx, "tparent"); F_TLINKS = mk(ctx, "tlinks");
     F_WAITERS = mk(ctx, "waiters"); F_FENCE = mk(ctx, "fence"); F_PRIO = mk(ctx, "prio");
     F_VCHARGE = mk(ctx, "vcharge"); F_EMPTY = mk(ctx, "");
     S_ACTIVE = mk(ctx, "active"); S_PENDING = mk(ctx, "pending"); S_DELAYED = mk(ctx, "delayed");

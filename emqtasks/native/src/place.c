@@ -128,6 +128,45 @@ static int lane_len(Q *q, RMS *g, size_t *n) {
     return rc;
 }
 
+/* One job of tenant t left flight: its books drop, and a tenant held back only by its
+ * limit returns to the ring with a wake (turns mode). */
+static int tenant_drop(Q *q, RMS *t) {
+    RMS *key = book_key(q, "tactive");
+    RMK *h;
+    long long act;
+    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_HASH, &h);
+    if (rc == 0) rc = hincrby(q, h, key, t, -1, &act);
+    if (rc == 0 && act <= 0) hdel(q, h, key, t);
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    if (rc < 0) return -1;
+    int has, tf;
+    double lim;
+    if (tenant_setting(q, "tlimit", t, &has, &lim) < 0) return -1;
+    if (!has || !((double)act + 1 >= lim && (double)act < lim)) return 0;
+    if ((tf = time_fair(q)) < 0) return -1;
+    if (tf) return 0;
+    RMS *rk = tring_key(q, t);
+    RMK *rh;
+    rc = dk(q, rk, 0, REDISMODULE_KEYTYPE_LIST, &rh);
+    size_t n = vlen(rh);
+    if (rh) RedisModule_CloseKey(rh);
+    sfree(q, rk);
+    if (rc < 0 || n == 0) return rc;
+    RMS *pk = book_key(q, "tpaused");
+    RedisModuleCallReply *r = RedisModule_Call(q->ctx, "SISMEMBER", "ss", pk, t);
+    sfree(q, pk);
+    if (!r || RedisModule_CallReplyType(r) != REDISMODULE_REPLY_INTEGER) {
+        if (r) RedisModule_FreeCallReply(r);
+        return fail(q, WRONGTYPE);
+    }
+    int paused = RedisModule_CallReplyInteger(r) != 0;
+    RedisModule_FreeCallReply(r);
+    if (paused) return 0;
+    if (tenant_enter(q, t) < 0) return -1;
+    return wake(q, 0);
+}
+
 /* One job of group g left flight: the books drop, and a group held back only by its
  * limit opens again. */
 static int active_drop(Q *q, RMS *g) {
@@ -137,6 +176,13 @@ static int active_drop(Q *q, RMS *g) {
     RMK *ga = fx(q, K_GACTIVE, 1);
     if (hincrby(q, ga, q->k[K_GACTIVE], g, -1, &act) < 0) return -1;
     if (act <= 0) hdel(q, ga, q->k[K_GACTIVE], g);
+    RMS *t;
+    if (tenant_of(q, g, &t) < 0) return -1;
+    if (t) {
+        int rc = tenant_drop(q, t);
+        sfree(q, t);
+        if (rc < 0) return -1;
+    }
     if (limit_of(q, g, &has, &lim) < 0) return -1;
     if (has && (double)act + 1 >= lim && (double)act < lim) {
         size_t n;

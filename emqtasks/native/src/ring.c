@@ -13,11 +13,124 @@ static int vstart(Q *q, RMS *g, double *v) {
     return 0;
 }
 
-/* An entering group: on the ring (turns), or in gvt at vstart (time). */
+/* Tenants (lua/lib/ring.lua; turns mode only, time mode serves the groups flat): a tenant's
+ * mark (0xff then its name: no group name starts so, they are UTF-8) stands on the ring
+ * exactly while its own ring (BASE t:<tenant>:ring) holds a group and it is open. */
+static RMS *tring_key(Q *q, RMS *t) { return mkname(q, "t:", t, ":ring"); }
+
+static RMS *tenant_mark(Q *q, RMS *t) {
+    size_t l;
+    const char *p = RedisModule_StringPtrLen(t, &l);
+    char stackbuf[300];
+    char *buf = l + 1 <= sizeof stackbuf ? stackbuf : RedisModule_Alloc(l + 1);
+    buf[0] = (char)0xff;
+    memcpy(buf + 1, p, l);
+    RMS *m = RedisModule_CreateString(q->ctx, buf, l + 1);
+    if (buf != stackbuf) RedisModule_Free(buf);
+    return m;
+}
+
+/* The group's tenant (HGET gtenant g), NULL for none; *t the caller's to free. */
+static int tenant_of(Q *q, RMS *g, RMS **t) { return book_get(q, "gtenant", g, t); }
+
+static int tenant_weight(Q *q, RMS *t, long long *w) {
+    int has;
+    double v;
+    if (tenant_setting(q, "tweight", t, &has, &v) < 0) return -1;
+    *w = has ? (long long)v : 1;
+    return 0;
+}
+
+/* Not paused and under its limit (tlimit, tactive). */
+static int tenant_open(Q *q, RMS *t, int *open) {
+    RMS *key = book_key(q, "tpaused");
+    RedisModuleCallReply *r = RedisModule_Call(q->ctx, "SISMEMBER", "ss", key, t);
+    sfree(q, key);
+    if (!r || RedisModule_CallReplyType(r) != REDISMODULE_REPLY_INTEGER) {
+        if (r) RedisModule_FreeCallReply(r);
+        return fail(q, WRONGTYPE);
+    }
+    int paused = RedisModule_CallReplyInteger(r) != 0;
+    RedisModule_FreeCallReply(r);
+    *open = !paused;
+    if (paused) return 0;
+    int has, hact;
+    double lim, act;
+    if (tenant_setting(q, "tlimit", t, &has, &lim) < 0) return -1;
+    if (!has) return 0;
+    if (book_num(q, "tactive", t, &hact, &act) < 0) return -1;
+    *open = (hact ? act : 0) < lim;
+    return 0;
+}
+
+/* LREM key count m on an open list (count 1: the first from the head, -1: the first from
+ * the tail, 0: every one), in one step when m stands at that end (a claim's case), else by
+ * one pass round the list; replicated as LREM. */
+static long long list_rem(Q *q, RMK *h, RMS *key, long long count, RMS *m) {
+    size_t n = vlen(h);
+    long long removed = 0;
+    if (n == 0) return 0;
+    int end = count < 0 ? REDISMODULE_LIST_TAIL : REDISMODULE_LIST_HEAD;
+    int other = count < 0 ? REDISMODULE_LIST_HEAD : REDISMODULE_LIST_TAIL;
+    RMS *e = RedisModule_ListPop(h, end);
+    if (e && count != 0 && eq(e, m)) {
+        removed = 1;
+        sfree(q, e);
+    } else {
+        if (e) {
+            RedisModule_ListPush(h, end, e);
+            sfree(q, e);
+        }
+        for (size_t i = 0; i < n; i++) {
+            e = RedisModule_ListPop(h, end);
+            if (!e) break;
+            if ((count == 0 || removed == 0) && eq(e, m)) removed++;
+            else RedisModule_ListPush(h, other, e);
+            sfree(q, e);
+        }
+    }
+    if (removed) RedisModule_Replicate(q->ctx, "LREM", "sls", key, count, m);
+    return removed;
+}
+
+static int tenant_enter(Q *q, RMS *t) {
+    RMS *m = tenant_mark(q, t);
+    int rc = rpush(q, fx(q, K_RING, 1), q->k[K_RING], m);
+    if (rc == 0) hdel_fx(q, K_GTURN, m);
+    sfree(q, m);
+    return rc;
+}
+
+/* count as list_rem's: where the mark is known to stand, or 0 to scan. */
+static int tenant_leave(Q *q, RMS *t, long long count) {
+    RMS *m = tenant_mark(q, t);
+    RMK *r = fx(q, K_RING, 1);
+    if (r) list_rem(q, r, q->k[K_RING], count, m);
+    if (r) hdel_fx(q, K_GTURN, m);
+    sfree(q, m);
+    return r ? 0 : -1;
+}
+
+/* An entering group: on the ring or its tenant's (turns), or in gvt at vstart (time). */
 static int ring_push(Q *q, RMS *g) {
     int tf = time_fair(q);
     if (tf < 0) return -1;
-    if (!tf) return rpush(q, fx(q, K_RING, 1), q->k[K_RING], g);
+    if (!tf) {
+        RMS *t;
+        if (tenant_of(q, g, &t) < 0) return -1;
+        if (!t) return rpush(q, fx(q, K_RING, 1), q->k[K_RING], g);
+        RMS *key = tring_key(q, t);
+        RMK *h;
+        int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_LIST, &h), open = 0;
+        if (rc == 0) rc = rpush(q, h, key, g);
+        size_t n = vlen(h);
+        if (h) RedisModule_CloseKey(h);
+        sfree(q, key);
+        if (rc == 0 && n == 1 && (rc = tenant_open(q, t, &open)) == 0 && open)
+            rc = tenant_enter(q, t);
+        sfree(q, t);
+        return rc;
+    }
     double v;
     if (vstart(q, g, &v) < 0) return -1;
     long long vi = (long long)v;
@@ -67,9 +180,30 @@ static int wait_push(Q *q, RMS *g, double at) {
     return rc < 0 ? -1 : first ? wake(q, 1) : 0;
 }
 
+/* A tenant's group g leaves its tenant's ring (count as list_rem's); the tenant's mark
+ * leaves the ring with its last group (t_count: where the mark stands, known to a claim,
+ * which just served the tenant, so the mark goes unread; 0: scan, if the tenant is open). */
+static int tring_leave(Q *q, RMS *g, RMS *t, long long count, long long t_count) {
+    RMS *key = tring_key(q, t);
+    RMK *h;
+    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_LIST, &h), open;
+    if (rc == 0) list_rem(q, h, key, count, g);
+    size_t n = vlen(h);
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    if (rc == 0 && n == 0) {
+        open = 1;
+        if (t_count == 0) rc = tenant_open(q, t, &open);
+        if (rc == 0 && open) rc = tenant_leave(q, t, t_count);
+    }
+    if (rc == 0) hdel_fx(q, K_GTURN, g);
+    return rc;
+}
+
 /* ring_leave for a group known to stand at the head (from_tail false) or the tail: LREM
- * with count 1 / -1 finds it in one step, so here it is a pop from that end. */
-static int ring_leave(Q *q, RMS *g, int from_tail) {
+ * with count 1 / -1 finds it in one step, so here it is a pop from that end. t: its tenant
+ * (NULL: none), whose mark stands at the head (t_tail false) or the tail. */
+static int ring_leave(Q *q, RMS *g, int from_tail, int t_tail, RMS *t) {
     int tf = time_fair(q);
     if (tf < 0) return -1;
     if (tf) {
@@ -77,6 +211,7 @@ static int ring_leave(Q *q, RMS *g, int from_tail) {
         hdel_fx(q, K_GTURN, g);
         return 0;
     }
+    if (t) return tring_leave(q, g, t, from_tail ? -1 : 1, t_tail ? -1 : 1);
     RMK *r = fx(q, K_RING, 1);
     int end = from_tail ? REDISMODULE_LIST_TAIL : REDISMODULE_LIST_HEAD;
     if (!r) return -1;
@@ -97,22 +232,65 @@ static int ring_leave(Q *q, RMS *g, int from_tail) {
 static int ring_leave_scan(Q *q, RMS *g) {
     int tf = time_fair(q);
     if (tf < 0) return -1;
-    if (tf) return ring_leave(q, g, 0);
+    if (tf) return ring_leave(q, g, 0, 0, NULL);
+    RMS *t;
+    if (tenant_of(q, g, &t) < 0) return -1;
+    if (t) {
+        int rc = tring_leave(q, g, t, 0, 0);
+        sfree(q, t);
+        return rc;
+    }
     RMK *r = fx(q, K_RING, 0);
     if (q->err) return -1;
-    size_t n = vlen(r), removed = 0;
-    if (n > 0) {
+    if (vlen(r) > 0) {
         r = fx(q, K_RING, 1);
         if (!r) return -1;
-        for (size_t i = 0; i < n; i++) {
-            RMS *e = RedisModule_ListPop(r, REDISMODULE_LIST_HEAD);
-            if (!e) break;
-            if (eq(e, g)) removed++;
-            else RedisModule_ListPush(r, REDISMODULE_LIST_TAIL, e);
-            sfree(q, e);
-        }
+        list_rem(q, r, q->k[K_RING], 0, g);
     }
-    if (removed) RedisModule_Replicate(q->ctx, "LREM", "sls", q->k[K_RING], 0LL, g);
     hdel_fx(q, K_GTURN, g);
     return 0;
+}
+
+/* One turn of a ring (handle r, name rkey) for m at its head, of weight w: a weighted member
+ * keeps the head for w consecutive claims (deficit round robin). *moved: m went to the
+ * tail. */
+static int turn(Q *q, RMK *r, RMS *rkey, RMS *m, long long w, int *moved) {
+    *moved = 1;
+    if (w > 1) {
+        RMK *tk = fx(q, K_GTURN, 1);
+        long long t;
+        if (hincrby(q, tk, q->k[K_GTURN], m, 1, &t) < 0) return -1;
+        if (t < w) {
+            *moved = 0;
+            return 0;
+        }
+        hdel(q, tk, q->k[K_GTURN], m);
+    }
+    if (!r) return -1;
+    RMS *head = RedisModule_ListPop(r, REDISMODULE_LIST_HEAD);
+    if (head) {
+        RedisModule_ListPush(r, REDISMODULE_LIST_TAIL, head);
+        sfree(q, head);
+    }
+    RedisModule_Replicate(q->ctx, "LMOVE", "ssss", rkey, rkey, S_LEFT, S_RIGHT);
+    return 0;
+}
+
+/* The turns of a claim of a tenant's group g (weight w) at the head of its tenant's ring:
+ * one of that ring, then one of the queue's ring for the tenant's mark by its weight. */
+static int tenant_turn(Q *q, RMS *g, long long w, RMS *t, int *moved, int *t_moved) {
+    RMS *key = tring_key(q, t);
+    RMK *h;
+    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_LIST, &h);
+    if (rc == 0) rc = turn(q, h, key, g, w, moved);
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    long long tw;
+    if (rc == 0) rc = tenant_weight(q, t, &tw);
+    if (rc == 0) {
+        RMS *m = tenant_mark(q, t);
+        rc = turn(q, fx(q, K_RING, 1), q->k[K_RING], m, tw, t_moved);
+        sfree(q, m);
+    }
+    return rc;
 }

@@ -209,6 +209,18 @@ static int book_num(Q *q, const char *book, RMS *field, int *has, double *v) {
     return 0;
 }
 
+/* A tenant's setting in book (tlimit, tweight): its own, else the default for every tenant
+ * (field ''), as a number (*has 0: none, or no number); the scripts' tenant_limit. */
+static int tenant_setting(Q *q, const char *book, RMS *t, int *has, double *v) {
+    RMS *s;
+    *has = 0;
+    if (book_get(q, book, t, &s) < 0) return -1;
+    if (!s && book_get(q, book, F_EMPTY, &s) < 0) return -1;
+    if (s && RedisModule_StringToDouble(s, v) == REDISMODULE_OK && !isnan(*v)) *has = 1;
+    sfree(q, s);
+    return 0;
+}
+
 /* HSET BASE..book field <integer text>. */
 static int book_set_ll(Q *q, const char *book, RMS *field, long long v) {
     RMS *key = book_key(q, book), *val = RedisModule_CreateStringFromLongLong(q->ctx, v);

@@ -5,7 +5,12 @@
 /* A step's row names its waiting children in `next` and, when they collect results, its
  * `slot` in them; a collecting child may have a `shape` (nested lists: wf_gather). The
  * ack releases them (wf_handover), a dead step fails its workflow (wf_fail).
- * Keys formed here: the child rows, BASE.."chord:"..callback_id and BASE.."wf:"..wf_id. */
+ * Keys formed here: the child rows, BASE.."chord:"..callback_id and BASE.."wf:"..wf_id.
+ * Tracing: the ack's span (tp, a traceparent, or NULL) goes on the step it releases
+ * (`tparent`) or, a chord member before the last, on its callback's `tlinks` (wf_tlink). */
+
+/* Bytes of `tlinks` past which a callback's row takes no more (the SDK keeps 128 links). */
+#define TLINKS_BYTES 7168
 
 static void del_key(Q *q, RMK *h, RMS *key) {
     if (!h || RedisModule_KeyType(h) == REDISMODULE_KEYTYPE_EMPTY) return;
@@ -14,8 +19,9 @@ static void del_key(Q *q, RMK *h, RMS *key) {
 }
 
 /* A waiting step goes to its lane (or `delayed` for a countdown), with arg (JSON text of
- * alen bytes, or NULL) spliced in as its first argument. */
-static int wf_release(Q *q, RMS *id, const char *arg, size_t alen) {
+ * alen bytes, or NULL) spliced in as its first argument; tp (or NULL): the span of the run
+ * that released it, kept as `tparent`. */
+static int wf_release(Q *q, RMS *id, const char *arg, size_t alen, RMS *tp) {
     RMS *jk = job_key(q, id), *g = NULL, *prio = NULL, *splice = NULL, *comma = NULL;
     RMS *cd_s = NULL, *payload = NULL;
     RMK *h;
@@ -23,6 +29,7 @@ static int wf_release(Q *q, RMS *id, const char *arg, size_t alen) {
     if (rc == 0 && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY)
         RedisModule_HashGet(h, REDISMODULE_HASH_NONE, F_GROUP, &g, F_PRIO, &prio, F_SPLICE,
                             &splice, F_COMMA, &comma, F_CD, &cd_s, F_PAYLOAD, &payload, NULL);
+    if (rc == 0 && tp) hset1(q, h, jk, F_TPARENT, tp);
     if (rc == 0 && arg) {
         double off_d;
         if (!splice || !payload)
@@ -110,9 +117,32 @@ static RMS *wf_gather(Q *q, RMK *rh, long long n, RMS *shape) {
     return out;
 }
 
+/* A chord member's span tp on its callback's row (h, key ck), for the callback's span to
+ * link to: appended to `tlinks` (space-separated) while it is under TLINKS_BYTES. */
+static void wf_tlink(Q *q, RMK *h, RMS *ck, RMS *tp) {
+    RMS *have = hget(h, F_TLINKS);
+    size_t hl = 0, tl;
+    const char *hp = have ? RedisModule_StringPtrLen(have, &hl) : NULL;
+    const char *tpp = RedisModule_StringPtrLen(tp, &tl);
+    if (!have) {
+        hset1(q, h, ck, F_TLINKS, tp);
+    } else if (hl < TLINKS_BYTES) {
+        char *buf = RedisModule_Alloc(hl + 1 + tl);
+        memcpy(buf, hp, hl);
+        buf[hl] = ' ';
+        memcpy(buf + hl + 1, tpp, tl);
+        RMS *v = RedisModule_CreateString(q->ctx, buf, hl + 1 + tl);
+        RedisModule_Free(buf);
+        hset1(q, h, ck, F_TLINKS, v);
+        sfree(q, v);
+    }
+    sfree(q, have);
+}
+
 /* One child c of a finished step: released if it waits for this step alone, else (a
- * chord's callback) the result goes in its slot, once, and the last one releases it. */
-static int wf_child(Q *q, RMS *c, RMS *slot, RMS *result) {
+ * chord's callback) the result goes in its slot, once, and the last one releases it (the
+ * ones before keep their span tp on it, wf_tlink). */
+static int wf_child(Q *q, RMS *c, RMS *slot, RMS *result, RMS *tp) {
     RMS *ck = job_key(q, c), *state = NULL, *npend = NULL, *imm = NULL, *nslots = NULL;
     RMS *shape = NULL;
     RMK *h;
@@ -127,7 +157,7 @@ static int wf_child(Q *q, RMS *c, RMS *slot, RMS *result) {
         if (!npend) {
             RedisModule_CloseKey(h);
             h = NULL;
-            rc = wf_release(q, c, mutable ? rp : NULL, rl);
+            rc = wf_release(q, c, mutable ? rp : NULL, rl, tp);
         } else if (slot) {
             RMS *rk = mkname(q, "chord:", c, "");
             RMK *rh;
@@ -139,6 +169,7 @@ static int wf_child(Q *q, RMS *c, RMS *slot, RMS *result) {
             if (rc == 0 && !exists) {
                 hset1(q, rh, rk, slot, result);
                 rc = hincrby(q, h, ck, F_NPEND, -1, &left);
+                if (rc == 0 && left > 0 && tp) wf_tlink(q, h, ck, tp);
             }
             if (rc == 0 && !exists && left <= 0) {
                 RMS *list = NULL;
@@ -157,7 +188,7 @@ static int wf_child(Q *q, RMS *c, RMS *slot, RMS *result) {
                 if (rc == 0) {
                     size_t ll = 0;
                     const char *lp = list ? RedisModule_StringPtrLen(list, &ll) : NULL;
-                    rc = wf_release(q, c, lp, ll);
+                    rc = wf_release(q, c, lp, ll, tp);
                 }
                 sfree(q, list);
             }
@@ -179,15 +210,16 @@ static RMS *next_word(Q *q, const char *p, size_t len, size_t *i) {
     return *i > st ? RedisModule_CreateString(q->ctx, p + st, *i - st) : NULL;
 }
 
-/* A step finished with `result`: each waiting child it names is released (a chord's
- * callback once its last member is in), in the same call as the ack. */
-static int wf_handover(Q *q, RMS *next, RMS *slot, RMS *result) {
+/* A step finished with `result` (its run's span tp, or NULL): each waiting child it names
+ * is released (a chord's callback once its last member is in), in the same call as the
+ * ack. */
+static int wf_handover(Q *q, RMS *next, RMS *slot, RMS *result, RMS *tp) {
     size_t len, i = 0;
     const char *p = RedisModule_StringPtrLen(next, &len);
     RMS *c;
     int rc = 0;
     while (rc == 0 && (c = next_word(q, p, len, &i)) != NULL) {
-        rc = wf_child(q, c, slot, result);
+        rc = wf_child(q, c, slot, result, tp);
         sfree(q, c);
     }
     return rc;
@@ -272,7 +304,7 @@ static int wf_fail(Q *q, RMS *wf, RMS *id) {
             arg[0] = '"';
             memcpy(arg + 1, ip, idl);
             arg[idl + 1] = '"';
-            rc = wf_release(q, lerr, imm && eqc(imm, "1") ? NULL : arg, idl + 2);
+            rc = wf_release(q, lerr, imm && eqc(imm, "1") ? NULL : arg, idl + 2, NULL);
             RedisModule_Free(arg);
             /* released: it lives as a job now, no longer with its workflow's hash */
             if (rc == 0 && dk(q, lk, 1, REDISMODULE_KEYTYPE_HASH, &lh) == 0 && lh &&

@@ -1,0 +1,68 @@
+-- tenant: set a tenant's weight or concurrency limit (or the default for every tenant), or
+-- pause or resume a tenant.
+--
+-- KEYS: the queue's fixed keys (see lib/keys.lua).
+-- Includes: core, keys, settings, wake, ring
+-- ARGV[1]  what: 'weight', 'limit' or 'pause'
+-- ARGV[2]  the tenant; '' for the default of every tenant without its own (weight, limit)
+-- ARGV[3]  weight: an integer >= 1, its consecutive claims per turn of the ring ('' clears
+--          it: then the default, else 1; a tenant's 1 with no default is stored as absent);
+--          limit: an integer >= 1, its jobs in flight at most ('' clears it); pause: '1'
+--          pause, '0' resume
+-- Reply: 1 (pause: 1 changed, 0 already so); an error for a value out of range (nothing
+--   written).
+-- Side effects: `tweight` (the turn counts restart), `tlimit` or `tpaused`; each tenant
+--   concerned leaves the ring when it is no longer open (paused, at its limit), or joins it
+--   with a wake when it opens while its own ring holds a group. Its groups stay in its
+--   ring meanwhile, their own controls untouched. Time mode keeps the books only.
+
+local what, t, v = ARGV[1], ARGV[2], ARGV[3]
+if what ~= 'pause' and v ~= '' and not (int_ok(v) and tonumber(v) >= 1) then
+  return redis.error_reply('ERR emq: a tenant ' .. what .. ' is an integer >= 1')
+end
+if what ~= 'weight' and what ~= 'limit' and what ~= 'pause' then
+  return redis.error_reply('ERR emq: a tenant control is weight, limit or pause')
+end
+if t == '' and what == 'pause' then
+  return redis.error_reply('ERR emq: pause names a tenant')
+end
+-- the tenants concerned: the one named, or for a default every tenant of a group
+local tenants = {t}
+if t == '' then
+  tenants = {}
+  local seen = {}
+  for _, name in ipairs(redis.call('HVALS', K_gtenant)) do
+    if not seen[name] then seen[name] = true; tenants[#tenants + 1] = name end
+  end
+end
+local function standing(name)
+  return not time_fair() and redis.call('LLEN', tring_key(name)) > 0 and tenant_open(name)
+end
+local was = {}
+for i, name in ipairs(tenants) do was[i] = standing(name) end
+local reply = 1
+if what == 'weight' then
+  if v == '' or (v == '1' and t ~= '' and not redis.call('HGET', K_tweight, '')) then
+    redis.call('HDEL', K_tweight, t)
+  else
+    redis.call('HSET', K_tweight, t, v)
+  end
+  for _, name in ipairs(tenants) do redis.call('HDEL', K_gturn, TENANT_MARK .. name) end
+elseif what == 'limit' then
+  if v == '' then redis.call('HDEL', K_tlimit, t) else redis.call('HSET', K_tlimit, t, v) end
+else
+  if v == '1' then reply = redis.call('SADD', K_tpaused, t)
+  else reply = redis.call('SREM', K_tpaused, t) end
+end
+local woke = false
+for i, name in ipairs(tenants) do
+  local stands = standing(name)
+  if was[i] and not stands then
+    tenant_leave(name, nil)
+  elseif stands and not was[i] then
+    tenant_enter(name)
+    woke = true
+  end
+end
+if woke then wake() end
+return reply

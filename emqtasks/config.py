@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import ConfigError
+from .store.autopipe import autopipeline_mode
 from .store.durable import Durable, durable_of, parse_durable
 from .store.keys import check_queue_name
 from .validate import integer, result_bytes
@@ -53,6 +54,10 @@ class Settings:
     #: Durable writes (store/durable.py): a Durable, or None (off); True / False are read
     #: as Durable() / None.
     durable: Durable | None = None
+    #: Auto-pipelining of enqueues (store/autopipe.py): calls of several threads or
+    #: coroutines made while one is in flight go out together. Off by default in this
+    #: release (new: the default after a long soak); EMQ_AUTOPIPELINE=1 turns it on.
+    autopipeline: bool = False
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -63,13 +68,15 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Defaults, then ``EMQ_REDIS_URL`` / ``EMQ_QUEUE`` / ``EMQ_DURABLE``, then non-None
+        """Defaults, then ``EMQ_REDIS_URL`` / ``EMQ_QUEUE`` / ``EMQ_DURABLE`` /
+        ``EMQ_AUTOPIPELINE``, then non-None
         overrides."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {
             "redis_url": env.get("EMQ_REDIS_URL") or DEFAULT_REDIS_URL,
             "queue": env.get("EMQ_QUEUE") or DEFAULT_QUEUE,
             "durable": parse_durable(env.get("EMQ_DURABLE") or ""),
+            "autopipeline": autopipeline_mode(env),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

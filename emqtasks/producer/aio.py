@@ -36,7 +36,7 @@ class LoopClients:
             weakref.WeakKeyDictionary()
         self._lock = threading.Lock()    # loops of several threads may open at once
 
-    def queue(self, url: str, name: str) -> AsyncQueue:
+    def queue(self, url: str, name: str, autopipeline: bool | None = None) -> AsyncQueue:
         """The queue ``name`` on the running loop's client (made on first use: no I/O)."""
         loop = asyncio.get_running_loop()
         with self._lock:
@@ -47,7 +47,8 @@ class LoopClients:
                 opened = self._opened[loop] = _Opened(aconnect(url))
             q = opened.queues.get(name)
             if q is None:
-                q = opened.queues[name] = AsyncQueue(opened.client, name)
+                q = opened.queues[name] = AsyncQueue(opened.client, name,
+                                                             autopipeline=autopipeline)
         return q
 
     async def aclose(self) -> None:

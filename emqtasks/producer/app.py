@@ -66,7 +66,8 @@ class App:
     def __init__(self, redis_url: str | None = None, queue: str | None = None,
                  max_payload_bytes: int | None = None,
                  max_result_bytes: int | None = None,
-                 durable: bool | Durable | None = None) -> None:
+                 durable: bool | Durable | None = None,
+                 autopipeline: bool | None = None) -> None:
         if max_payload_bytes is not None:   # checked now; the rest of Settings on first use
             validate.integer(max_payload_bytes, "max_payload_bytes")
         if max_result_bytes is not None:
@@ -77,7 +78,9 @@ class App:
         self._explicit: dict[str, Any] = {"redis_url": redis_url, "queue": queue,
                                           "max_payload_bytes": max_payload_bytes,
                                           "max_result_bytes": max_result_bytes,
-                                          "durable": durable}
+                                          "durable": durable,
+                                          # None reads EMQ_AUTOPIPELINE (off by default)
+                                          "autopipeline": autopipeline}
         self._settings: Settings | None = None
         self._client: Any = None
         self._queues: dict[str, Queue] = {}
@@ -129,7 +132,8 @@ class App:
         name = self.settings.queue if name is None else name   # "" is refused, not defaulted
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = Queue(self.client, name)
+            q = self._queues[name] = Queue(self.client, name,
+                                           autopipeline=self.settings.autopipeline)
         return q
 
     def close(self) -> None:
@@ -154,7 +158,7 @@ class App:
             with self._lock:
                 if self._aio is None:
                     self._aio = LoopClients()
-        return self._aio.queue(self.settings.redis_url, name)
+        return self._aio.queue(self.settings.redis_url, name, self.settings.autopipeline)
 
     async def aopen(self) -> None:
         """Open the running loop's pool now (one round trip, so a wrong URL or a server

@@ -31,13 +31,14 @@ from redis.exceptions import (
 from ..errors import CorruptKey, ServerFull, WrongEventLoop
 from ..verdicts import CancelVerdict, EnqueueVerdict
 from .admin import cancel_plan
+from .autopipe import BATCHABLE, AsyncBatcher, autopipeline_mode
 from .cluster import is_cluster, node_kwargs
 from .commands import COMMANDS
 from .connection import MAX_BLOCK, pool_wait
 from .core import corrupt_plan, groups_plan
 from .durable import Durable
 from .flows import workflow_plan
-from .hot import enqueue_plan
+from .hot import check_jobs, enqueue_plan
 from .keys import QueueKeys
 from .plan import (
     Bounded,
@@ -121,7 +122,8 @@ async def _send(client: Any, wire: AsyncWire, command: str, keys: Sequence[Any],
 class AsyncQueue:
     """One queue on one ``redis.asyncio`` client, for the event loop it was made on."""
 
-    def __init__(self, client: Any, name: str, native: str | None = None) -> None:
+    def __init__(self, client: Any, name: str, native: str | None = None,
+                 autopipeline: bool | None = None) -> None:
         self.client = client
         self.keys = QueueKeys(name)
         self.name = name
@@ -129,12 +131,27 @@ class AsyncQueue:
         self.hot = AsyncHotVerbs(client, self.scripts, native)
         self.loop = asyncio.get_running_loop()
         self._cluster = is_cluster(client)
+        #: Auto-pipelining of this queue's enqueues (store/autopipe.py): the calls of one
+        #: turn of the loop go out together; None: off, or a cluster client.
+        on = autopipeline_mode() if autopipeline is None else autopipeline
+        self.batcher = AsyncBatcher(self.enqueue_now) if on and not self._cluster else None
 
     # -- the verbs (each the sync Queue's plan) ---------------------------------------------
     async def enqueue_many(self, jobs: Sequence[NewJob],
                            expires_ms: Sequence[int | None] | None = None,
                            tenants: Sequence[str | None] | None = None,
                            durable: Durable | None = None) -> list[EnqueueVerdict]:
+        if self.batcher is not None and len(jobs) <= BATCHABLE:
+            check_jobs(jobs, expires_ms, tenants)   # a call's own bad id fails it alone
+            self._check_loop()
+            return await self.batcher.enqueue(jobs, expires_ms, tenants, durable)
+        return await self.enqueue_now(jobs, expires_ms, tenants, durable)
+
+    async def enqueue_now(self, jobs: Sequence[NewJob],
+                          expires_ms: Sequence[int | None] | None = None,
+                          tenants: Sequence[str | None] | None = None,
+                          durable: Durable | None = None) -> list[EnqueueVerdict]:
+        """enqueue_many in a round trip of its own (a batch of the batcher's)."""
         return await self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants, durable))
 
     async def corrupt(self, groups: Iterable[str], outcome: str) -> CorruptKey:
@@ -170,10 +187,7 @@ class AsyncQueue:
     async def run(self, steps: Steps[T]) -> T:
         """Carry out a plan (plan.py) on this queue's client, awaiting each command."""
         try:
-            if asyncio.get_running_loop() is not self.loop:
-                raise WrongEventLoop(
-                    f"queue {self.name}: its connections belong to another event loop "
-                    "(an App keeps one pool per loop: take the queue again in this one)")
+            self._check_loop()
             if self._cluster:
                 await self._ready()
         except BaseException:
@@ -191,6 +205,12 @@ class AsyncQueue:
                 reply, error = await self._execute(op), None
             except Exception as exc:     # the plan decides: it is thrown in at its yield
                 reply, error = None, exc
+
+    def _check_loop(self) -> None:
+        if asyncio.get_running_loop() is not self.loop:
+            raise WrongEventLoop(
+                f"queue {self.name}: its connections belong to another event loop "
+                "(an App keeps one pool per loop: take the queue again in this one)")
 
     async def _ready(self) -> None:
         """A cluster client reads its slot map first (node-routed commands need it); no

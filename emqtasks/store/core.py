@@ -8,7 +8,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 from ..errors import CorruptKey
-from .cluster import node_kwargs, scan_keys
+from .autopipe import Batcher, autopipeline_mode
+from .cluster import is_cluster, node_kwargs, scan_keys
 from .diagnose import diagnose_plan
 from .durable import Durable
 from .groups import GROUP_BOOKS, group_names, queue_group_books
@@ -23,7 +24,8 @@ T = TypeVar("T")
 class QueueCore:
     """One queue on one Redis client. Thread-compatible like the client it wraps."""
 
-    def __init__(self, client: Any, name: str, native: str | None = None) -> None:
+    def __init__(self, client: Any, name: str, native: str | None = None,
+                 autopipeline: bool | None = None) -> None:
         self.client = client
         self.keys = QueueKeys(name)
         self.name = name
@@ -35,6 +37,15 @@ class QueueCore:
         #: The durable setting of the writes a worker makes (the ack that stores a result,
         #: a schedule's firing) when the call gives none (store/durable.py); None: off.
         self.durable: Durable | None = None
+        #: Auto-pipelining of the enqueues of this queue's threads (store/autopipe.py;
+        #: ``autopipeline`` None reads EMQ_AUTOPIPELINE); None: off, or a cluster client.
+        on = autopipeline_mode() if autopipeline is None else autopipeline
+        self.batcher: Batcher | None = (
+            Batcher(self.enqueue_now) if on and not is_cluster(client) else None)
+
+    def enqueue_now(self, jobs: Any, expires_ms: Any = None, tenants: Any = None,
+                    durable: Any = None) -> Any:
+        raise NotImplementedError    # hot.py's
 
     def run(self, steps: Steps[T]) -> T:
         """Carry out a verb's plan (plan.py) on this queue's client."""

@@ -8,6 +8,7 @@ the two dynamic kinds (job rows and lanes) from the same hash-tagged base.
 from __future__ import annotations
 
 import os
+import random
 import re
 import time
 
@@ -163,6 +164,12 @@ def check_tenant(tenant: object) -> str:
 
 _last_ms = 0
 _seq = 0
+#: The random part of job ids: a generator seeded from the OS, seeded again in a forked
+#: child (so no two processes share a stream). Not os.urandom per id: a system call that
+#: lets go of the GIL, which, where many threads enqueue at once, hands it to another
+#: thread and waits to get it back (a thread switch per id).
+_random = random.Random(os.urandom(16))
+os.register_at_fork(after_in_child=lambda: _random.seed(os.urandom(16)))
 
 
 def new_job_id() -> str:
@@ -174,7 +181,7 @@ def new_job_id() -> str:
     else:
         _seq = 0
     _last_ms = ms
-    return f"{ms:012x}{_seq:04x}{os.urandom(4).hex()}"
+    return f"{ms:012x}{_seq:04x}{_random.getrandbits(32):08x}"
 
 
 class QueueKeys:

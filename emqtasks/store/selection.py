@@ -29,6 +29,7 @@ from ..errors import ConfigError, NativeUnavailable, ServerFull
 from ..native import module_path
 from .cluster import is_cluster
 from .commands import COMMANDS
+from .scripts import out_of_memory
 from .wire import Wire, WireBroken
 
 MODES = ("auto", "off", "require")
@@ -125,14 +126,30 @@ class HotVerbs(Route):
 
     def call(self, verb: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         if self.serves[verb] is False:
-            return getattr(self.scripts, verb)(keys, args)
+            return self._script(verb, keys, args)
         try:
             reply = self._send(COMMANDS[verb], keys, args)
         except RedisError as exc:
             self.refused(verb, exc)
-            return getattr(self.scripts, verb)(keys, args)
+            return self._script(verb, keys, args)
         self.serves[verb] = True
         return reply
+
+    def _script(self, verb: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """The verb's script: EVALSHA pre-packed on the wire (as the module's command is);
+        NOSCRIPT, a broken connection or a client the wire cannot serve go through the
+        scripts' own call (scripts.Verb: EVAL of the source, redis-py's retries)."""
+        script = getattr(self.scripts, verb)
+        if self.wire.usable:
+            try:
+                return self.wire.call("EVALSHA", (script.sha, len(keys), *keys), args)
+            except (NoScriptError, WireBroken):
+                pass
+            except ResponseError as exc:
+                if out_of_memory(exc):
+                    raise ServerFull.of(exc) from None   # refused at its first write
+                raise
+        return script(keys, args)
 
     def call_piped(self, verb: str, keys: Sequence[str], args: Sequence[Any],
                    also: Callable[[Any], None]) -> Any:

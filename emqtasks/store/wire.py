@@ -1,11 +1,12 @@
 """A hot verb's call as one pre-packed write and one read, past redis-py's per-command work.
 
 A module command's name and its 12 keys never change for a queue, so their RESP encoding
-is made once; a call packs only its ARGV (hiredis) and writes the lot on a connection of
-the client: the single connection of a single-thread client (a worker child), else one
-taken from the client's pool for the call and given back (so the connections of a client
-of many threads stay bounded by its pool, however many threads call, and a thread that
-finds them all busy waits as ``execute_command`` would). That skips, per call, the
+is made once (a script's EVALSHA, its SHA and its keys, too); a call packs only its ARGV
+(hiredis) and writes the lot on a connection of the client: the single connection of a
+single-thread client (a worker child), else one of the few the wire keeps (Wire._kept),
+or one taken from the client's pool for the call and given back (so the connections of a
+client of many threads stay bounded by its pool, however many threads call, and a thread
+that finds them all busy waits as ``execute_command`` would). That skips, per call, the
 argument filtering and the observability records of redis-py's ``execute_command``, and
 for a worker child the pool checkout too (about a third of a child's CPU per job, see the
 README's "where the time goes"). Replies and errors come from the connection's own parser,
@@ -17,6 +18,8 @@ id and every lease verb is fenced).
 
 from __future__ import annotations
 
+import os
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +27,32 @@ import hiredis
 import redis
 
 from .cluster import is_cluster
+
+#: Connections a pool's wires keep between calls (taken from it, given back to no one):
+#: redis-py 8's checkout and release of a pool connection cost more than a loopback round
+#: trip (its locks and observability records), paid per enqueue otherwise. Per pool, not
+#: per queue, so an App of many queues keeps no more; none for a pool of fewer than
+#: KEEP_FROM connections, where two idle ones would starve its other users.
+KEEP = 2
+KEEP_FROM = 16
+_KEPT: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+
+
+def kept_for(pool: Any) -> list[Any] | None:
+    """The list of connections kept for ``pool`` (list.pop and append are atomic: threads
+    share it without a lock), or None when it is too small to keep any."""
+    if getattr(pool, "max_connections", 0) < KEEP_FROM:
+        return None
+    return _KEPT.setdefault(pool, [])
+
+
+def _forget_kept() -> None:
+    """A forked child: the kept sockets are its parent's (its pools start afresh too)."""
+    for kept in list(_KEPT.values()):
+        kept.clear()
+
+
+os.register_at_fork(after_in_child=_forget_kept)
 
 
 class WireBroken(Exception):
@@ -64,16 +93,35 @@ class Wire:
         self.usable = not is_cluster(client) and (
             self.single or isinstance(self.pool, redis.ConnectionPool))
         self.packer = Packer()
+        #: The pool's connections kept between calls (kept_for), or None.
+        self._kept = kept_for(self.pool) if self.usable and not self.single else None
 
-    def call(self, command: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def call(self, command: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         packed = self.packer.pack(command, keys, args)
         if self.single:
             return _exchange(self.client.connection, packed)
-        conn = self.pool.get_connection()   # waits while the pool is busy (PoolBusy)
+        conn = self._take()
+        clean = False
         try:
-            return _exchange(conn, packed)
+            reply = _exchange(conn, packed)
+            clean = True
+            return reply
+        except redis.exceptions.ResponseError:
+            clean = True    # an error reply, read whole: the connection is in step
+            raise
         finally:
-            self.pool.release(conn)
+            if clean and self._kept is not None and len(self._kept) < KEEP:
+                self._kept.append(conn)
+            else:
+                if not clean:   # interrupted between the write and the read: a reply
+                    conn.disconnect()   # may be left unread, which no later call may get
+                self.pool.release(conn)
+
+    def _take(self) -> Any:
+        try:
+            return self._kept.pop()   # type: ignore[union-attr]
+        except (IndexError, AttributeError):
+            return self.pool.get_connection()   # waits while the pool is busy (PoolBusy)
 
 
 def _exchange(conn: Any, packed: bytes) -> Any:

@@ -11,7 +11,10 @@ Per system, with its own worker as a subprocess (emqtasks ``worker -c 8``; Huey
 each, library defaults otherwise) and the task bodies of :mod:`emqtasks._dev.bench.tasks` /
 :mod:`emqtasks._dev.bench.peer_tasks` (a no-op job does one INCR to count itself):
 
-1. enqueue 1-by-1: ``delay()`` / calling the Huey task / ``send()``, no worker running;
+0. the round-trip floor, once a run: a raw socket's PING loop and redis-py's;
+1. enqueue 1-by-1: ``delay()`` / calling the Huey task / ``send()``, no worker running,
+   each call's latency too; then the same calls from 8 threads at once, and (emqtasks: the
+   peers have no async API) from 256 coroutines (``adelay()``); see producers.py;
 2. enqueue in bulk: emqtasks ``map()`` (1,000 jobs per round trip); Huey ``map()`` and
    Dramatiq ``group().run()``, which have no batch API (one round trip per job);
 3. drain: the bulk jobs wait while the worker starts and warms up, are released at once,
@@ -58,6 +61,7 @@ from .core import (
     tree_cpu,
     with_client_name,
 )
+from .producers import COROUTINES, THREADS
 
 PEERS = ("huey", "dramatiq")
 INSTALL = {"huey": "pip install huey", "dramatiq": "pip install 'dramatiq[redis]'"}
@@ -81,6 +85,16 @@ def rows_for(s: Sizes) -> list[Row]:
     return [
         Row("enqueue_one_jobs_s", f"enqueue 1-by-1 ({s.one_by_one:,} jobs)", "jobs/s", 0,
             "higher"),
+        Row("enqueue_one_p50_us", "  one call, p50", "us", 0, "lower"),
+        Row("enqueue_one_p99_us", "  one call, p99", "us", 0, "lower"),
+        Row("enqueue_threads_jobs_s", f"enqueue from {THREADS} threads, 1 job a call",
+            "jobs/s", 0, "higher"),
+        Row("enqueue_threads_p50_us", "  one call, p50", "us", 0, "lower"),
+        Row("enqueue_threads_p99_us", "  one call, p99", "us", 0, "lower"),
+        Row("enqueue_async_jobs_s", f"enqueue from {COROUTINES} coroutines (async API)",
+            "jobs/s", 0, "higher"),
+        Row("enqueue_async_p50_us", "  one call, p50", "us", 0, "lower"),
+        Row("enqueue_async_p99_us", "  one call, p99", "us", 0, "lower"),
         Row("enqueue_bulk_jobs_s", f"enqueue bulk ({s.jobs:,} jobs, API below)", "jobs/s", 0,
             "higher"),
         Row("drain_jobs_s", f"drain {s.jobs:,} no-op jobs, concurrency {c}", "jobs/s", 0,

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import click
 import redis
@@ -22,6 +23,7 @@ from ...config import redacted
 from ...store.cluster import is_cluster_url
 from ...store.selection import loaded_version
 from ..localserver import LocalRedis
+from . import producers
 from .core import CHUNK, FEW_GROUPS, Bench, BenchError, Sizes, median, percentile, say, tree_pss_mb
 from .harness import exit_on_signal, open_server
 from .peers import (
@@ -39,7 +41,6 @@ from .peers import (
 from .scenarios import (
     fairness_drill,
     scenario_drain,
-    scenario_enqueue_one_by_one,
     scenario_latency_and_idle,
 )
 
@@ -81,10 +82,12 @@ def measure_peer(b: Bench, peer: Peer,
     mix: dict[str, float] = {}
 
     one = peer.key("one")
-    began = time.perf_counter()
-    for _ in range(s.one_by_one):
-        peer.stage_one("noop", (one,))
-    out["enqueue_one_jobs_s"] = s.one_by_one / (time.perf_counter() - began)
+    out.update(_producer_figures(
+        "enqueue_one", producers.one_by_one(lambda i: peer.stage_one("noop", (one,)),
+                                            s.one_by_one)))
+    out.update(_producer_figures(
+        "enqueue_threads", producers.threaded(lambda i: peer.stage_one("noop", (one,)),
+                                              s.one_by_one)))
     peer.discard_staged()
 
     done = peer.key("done")
@@ -169,9 +172,36 @@ def _peer_fairness(b: Bench, peer: Peer, out: dict[str, float | None]) -> None:
         b.notes.append(f"{peer.name}: the flood did not drain")
 
 
+def _producer_figures(prefix: str, found: dict[str, float]) -> dict[str, float | None]:
+    return {f"{prefix}_jobs_s": found["rate"], f"{prefix}_p50_us": found["p50"],
+            f"{prefix}_p99_us": found["p99"]}
+
+
+def measure_producers(b: Bench) -> dict[str, float | None]:
+    """delay() one job a call: in a loop, from THREADS threads, from COROUTINES coroutines
+    (adelay), all on one App (auto-pipelining as EMQ_AUTOPIPELINE says: off by default)."""
+    n, out = b.sizes.one_by_one, {}
+    with b.queue() as (app, tasks):
+        counter, noop = b.key(app, "done"), tasks["noop"]
+        groups = [f"g{i % FEW_GROUPS}" for i in range(max(n, 10 * producers.COROUTINES))]
+        noop.delay(counter, groups[0])    # the connection opened, the path learnt
+        out.update(_producer_figures(
+            "enqueue_one", producers.one_by_one(lambda i: noop.delay(counter, groups[i]), n)))
+        out.update(_producer_figures(
+            "enqueue_threads", producers.threaded(lambda i: noop.delay(counter, groups[i]),
+                                                  n)))
+
+        async def adelay(i: int) -> None:
+            await noop.adelay(counter, groups[i])
+
+        out.update(_producer_figures("enqueue_async", producers.coroutines(
+            adelay, len(groups), close=app.aclose)))
+    return out
+
+
 def measure_emqtasks(b: Bench) -> dict[str, float | None]:
     """The same figures from emqtasks' own scenarios (bench.py), -c N, 10 groups."""
-    out: dict[str, float | None] = {"enqueue_one_jobs_s": scenario_enqueue_one_by_one(b)}
+    out = measure_producers(b)
     drain = scenario_drain(b, FEW_GROUPS)
     out.update({"enqueue_bulk_jobs_s": drain["enqueue"], "drain_jobs_s": drain["drain"],
                 "drain_cmds_per_job": drain["cmds"], "drain_scripts_per_job": drain["scripts"],
@@ -207,6 +237,7 @@ class PeersRun:
     redis_version: str = "?"
     elapsed: float = 0.0
     load: tuple[float, float] = (0.0, 0.0)
+    floors: list[dict[str, float]] = field(default_factory=list)   # PING round trips/s
 
 
 def run(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
@@ -254,6 +285,9 @@ def measure_systems(redis_url: str | None, pr: PeersRun) -> Bench:
             + ", ".join(f"{n} {pr.versions[n]}" for n in pr.names) + f"; logs in {b.log_dir}")
         try:
             for r in range(pr.sizes.runs):
+                n = 4 * pr.sizes.one_by_one
+                pr.floors.append({"raw": producers.raw_ping_floor(url, n),
+                                  "redis_py": producers.redis_py_ping_floor(url, n)})
                 for name in pr.names:
                     say(f"  {name}: run {r + 1}/{pr.sizes.runs}")
                     pr.results[name].append(measure_system(b, pr, name))
@@ -303,9 +337,11 @@ def report(b: Bench, pr: PeersRun, as_json: bool) -> None:
                    *dramatiq_shape(concurrency))}
     idle_windows = {n: (pr.sizes.idle_seconds if n in ("emqtasks", LUA) else pr.peer_idle)
                     for n in names}
+    targets = producer_targets(pr, figures)
     if as_json:
         click.echo(json.dumps({
-            "mode": "peers", "redis_version": pr.redis_version, "private_server": not b.shared,
+            "mode": "peers", "floor_round_trips_s": floor_of(pr), "targets": targets,
+            "redis_version": pr.redis_version, "private_server": not b.shared,
             "cpus": os.cpu_count(), "sizes": asdict(pr.sizes), "elapsed_s": round(pr.elapsed, 1),
             "systems": {n: {"version": pr.versions[n], "worker": workers[n],
                             "bulk_api": bulk[n], "idle_seconds": idle_windows[n],
@@ -321,6 +357,12 @@ def report(b: Bench, pr: PeersRun, as_json: bool) -> None:
                       f"{concurrency}, {os.cpu_count()} CPUs, median of {pr.sizes.runs} "
                       f"run(s), {pr.elapsed:.0f}s"))
     click.echo("ratio = emqtasks / peer; 'better' says which way is better for that row")
+    floors = floor_of(pr)
+    click.echo(f"round-trip floor, this run: a raw socket's PING loop "
+               f"{floors['raw'] or 0:,.0f}/s, redis-py's {floors['redis_py'] or 0:,.0f}/s")
+    for t in targets:
+        click.echo(f"target: {t['what']}: {_fmt_ratio(t['value'])} (>= {t['target']:g}): "
+                   f"{t['verdict']}")
     click.echo(f"load average {pr.load[0]:.2f} at the start, {pr.load[1]:.2f} at the end "
                f"(other work on the machine skews every column)")
     for n in names:
@@ -332,6 +374,34 @@ def report(b: Bench, pr: PeersRun, as_json: bool) -> None:
                    f"{b.log_dir}); the first ones:")
         for line in b.worker_problems[:10]:
             click.echo(f"  {line}")
+
+
+def floor_of(pr: PeersRun) -> dict[str, float | None]:
+    """The medians of the run's PING floors (round trips/s)."""
+    return {k: median([f.get(k) for f in pr.floors]) for k in ("raw", "redis_py")}
+
+
+def producer_targets(pr: PeersRun, figures: dict[str, dict[str, float | None]]
+                     ) -> list[dict[str, Any]]:
+    """Issue 31's producer targets, each with its figure and "met" / "not met"."""
+    raw = floor_of(pr)["raw"]
+    out: list[dict[str, Any]] = []
+    for n in (x for x in ("emqtasks", LUA) if x in pr.names):
+        value = _ratio(figures[n].get("enqueue_one_jobs_s"), raw)
+        out.append({"what": f"{n} enqueue 1-by-1 / the raw PING floor", "value": value,
+                    "target": producers.ONE_TARGET,
+                    "verdict": producers.verdict(value, producers.ONE_TARGET)})
+        if "huey" in pr.names:
+            value = _ratio(figures[n].get("enqueue_threads_jobs_s"),
+                           figures["huey"].get("enqueue_threads_jobs_s"))
+            out.append({"what": f"{n} enqueue from {producers.THREADS} threads / Huey's",
+                        "value": value, "target": producers.THREADS_TARGET,
+                        "verdict": producers.verdict(value, producers.THREADS_TARGET)})
+    return out
+
+
+def _fmt_ratio(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
 
 
 def render(rows: list[Row], names: list[str], versions: dict[str, str],

@@ -2213,3 +2213,54 @@ def test_a_full_server(server: Server, mode: str) -> None:
         p.checked()
     finally:
         p.close()
+
+
+def test_unique_jobs(server: Server) -> None:
+    """Unique keys on both paths (the enqueue's third tail: '<ms>:<key>' per job): the first
+    job takes its key (the row keeps it, the key names it, PX its hold); while it is pending,
+    delayed or running another job of the key is not written and the reply is the holder's
+    id; a job that ends (done, dead, cancelled) frees its key for the next enqueue; a bad
+    unique spec is refused before anything is written, the same on both."""
+    p = Pair(server, "ul", "un")
+    run = Run(p, SEED + 13)
+    try:
+        def send(job_id: str, key: str, group: str = "g1", ms: int = 600_000) -> Any:
+            f = run.job_fields(job_id, group)
+            f[4], f[7], f[8] = 1, 3600, 0                # one attempt, kept an hour, due now
+            return p.verb("enqueue", [1, *f, "", "", f"{ms}:{key}"])[0]
+
+        assert send("a1", "inv:7") == 1
+        assert send("a2", "inv:7") == b"a1"              # held: nothing written
+        assert send("b1", "inv:8", "g2") == 1
+        # two jobs of one key in one call: the second sees the first
+        f1, f2 = run.job_fields("c1", "g3"), run.job_fields("c2", "g3")
+        f1[8] = f2[8] = 0
+        assert p.verb("enqueue", [2, *f1, *f2, "", "", "", "", "9000:k c", "9000:k c"]) == [
+            1, b"c1"]
+        p.compare()
+        for k in (p.ka, p.kb):
+            assert p.r.get(k.unique("inv:7")) == "a1"
+            assert p.r.hget(k.job("a1"), "unique") == "inv:7"
+            assert 590_000 < p.r.pttl(k.unique("inv:7")) <= 600_000
+            assert p.r.exists(k.job("a2")) == 0
+        leases = {j[0].decode(): [j[0].decode(), j[3], j[4].decode()]
+                  for j in p.verb("claim", [8, run.nonce()])}
+        assert send("a3", "inv:7") == b"a1"              # running: still held
+        assert p.verb("ack", [*leases["a1"], '"r"', ""])[0] == 1
+        assert send("a4", "inv:7") == 1                  # done: the key is free
+        assert p.verb("retry", [*leases["b1"], "boom", "", "0"]) == 2   # dead
+        assert send("b2", "inv:8", "g2") == 1
+        p.admin("cancel", ["a4"])
+        assert send("a5", "inv:7") == 1                  # cancelled: free
+        p.compare()
+        p.checked()
+        bad = run.job_fields("x9", "g1")
+        for spec in ("0:k", "600", "600:", "x:k", "1000000000000:k"):
+            ra = p.raw.call("EVALSHA", p.sha["enqueue"], len(FIXED), *p.ka.fixed, 1, *bad,
+                            "", "", spec)
+            rb = p.raw.call(COMMANDS["enqueue"], *p.kb.fixed, 1, *bad, "", "", spec)
+            assert isinstance(ra[1], RespError) and "unique" in ra[1], (spec, ra)
+            assert ra[0] == rb[0] and str(ra[1]) == str(rb[1]), (spec, ra, rb)
+        p.compare()
+    finally:
+        p.close()

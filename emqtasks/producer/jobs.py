@@ -12,8 +12,16 @@ from datetime import datetime
 from typing import Any
 
 from .. import serialization, validate
-from ..errors import InvalidGroup
-from ..store.keys import DEFAULT_GROUP, check_group, check_job_id, check_tenant, new_job_id
+from ..errors import InvalidArgument, InvalidGroup
+from ..store.keys import (
+    DEFAULT_GROUP,
+    Unique,
+    check_group,
+    check_job_id,
+    check_tenant,
+    check_unique,
+    new_job_id,
+)
 from ..store.queue import NewJob
 from ..validate import integer
 from .callshape import fits, signature_of
@@ -52,6 +60,26 @@ def tenant_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
     if t is None or isinstance(t, str):
         return t
     return check_tenant(_picked(spec, t, args, kwargs, "tenant"))
+
+
+def unique_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
+              key: str | None = None, hold: float | None = None) -> Unique | None:
+    """The call's unique key and its hold in ms: ``key`` (the call's own), else by the
+    task's ``unique=`` (a string, or a function of the call's arguments as a group's), else
+    None; held ``hold`` s, else the task's ``unique_for``, else validate.UNIQUE_FOR. Gated:
+    InvalidArgument (a hold without a key, or not finite positive) before anything is
+    written."""
+    if hold is not None:
+        hold = validate.unique_for(hold)
+    u = spec.unique
+    if key is None and u is not None:
+        key = u if isinstance(u, str) else _picked(spec, u, args, kwargs, "unique")
+    if key is None:
+        if hold is not None:
+            raise InvalidArgument("unique_for without unique_key: a key is what is held")
+        return None
+    hold = hold if hold is not None else spec.unique_for or validate.UNIQUE_FOR
+    return check_unique(key, max(1, round(hold * 1000)))
 
 
 def _group_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

@@ -38,7 +38,7 @@ from .core import corrupt_plan, groups_plan
 from .durable import Durable
 from .flows import workflow_plan
 from .hot import enqueue_plan
-from .keys import QueueKeys
+from .keys import QueueKeys, Unique
 from .plan import (
     Bounded,
     Cmd,
@@ -134,8 +134,11 @@ class AsyncQueue:
     async def enqueue_many(self, jobs: Sequence[NewJob],
                            expires_ms: Sequence[int | None] | None = None,
                            tenants: Sequence[str | None] | None = None,
-                           durable: Durable | None = None) -> list[EnqueueVerdict]:
-        return await self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants, durable))
+                           durable: Durable | None = None,
+                           uniques: Sequence[Unique | None] | None = None,
+                           holders: list[str | None] | None = None) -> list[EnqueueVerdict]:
+        return await self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants, durable,
+                                           uniques, holders))
 
     async def corrupt(self, groups: Iterable[str], outcome: str) -> CorruptKey:
         return await self.run(corrupt_plan(self.keys, groups, outcome))

@@ -24,7 +24,16 @@ from . import beats
 from .beats import Beat
 from .core import QueueCore, corrupt_plan
 from .durable import Durable
-from .keys import WAKE_DUE, WAKE_WORK, QueueKeys, check_group, check_job_id, check_tenant
+from .keys import (
+    WAKE_DUE,
+    WAKE_WORK,
+    QueueKeys,
+    Unique,
+    check_group,
+    check_job_id,
+    check_tenant,
+    check_unique,
+)
 from .plan import Hot, Steps, blpop
 from .replies import Acked, Lease, NewJob, Reaped
 from .waits import check, waited
@@ -59,10 +68,13 @@ class HotPath(QueueCore):
     def enqueue_many(self, jobs: Sequence[NewJob],
                      expires_ms: Sequence[int | None] | None = None,
                      tenants: Sequence[str | None] | None = None,
-                     durable: Durable | None = None) -> list[EnqueueVerdict]:
+                     durable: Durable | None = None,
+                     uniques: Sequence[Unique | None] | None = None,
+                     holders: list[str | None] | None = None) -> list[EnqueueVerdict]:
         """Admit jobs, one round trip per ENQUEUE_CHUNK of them (enqueue_plan); with
         ``durable``, the last one carries the wait (NotDurable: too few replicas)."""
-        return self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants, durable))
+        return self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants, durable,
+                                     uniques, holders))
 
     # -- consumer ---------------------------------------------------------------------
     def claim(self, n: int = 1) -> list[Lease]:
@@ -247,7 +259,9 @@ class HotPath(QueueCore):
 def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
                  expires_ms: Sequence[int | None] | None = None,
                  tenants: Sequence[str | None] | None = None,
-                 durable: Durable | None = None) -> Steps[list[EnqueueVerdict]]:
+                 durable: Durable | None = None,
+                 uniques: Sequence[Unique | None] | None = None,
+                 holders: list[str | None] | None = None) -> Steps[list[EnqueueVerdict]]:
     """Admit jobs, one round trip per ENQUEUE_CHUNK of them; per job ENQUEUED or
     DUPLICATE (bad ids raise before anything is sent). A batch bigger than a chunk is
     not admitted atomically, but every job is idempotent by its id: a batch cut short
@@ -261,6 +275,11 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
     expiries, only when a job of the call names one. A job whose group is another tenant's
     and busy answers TENANT (nothing written).
 
+    ``uniques``: per job, (unique key, ms it holds at most) or None; sent, after the tenants,
+    only when a job of the call names one. A job whose key a job not yet finished holds is
+    not written: DUPLICATE, and the holder's id is appended to ``holders`` (given: one
+    entry a job, None for the others).
+
     ``durable``: the last chunk is pipelined with the wait (one wait for the batch: the
     replication offset it waits for covers every chunk before it); NotDurable names the
     jobs the primary holds (enqueued or duplicate) when too few replicas confirmed."""
@@ -271,9 +290,14 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
     for job in jobs:
         check_job_id(job.id)
         check_group(job.group)
+    if uniques is not None and len(uniques) != len(jobs):
+        raise InvalidArgument("one unique key per job (None for none)")
     for tenant in tenants or ():
         if tenant is not None:
             check_tenant(tenant)
+    for unique in uniques or ():
+        if unique is not None:
+            check_unique(*unique)
     verdicts: list[EnqueueVerdict] = []
     for start in range(0, len(jobs), ENQUEUE_CHUNK):
         chunk = jobs[start:start + ENQUEUE_CHUNK]
@@ -284,11 +308,16 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
         # tenants after the expiries (then sent, '' for none), only when a job names one
         named_of = tenants[start:start + ENQUEUE_CHUNK] if tenants is not None else ()
         named = any(t is not None for t in named_of)
-        if named or any(e is not None for e in tail):
+        # unique keys after the tenants (then sent, '' for none), only when a job has one
+        keyed_of = uniques[start:start + ENQUEUE_CHUNK] if uniques is not None else ()
+        keyed = any(u is not None for u in keyed_of)
+        if named or keyed or any(e is not None for e in tail):
             args.extend("" if e is None else int(e)
                         for e in (tail or [None] * len(chunk)))
-        if named:
-            args.extend("" if t is None else t for t in named_of)
+        if named or keyed:
+            args.extend("" if t is None else t for t in (named_of or [None] * len(chunk)))
+        if keyed:
+            args.extend("" if u is None else f"{u[1]}:{u[0]}" for u in keyed_of)
         op = Hot("enqueue", keys.fixed, args)
         last = start + ENQUEUE_CHUNK >= len(jobs)
         try:
@@ -301,7 +330,11 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
                 raise
             raise (yield from corrupt_plan(keys, [j.group for j in chunk],
                                            "nothing was enqueued")) from None
-        verdicts += [EnqueueVerdict(v) for v in replies]
+        for v in replies:   # a string: the holder of the job's unique key (nothing written)
+            taken = isinstance(v, (bytes, str))
+            verdicts.append(EnqueueVerdict.DUPLICATE if taken else EnqueueVerdict(v))
+            if holders is not None:
+                holders.append((v.decode() if isinstance(v, bytes) else v) if taken else None)
     if EnqueueVerdict.BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
         raise InvalidJobId("the server refused a malformed job id")
     if durable is not None and jobs:

@@ -11,7 +11,7 @@ import os
 import re
 import time
 
-from ..errors import InvalidGroup, InvalidJobId, InvalidQueueName
+from ..errors import InvalidArgument, InvalidGroup, InvalidJobId, InvalidQueueName
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 #: Caller-chosen job ids: letters, digits and ``_ . : -``, 1 to 128 characters.
@@ -79,6 +79,7 @@ FAMILIES = (
     ("chord", "chord:", "", "hash"),
     ("worker", "worker:", "", "string"),  # a master's heartbeat
     ("aborts", "aborts:", "", "list"),    # the aborts asked of one master (abort.lua)
+    ("unique", "u:", "", "string"),       # a unique key's holder, its job id (enqueue.lua)
     ("lane", "g:", ":pending", "zset"),
     ("starts", "g:", ":starts", "list"),
     ("group_busy", "g:", ":busy", "hash"),
@@ -163,6 +164,23 @@ def check_tenant(tenant: object) -> str:
 
 _last_ms = 0
 _seq = 0
+
+
+#: A job's unique key and the ms it holds the key at most (enqueue.lua's unique keys).
+Unique = tuple[str, int]
+#: The longest unique key (its key's name stays far under any server's limit).
+MAX_UNIQUE_KEY = 512
+
+
+def check_unique(key: object, ms: object) -> Unique:
+    """A unique key (a non-empty string of at most MAX_UNIQUE_KEY characters) and its hold in
+    ms (a positive integer of at most 12 digits), or InvalidArgument."""
+    if not isinstance(key, str) or not key or len(key) > MAX_UNIQUE_KEY:
+        raise InvalidArgument(f"a unique key is a string of 1-{MAX_UNIQUE_KEY} characters, "
+                              f"not {key!r}")
+    if isinstance(ms, bool) or not isinstance(ms, int) or not 0 < ms < 10**12:
+        raise InvalidArgument(f"a unique key's hold is a positive integer of ms, not {ms!r}")
+    return key, ms
 
 
 def new_job_id() -> str:
@@ -303,6 +321,10 @@ class QueueKeys:
         """list: ``<job id> <nonce>`` tokens, the aborts asked of one master (abort.lua);
         the master blocks on it while it runs jobs."""
         return f"{self.base}aborts:{worker_id}"
+
+    def unique(self, key: str) -> str:
+        """string: the id of the job holding a unique key (enqueue.lua), PX its unique_for."""
+        return f"{self.base}u:{key}"
 
     def minute(self, minute: int) -> str:
         """hash: the counters the verbs keep of one unix minute (store/minutes.py)."""

@@ -106,3 +106,23 @@ local function tenant_claim(g, t, full)
   if t then redis.call('HSET', K_gtenant, g, t) else redis.call('HDEL', K_gtenant, g) end
   return true
 end
+
+-- A unique key of enqueue.lua ('<ms>:<key>', checked): the id of the job holding it while
+-- that job is not finished (its row exists with no `finished`), else nil (free, expired, or
+-- its holder ended: the key is taken over). unique_take: job id takes the key for ms.
+local unique_held, unique_take
+do
+  local unique_key, job_key = unique_key, job_key
+  function unique_held(u)
+    local k = unique_key(string.match(u, '^%d+:(.*)$'))
+    if redis.call('TYPE', k)['ok'] ~= 'string' then return nil end
+    local holder = redis.call('GET', k)
+    local state, finished = unpack(redis.call('HMGET', job_key(holder), 'state', 'finished'))
+    if state and not finished then return holder end
+    return nil
+  end
+  function unique_take(u, id)
+    local ms, k = string.match(u, '^(%d+):(.*)$')
+    redis.call('SET', unique_key(k), id, 'PX', ms)
+  end
+end

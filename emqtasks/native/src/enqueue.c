@@ -154,8 +154,62 @@ static int tenant_claim(Q *q, RMS *g, RMS *t, int full, int *ok) {
     return rc;
 }
 
+/* A unique key of EMQ.ENQUEUE ('<ms>:<key>', checked; lua/lib/enqueue.lua unique_held and
+ * unique_take): its ms in *ms and the key's name, or NULL for ''. */
+static RMS *unique_name(Q *q, RMS *u, long long *ms) {
+    size_t len = 0;
+    const char *p = u ? RedisModule_StringPtrLen(u, &len) : NULL;
+    const char *colon = len ? memchr(p, ':', len) : NULL;
+    if (!colon) return NULL;
+    *ms = strtoll(p, NULL, 10);
+    RMS *k = RedisModule_CreateString(q->ctx, colon + 1, len - (size_t)(colon + 1 - p));
+    RMS *name = unique_key(q, k);
+    sfree(q, k);
+    return name;
+}
+
+/* The id of the job holding unique key uk while it is not finished (its row exists with no
+ * `finished`), else NULL (free, expired, or its holder ended: the key is taken over). */
+static RMS *unique_held(Q *q, RMS *uk) {
+    RMK *h = RedisModule_OpenKey(q->ctx, uk, REDISMODULE_READ);
+    RMS *holder = NULL;
+    if (type_ok(h, REDISMODULE_KEYTYPE_STRING) && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY) {
+        size_t hl;
+        const char *hp = RedisModule_StringDMA(h, &hl, REDISMODULE_READ);
+        holder = RedisModule_CreateString(q->ctx, hp, hl);
+    }
+    if (h) RedisModule_CloseKey(h);
+    if (!holder) return NULL;
+    RMS *jk = job_key(q, holder);
+    RMK *row = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ);
+    RMS *state = NULL, *finished = NULL;
+    if (row && RedisModule_KeyType(row) == REDISMODULE_KEYTYPE_HASH)
+        RedisModule_HashGet(row, REDISMODULE_HASH_NONE, F_STATE, &state, F_FINISHED, &finished,
+                            NULL);
+    if (row) RedisModule_CloseKey(row);
+    sfree(q, jk);
+    int live = state && !finished;
+    sfree(q, state);
+    sfree(q, finished);
+    if (!live) {
+        sfree(q, holder);
+        return NULL;
+    }
+    return holder;
+}
+
+/* Job id takes unique key uk for ms (SET uk id PX ms). */
+static void unique_take(Q *q, RMS *uk, RMS *id, long long ms) {
+    RMK *h = RedisModule_OpenKey(q->ctx, uk, REDISMODULE_READ | REDISMODULE_WRITE);
+    RedisModule_DeleteKey(h);
+    RedisModule_StringSet(h, id);
+    RedisModule_SetExpire(h, ms);
+    RedisModule_CloseKey(h);
+    RedisModule_Replicate(q->ctx, "SET", "sscl", uk, id, "PX", ms);
+}
+
 static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *tenant,
-                       long long *verdict) {
+                       RMS *u, RMS **held, long long *verdict) {
     RMS *id = f[J_ID], *g = f[J_GROUP];
     double countdown, prio = 0, cap = 0;
     num(q, f[J_COUNTDOWN], &countdown, "ERR emq: countdown must be a number");
@@ -177,6 +231,15 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *ten
         sfree(q, jk);
         return 0;
     }
+    long long ums = 0;
+    RMS *uk = RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY ? unique_name(q, u, &ums)
+                                                                    : NULL;
+    if (uk && (*held = unique_held(q, uk)) != NULL) {   /* its key's holder runs: not written */
+        RedisModule_CloseKey(job);
+        sfree(q, jk);
+        sfree(q, uk);
+        return 0;
+    }
     if (countdown <= 0) rc = max_size_of(q, g, &has_cap, &cap);   /* the cap on waiting jobs */
     if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) {
         int ok;
@@ -185,6 +248,7 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *ten
             *verdict = 4;
             RedisModule_CloseKey(job);
             sfree(q, jk);
+            sfree(q, uk);
             return 0;
         }
     }
@@ -198,6 +262,17 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *ten
                                                        q->now + (long long)int_val(ex));
     if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY)
         rc = new_job(q, job, jk, f, now_s, prio, has_cap ? &cap : NULL, 1, expires, verdict);
+    if (rc == 0 && uk && *verdict == 1) {           /* the row keeps its key; the key, its id */
+        size_t ul;
+        const char *up = RedisModule_StringPtrLen(u, &ul);
+        const char *colon = memchr(up, ':', ul);
+        RMS *kv = RedisModule_CreateString(q->ctx, colon + 1, ul - (size_t)(colon + 1 - up));
+        RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_UNIQUE, kv, NULL);
+        RedisModule_Replicate(q->ctx, "HSET", "sss", jk, F_UNIQUE, kv);
+        sfree(q, kv);
+        unique_take(q, uk, id, ums);
+    }
+    sfree(q, uk);
     sfree(q, expires);
     RedisModule_CloseKey(job);
     sfree(q, jk);
@@ -212,11 +287,14 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
     /* n jobs, then optionally n expiries (sent when a job of the call has one) */
     if (n > argc) return RedisModule_WrongArity(ctx);
     long long given = argc - ARGV0 - 1;
-    /* then optionally n tenants after the expiries (lua/enqueue.lua) */
-    if (given != n * NJOB && (n == 0 || (given != n * NJOB + n && given != n * NJOB + 2 * n)))
+    /* then optionally n tenants after the expiries, and n unique keys after them
+     * (lua/enqueue.lua) */
+    if (given != n * NJOB && (n == 0 || (given != n * NJOB + n && given != n * NJOB + 2 * n
+                                         && given != n * NJOB + 3 * n)))
         return RedisModule_WrongArity(ctx);
     RMS **ex = given == n * NJOB ? NULL : argv + ARGV0 + 1 + n * NJOB;
-    RMS **tn = given == n * NJOB + 2 * n && n > 0 ? ex + n : NULL;
+    RMS **tn = given >= n * NJOB + 2 * n && n > 0 ? ex + n : NULL;
+    RMS **un = given == n * NJOB + 3 * n && n > 0 ? ex + 2 * n : NULL;
     Q q;
     if (q_init(&q, ctx, argv, 0, 0) < 0) return finish(&q);
     RMS **a = argv + ARGV0 + 1;
@@ -237,16 +315,27 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
             fail(&q, "ERR emq: an expiry must be integer ms within 10 years");
             return finish(&q);
         }
+        /* a unique key: '<ms>:<key>', ms 1-12 digits not all 0, the key not empty */
+        size_t ul = 0, dg = 0;
+        const char *up = un ? RedisModule_StringPtrLen(un[i], &ul) : NULL;
+        int nonzero = 0;
+        while (dg < ul && up[dg] >= '0' && up[dg] <= '9') nonzero |= up[dg++] != '0';
+        if (ul > 0 && !(dg > 0 && dg <= 12 && nonzero && dg + 1 < ul && up[dg] == ':')) {
+            fail(&q, "ERR emq: a unique key is <ms>:<key>, ms a positive integer");
+            return finish(&q);
+        }
     }
     long long *out = RedisModule_Alloc(sizeof(long long) * (size_t)(n ? n : 1));
     char *refused = RedisModule_Alloc((size_t)(n ? n : 1));
+    RMS **held = RedisModule_Alloc(sizeof(RMS *) * (size_t)(n ? n : 1));
+    for (long long i = 0; i < n; i++) held[i] = NULL;
     int books = enqueue_books(&q, a, n, refused);
     if (books == -2) fail(&q, q.errbuf);
     RMS *now_s = RedisModule_CreateStringFromLongLong(ctx, q.now);
     q.full = full(ctx);
     for (long long i = 0; books == 1 && i < n; i++) {
         if (enqueue_one(&q, a + i * NJOB, now_s, refused[i], ex ? ex[i] : NULL,
-                        tn ? tn[i] : NULL, &out[i]) < 0)
+                        tn ? tn[i] : NULL, un ? un[i] : NULL, &held[i], &out[i]) < 0)
             break;
         if (out[i] == 1) q.full = 0;   /* written: a script is not stopped half-way */
     }
@@ -254,8 +343,13 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
     RedisModule_Free(refused);
     if (!q.err) {
         RedisModule_ReplyWithArray(ctx, (long)n);
-        for (long long i = 0; i < n; i++) RedisModule_ReplyWithLongLong(ctx, out[i]);
+        for (long long i = 0; i < n; i++) {
+            if (held[i]) RedisModule_ReplyWithString(ctx, held[i]);   /* its key's holder */
+            else RedisModule_ReplyWithLongLong(ctx, out[i]);
+        }
     }
+    for (long long i = 0; i < n; i++) sfree(&q, held[i]);
+    RedisModule_Free(held);
     RedisModule_Free(out);
     return finish(&q);
 }

@@ -1,0 +1,178 @@
+"""Unique jobs (issue 32, item 2): ``apply_async(unique_key=, unique_for=)`` and
+``@task(unique=, unique_for=)``. While a job of a key is pending, delayed or running, another
+enqueue of the key writes nothing and its handle is the holder's (verdict "duplicate"); the
+key is free once the job ends (done, dead, cancelled) or after ``unique_for``. On both paths
+(the scripts, EMQ_NATIVE=off; the module, EMQ_NATIVE=require)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+import pytest
+import worker_tasks as wt
+from workerproc import WorkerProc
+
+from emqtasks import App
+from emqtasks.errors import InvalidArgument
+from emqtasks.ops.check import check, repair
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _rows(app: App) -> list[str]:
+    """The ids of the job rows the queue holds."""
+    q = app.queue()
+    return sorted(q.keys.name_of(k)[4:] for k in q.scan(q.keys.base + "job:*"))
+
+
+def test_eight_producers_make_one_job_per_key(path_app: App) -> None:
+    # Given 8 threads, each trying 200 enqueues over 5 keys at once
+    app, keys = path_app, [f"inv:{i}" for i in range(5)]
+    seen: dict[str, set[str]] = {k: set() for k in keys}
+    verdicts: list[str] = []
+    lock, go = threading.Lock(), threading.Barrier(8)
+
+    def produce(n: int) -> None:
+        go.wait()
+        for i in range(200):
+            key = keys[(n + i) % len(keys)]
+            h = app.send_task(wt.record, (f"u:{n}:{i}",), unique_key=key, unique_for=600)
+            with lock:
+                seen[key].add(h.id)
+                verdicts.append(h.verdict)
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    # Then exactly one job per key was written, and every handle of a key is that job's
+    assert all(len(ids) == 1 for ids in seen.values()), seen
+    assert _rows(app) == sorted(next(iter(ids)) for ids in seen.values())
+    assert verdicts.count("enqueued") == 5 and verdicts.count("duplicate") == 1595
+
+
+def test_a_duplicate_is_the_holders_handle_until_the_holder_ends(path_app: App) -> None:
+    # Given a job holding its key
+    app = path_app
+    first = app.send_task(wt.record, ("u:a",), unique_key="inv:7", unique_for=600)
+    # When the same key is sent again, pending, then delayed (a countdown), then running
+    again = app.send_task(wt.record, ("u:b",), unique_key="inv:7")
+    # Then nothing is written and the handle is the holder's
+    assert (first.verdict, again.verdict, again.id) == ("enqueued", "duplicate", first.id)
+    assert _rows(app) == [first.id]
+    assert app.job(first.id)["unique"] == "inv:7"  # type: ignore[index]
+    later = app.send_task(wt.record, ("u:c",), unique_key="inv:8", countdown=60)
+    assert app.send_task(wt.record, ("u:d",), unique_key="inv:8").id == later.id
+    # And once a worker ran it, the key is free: the next enqueue makes a new job
+    with WorkerProc(app.settings.redis_url, app.settings.queue) as w:
+        w.wait_ready()
+        assert first.get(timeout=20) == "u:a"
+        after = app.send_task(wt.record, ("u:e",), unique_key="inv:7")
+        assert after.verdict == "enqueued" and after.id != first.id
+        assert after.get(timeout=20) == "u:e"
+        assert w.stop() == 0
+
+
+def test_the_key_is_released_when_the_job_is_dead_or_cancelled(path_app: App) -> None:
+    app, q = path_app, path_app.queue()
+    # Given a job of key k1 that fails for good, and one of k2 cancelled while pending
+    a = app.send_task(wt.record, ("u:a",), unique_key="k1")
+    [lease] = q.claim(1)
+    assert lease.id == a.id
+    assert app.send_task(wt.record, ("u:x",), unique_key="k1").id == a.id   # running
+    q.retry(lease, "boom", final=True)
+    b = app.send_task(wt.record, ("u:b",), unique_key="k2")
+    app.cancel(b.id)
+    # Then each key is free again
+    a2 = app.send_task(wt.record, ("u:a2",), unique_key="k1")
+    b2 = app.send_task(wt.record, ("u:b2",), unique_key="k2")
+    assert (a2.verdict, b2.verdict) == ("enqueued", "enqueued")
+    assert a.id not in (a2.id, b2.id) and b.id != b2.id
+
+
+def test_a_crashed_holders_key_is_released_with_its_reaped_job(path_app: App) -> None:
+    # Given a one-attempt job whose lease lapses (its holder crashed)
+    app, q = path_app, path_app.queue()
+    spec = app.task(name="t.unique_once", max_attempts=1, lease=0.05)(lambda: None)
+    held = spec.apply_async(unique_key="k3")
+    buried = 0
+    for _ in range(3):        # a lease never seen running is given back (unrun) once first
+        assert [lease.id for lease in q.claim(1)] == [held.id]
+        time.sleep(0.1)                              # past the 50 ms lease
+        # When the master's reaper takes it back, and at last buries it
+        returned, buried = q.reap()
+        if buried:
+            break
+        # (given back to its lane: still its key's holder)
+        assert spec.apply_async(unique_key="k3").id == held.id
+    assert buried == 1 and app.job(held.id)["state"] == "dead"  # type: ignore[index]
+    # Then its key is free
+    assert spec.apply_async(unique_key="k3").verdict == "enqueued"
+
+
+def test_the_key_lapses_after_unique_for(path_app: App) -> None:
+    app = path_app
+    first = app.send_task(wt.record, ("u:a",), unique_key="k4", unique_for=0.2)
+    assert app.send_task(wt.record, ("u:b",), unique_key="k4").id == first.id
+    time.sleep(0.25)                                 # past the 200 ms hold
+    second = app.send_task(wt.record, ("u:c",), unique_key="k4")
+    assert second.verdict == "enqueued" and second.id != first.id
+
+
+def test_a_tasks_unique_function_and_map(path_app: App) -> None:
+    app = path_app
+
+    @app.task(name="t.invoice", unique=lambda invoice_id, **_: f"invoice:{invoice_id}",
+              unique_for=600)
+    def invoice(invoice_id: int, amount: int = 0) -> None:
+        pass
+
+    h1 = invoice.delay(7, amount=1)
+    h2 = invoice.apply_async((7,), {"amount": 2})
+    h3 = invoice.delay(8)
+    assert (h1.verdict, h2.verdict, h2.id, h3.verdict) == ("enqueued", "duplicate", h1.id,
+                                                           "enqueued")
+    mapped = invoice.map([(7,), (9,), (9,)])
+    assert [h.verdict for h in mapped] == ["duplicate", "enqueued", "duplicate"]
+    assert mapped[0].id == h1.id and mapped[2].id == mapped[1].id
+    assert len(_rows(app)) == 3
+
+
+@pytest.mark.parametrize("bad", [0, -1, math.nan, math.inf, "10", True])
+def test_a_bad_unique_for_is_refused_with_nothing_written(path_app: App, bad: Any) -> None:
+    app = path_app
+    with pytest.raises(InvalidArgument):
+        app.send_task(wt.record, ("u:a",), unique_key="k5", unique_for=bad)
+    with pytest.raises(InvalidArgument):
+        app.task(name="t.bad_unique", unique="k", unique_for=bad)(lambda: None)
+    assert _rows(app) == []
+
+
+def test_unique_for_without_a_key_is_refused(path_app: App) -> None:
+    app = path_app
+    with pytest.raises(InvalidArgument, match="unique_for"):
+        app.send_task(wt.record, ("u:a",), unique_for=60)
+    with pytest.raises(InvalidArgument, match="unique_for"):
+        app.task(name="t.keyless", unique_for=60)(lambda: None)
+    for key in ("", "x" * 513, 7):
+        with pytest.raises(InvalidArgument):
+            app.send_task(wt.record, ("u:a",), unique_key=key)  # type: ignore[arg-type]
+    assert _rows(app) == []
+
+
+def test_check_repair_frees_a_key_whose_job_is_gone(path_app: App) -> None:
+    # Given a key whose job's row was deleted (ttl 0 after it ended, or by hand)
+    app, q = path_app, path_app.queue()
+    h = app.send_task(wt.record, ("u:a",), unique_key="k6")
+    app.client.delete(q.keys.job(h.id))
+    app.client.zrem(q.keys.lane("u"), h.id)
+    # Then the checker sees it (not a violation: the next enqueue would take it over) and
+    # repair deletes it
+    assert check(q).stale_uniques == {"k6": h.id}
+    assert repair(q).uniques_freed == 1
+    assert app.client.exists(q.keys.unique("k6")) == 0
+    assert check(q).ok

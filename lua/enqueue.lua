@@ -28,6 +28,11 @@
 --   and its reply is the holder's id (a string); else it is written and takes the key.
 --   A holder that ended releases its key by ending: the next enqueue sees it finished (or
 --   gone) and takes the key over, so no end verb needs to know of keys.
+--   'd<ms>:<debounce ms>:<max ms>:<key>' debounces: a holder still delayed and never
+--   started (attempts 0) that was debounced (its row's `dfirst`, the first call's time) takes
+--   this job's payload and is due debounce ms from now, never later than dfirst + max ms; the
+--   reply is its id. Else (no holder, or one that started or is due) the job is written, due
+--   in debounce ms, and takes the key.
 -- Reply: an array of n integers, one per job (or a holder's id, above): 1 enqueued, 0 duplicate (the row exists, so
 --   nothing was written), -1 refused because the id is malformed, 2 refused because the
 --   lane holds its cap of waiting jobs (max_size: nothing was written), 4 refused because
@@ -61,7 +66,7 @@ if #ARGV >= tail then
       return redis.error_reply('ERR emq: an expiry must be integer ms within 10 years')
     end
     local u = uniques and ARGV[uniques + i] or ''
-    local ms = string.match(u, '^(%d+):.')
+    local ms = string.match(u, '^(%d+):.') or string.match(u, '^d(%d+):%d+:%d+:.')
     if u ~= '' and not (ms and #ms <= 12 and tonumber(ms) > 0) then
       return redis.error_reply('ERR emq: a unique key is <ms>:<key>, ms a positive integer')
     end
@@ -81,23 +86,30 @@ for i = 0, n - 1 do
     out[#out + 1] = 0
   elseif refused[i] then
     out[#out + 1] = 3
-  elseif u ~= '' and unique_held(u) then
-    out[#out + 1] = unique_held(u)
-  elseif not tenant_claim(ARGV[at + J_GROUP], tenants and ARGV[tenants + i],
-                          caps[i] and tonumber(caps[i]) == 0) then
-    out[#out + 1] = 4
   else
-    -- A producer's job: held to its lane's cap when due now (caps[i], nil for a countdown:
-    -- it joins its lane when due), and counted in the minute's history as enqueued.
-    local prio = tonumber(ARGV[at + J_PRIORITY]) or 0
-    local ex, extra = ARGV[tail + i], nil
-    if ex and ex ~= '' then extra = {'expires', int_text(now + tonumber(ex))} end
-    if u ~= '' then
-      extra = extra or {}
-      extra[#extra + 1], extra[#extra + 2] = 'unique', string.match(u, '^%d+:(.*)$')
+    -- a key held answers its holder (a debounced one takes this job's payload), else written
+    local held = u ~= '' and unique_held(u, at, now)
+    if held then
+      out[#out + 1] = held
+    elseif not tenant_claim(ARGV[at + J_GROUP], tenants and ARGV[tenants + i],
+                            caps[i] and tonumber(caps[i]) == 0) then
+      out[#out + 1] = 4
+    else
+      -- A producer's job: held to its lane's cap when due now (caps[i], nil for a countdown:
+      -- it joins its lane when due), and counted in the minute's history as enqueued.
+      local prio = tonumber(ARGV[at + J_PRIORITY]) or 0
+      local ex, extra = ARGV[tail + i], nil
+      if ex and ex ~= '' then extra = {'expires', int_text(now + tonumber(ex))} end
+      if u ~= '' then
+        extra = extra or {}
+        extra[#extra + 1], extra[#extra + 2] = 'unique', unique_parts(u)
+        if string.sub(u, 1, 1) == 'd' then
+          extra[#extra + 1], extra[#extra + 2] = 'dfirst', now
+        end
+      end
+      out[#out + 1] = new_job(at, prio, now, caps[i], true, true, extra)
+      if out[#out] == 1 and u ~= '' then unique_take(u, id) end
     end
-    out[#out + 1] = new_job(at, prio, now, caps[i], true, true, extra)
-    if out[#out] == 1 and u ~= '' then unique_take(u, id) end
   end
 end
 return out

@@ -178,7 +178,8 @@ class Task(Generic[P, R]):
                     link_error: Signature | None = None,
                     durable: bool | Durable | None = None,
                     tenant: str | None = None, unique_key: str | None = None,
-                    unique_for: float | None = None) -> JobHandle[R]:
+                    unique_for: float | None = None, debounce: float | None = None,
+                    debounce_max: float | None = None) -> JobHandle[R]:
         """Enqueue one call. ``eta`` is a datetime or a UNIX timestamp; both go via delayed.
         ``priority`` (-100..100, lower first) orders jobs within the group's lane only.
         ``expires`` (seconds from now, a UNIX timestamp or a datetime): a job not started
@@ -189,6 +190,9 @@ class Task(Generic[P, R]):
         ``unique_key`` (else the task's ``unique=``), held ``unique_for`` s at most (else
         the task's, else an hour): while a job of that key is pending, delayed or running,
         nothing is written and the handle is that job's, verdict "duplicate".
+        ``debounce`` (s, with a key): the job is due that long after the last call of a
+        burst, with the last call's arguments, and never later than ``debounce_max`` s
+        (default 10 x debounce) after the first; every call of the burst gets its handle.
 
         ``on_commit=True`` (Django): the call is checked now and sent when the current
         transaction of the default database commits, never if it rolls back, at once
@@ -204,7 +208,7 @@ class Task(Generic[P, R]):
         job_id = bound.one_id(job_id, task_id)
         if link is not None or link_error is not None:
             if (expires is not None or tenant is not None or unique_key is not None
-                    or unique_for is not None):
+                    or unique_for is not None or debounce is not None):
                 raise InvalidArgument("expires=, tenant= or unique_key= with link=: a linked "
                                       "call is a workflow, whose steps take none of them")
             if durable is not None:
@@ -219,7 +223,7 @@ class Task(Generic[P, R]):
                     group=group, countdown=countdown, eta=eta, priority=priority,
                     later=run_on_commit if on_commit else None, expires=expires,
                     durable=durable, tenant=tenant, unique_key=unique_key,
-                    unique_for=unique_for)
+                    unique_for=unique_for, debounce=debounce, debounce_max=debounce_max)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature of this call for a workflow: chain, group, chord (emqtasks.canvas).
@@ -283,12 +287,14 @@ class Task(Generic[P, R]):
                            expires: datetime | float | None = None, *,
                            durable: bool | Durable | None = None,
                            tenant: str | None = None, unique_key: str | None = None,
-                           unique_for: float | None = None) -> JobHandle[R]:
+                           unique_for: float | None = None, debounce: float | None = None,
+                           debounce_max: float | None = None) -> JobHandle[R]:
         """apply_async(), awaited."""
         return await asend(self.app, self.spec, args, kwargs, job_id=job_id, group=group,
                            countdown=countdown, eta=eta, priority=priority, expires=expires,
                            durable=durable, tenant=tenant, unique_key=unique_key,
-                           unique_for=unique_for)
+                           unique_for=unique_for, debounce=debounce,
+                           debounce_max=debounce_max)
 
     async def amap(self, calls: Iterable[Any], priority: int = 0,
                    expires: datetime | float | None = None, *,
@@ -320,7 +326,8 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
          later: Callable[[Callable[[], None]], None] | None = None,
          expires: datetime | float | None = None,
          durable: bool | Durable | None = None, tenant: str | None = None,
-         unique_key: str | None = None, unique_for: float | None = None) -> JobHandle[Any]:
+         unique_key: str | None = None, unique_for: float | None = None,
+         debounce: float | None = None, debounce_max: float | None = None) -> JobHandle[Any]:
     """Enqueue one call of ``spec`` on ``app``'s server (``Task.apply_async`` and
     ``App.send_task``): LaneFull or CorruptKey, nothing written, as the verdict says.
 
@@ -330,11 +337,13 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
     ex = validate.expires_ms(expires)
     wait = app.settings.durable_for(durable, spec.durable)
     with tracing.sending(spec.name, q.name) as span:
+        uq = unique_of(spec, tuple(args), kwargs or {}, unique_key, unique_for, debounce,
+                       debounce_max)
+        countdown = _debounced(uq, countdown, eta)
         job = build_job(spec, tuple(args), kwargs or {},
                         limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
                         countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
         tn = tenant_of(spec, tuple(args), kwargs or {}, tenant)
-        uq = unique_of(spec, tuple(args), kwargs or {}, unique_key, unique_for)
         span.job(job.id, job.group)
         if later is not None:
             handle: JobHandle[Any] = JobHandle(q, job.id, "on_commit", app)
@@ -369,17 +378,20 @@ async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
                 expires: datetime | float | None = None,
                 durable: bool | Durable | None = None,
                 tenant: str | None = None, unique_key: str | None = None,
-                unique_for: float | None = None) -> JobHandle[Any]:
+                unique_for: float | None = None, debounce: float | None = None,
+                debounce_max: float | None = None) -> JobHandle[Any]:
     """send(), awaited on the App's async client of the running event loop."""
     q = app.aqueue(queue if queue is not None else spec.queue)
     ex = validate.expires_ms(expires)
     wait = app.settings.durable_for(durable, spec.durable)
     with tracing.sending(spec.name, q.name) as span:
+        uq = unique_of(spec, tuple(args), kwargs or {}, unique_key, unique_for, debounce,
+                       debounce_max)
+        countdown = _debounced(uq, countdown, eta)
         job = build_job(spec, tuple(args), kwargs or {},
                         limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
                         countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
         tn = tenant_of(spec, tuple(args), kwargs or {}, tenant)
-        uq = unique_of(spec, tuple(args), kwargs or {}, unique_key, unique_for)
         span.job(job.id, job.group)
         holders: list[str | None] = []
         verdict = (await q.enqueue_many([job], None if ex is None else [ex],
@@ -388,6 +400,18 @@ async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
         if verdict == EnqueueVerdict.UNREADABLE:
             raise await q.corrupt([job.group], f"job {job.id} was not enqueued")
         return JobHandle(q, holders[0] or job.id, _accepted(job, verdict, tn), app)
+
+
+def _debounced(unique: Unique | None, countdown: float | None,
+               eta: datetime | float | None) -> float | None:
+    """A debounced call's countdown: its debounce (a countdown or eta of its own is
+    InvalidArgument: the burst decides when it runs)."""
+    if unique is None or not unique.debounce_ms:
+        return countdown
+    if countdown is not None or eta is not None:
+        raise InvalidArgument("countdown= or eta= with debounce=: the burst's last call "
+                              "decides when the job runs")
+    return unique.debounce_ms / 1000
 
 
 def _accepted(job: NewJob, verdict: EnqueueVerdict, tenant: str | None = None) -> str:

@@ -317,7 +317,7 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
         if named or keyed:
             args.extend("" if t is None else t for t in (named_of or [None] * len(chunk)))
         if keyed:
-            args.extend("" if u is None else f"{u[1]}:{u[0]}" for u in keyed_of)
+            args.extend("" if u is None else u.wire() for u in keyed_of)
         op = Hot("enqueue", keys.fixed, args)
         last = start + ENQUEUE_CHUNK >= len(jobs)
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from typing import NamedTuple
 
 from ..errors import InvalidArgument, InvalidGroup, InvalidJobId, InvalidQueueName
 
@@ -166,13 +167,28 @@ _last_ms = 0
 _seq = 0
 
 
-#: A job's unique key and the ms it holds the key at most (enqueue.lua's unique keys).
-Unique = tuple[str, int]
+class Unique(NamedTuple):
+    """A job's unique key, the ms it holds the key at most, and, for a debounced job, the
+    debounce and its cap in ms (0: not debounced); enqueue.lua's unique keys."""
+
+    key: str
+    hold_ms: int
+    debounce_ms: int = 0
+    debounce_max_ms: int = 0
+
+    def wire(self) -> str:
+        """'<ms>:<key>', or 'd<ms>:<debounce>:<max>:<key>' (lua/enqueue.lua)."""
+        if self.debounce_ms:
+            return f"d{self.hold_ms}:{self.debounce_ms}:{self.debounce_max_ms}:{self.key}"
+        return f"{self.hold_ms}:{self.key}"
+
+
 #: The longest unique key (its key's name stays far under any server's limit).
 MAX_UNIQUE_KEY = 512
 
 
-def check_unique(key: object, ms: object) -> Unique:
+def check_unique(key: object, ms: object, debounce_ms: int = 0,
+                 debounce_max_ms: int = 0) -> Unique:
     """A unique key (a non-empty string of at most MAX_UNIQUE_KEY characters) and its hold in
     ms (a positive integer of at most 12 digits), or InvalidArgument."""
     if not isinstance(key, str) or not key or len(key) > MAX_UNIQUE_KEY:
@@ -180,7 +196,7 @@ def check_unique(key: object, ms: object) -> Unique:
                               f"not {key!r}")
     if isinstance(ms, bool) or not isinstance(ms, int) or not 0 < ms < 10**12:
         raise InvalidArgument(f"a unique key's hold is a positive integer of ms, not {ms!r}")
-    return key, ms
+    return Unique(key, ms, debounce_ms, debounce_max_ms)
 
 
 def new_job_id() -> str:

@@ -154,23 +154,48 @@ static int tenant_claim(Q *q, RMS *g, RMS *t, int full, int *ok) {
     return rc;
 }
 
-/* A unique key of EMQ.ENQUEUE ('<ms>:<key>', checked; lua/lib/enqueue.lua unique_held and
- * unique_take): its ms in *ms and the key's name, or NULL for ''. */
-static RMS *unique_name(Q *q, RMS *u, long long *ms) {
+/* Job id takes unique key uk for ms (SET uk id PX ms). */
+static void unique_take(Q *q, RMS *uk, RMS *id, long long ms) {
+    RMK *h = RedisModule_OpenKey(q->ctx, uk, REDISMODULE_READ | REDISMODULE_WRITE);
+    RedisModule_DeleteKey(h);
+    RedisModule_StringSet(h, id);
+    RedisModule_SetExpire(h, ms);
+    RedisModule_CloseKey(h);
+    RedisModule_Replicate(q->ctx, "SET", "sscl", uk, id, "PX", ms);
+}
+
+/* A unique key of EMQ.ENQUEUE ('<ms>:<key>' or 'd<ms>:<debounce>:<max>:<key>', checked;
+ * lua/lib/enqueue.lua unique_parts): the key's name, or NULL for ''; its ms in *ms, its
+ * debounce and max ms in *deb and *max (0 when not debounced), the key itself in *key. */
+static RMS *unique_name(Q *q, RMS *u, long long *ms, long long *deb, long long *max,
+                        RMS **key) {
     size_t len = 0;
     const char *p = u ? RedisModule_StringPtrLen(u, &len) : NULL;
-    const char *colon = len ? memchr(p, ':', len) : NULL;
-    if (!colon) return NULL;
-    *ms = strtoll(p, NULL, 10);
-    RMS *k = RedisModule_CreateString(q->ctx, colon + 1, len - (size_t)(colon + 1 - p));
-    RMS *name = unique_key(q, k);
-    sfree(q, k);
-    return name;
+    *deb = *max = 0;
+    *key = NULL;
+    if (!len) return NULL;
+    const char *at = p, *end = p + len;
+    char *next;
+    if (*p == 'd') {
+        *ms = strtoll(p + 1, &next, 10);
+        *deb = strtoll(next + 1, &next, 10);
+        *max = strtoll(next + 1, &next, 10);
+        at = next + 1;
+    } else {
+        *ms = strtoll(p, &next, 10);
+        at = next + 1;
+    }
+    *key = RedisModule_CreateString(q->ctx, at, (size_t)(end - at));
+    return unique_key(q, *key);
 }
 
 /* The id of the job holding unique key uk while it is not finished (its row exists with no
- * `finished`), else NULL (free, expired, or its holder ended: the key is taken over). */
-static RMS *unique_held(Q *q, RMS *uk) {
+ * `finished`), else NULL (free, expired, or its holder ended: the key is taken over). A
+ * debounced key (deb > 0) answers its holder only while it may be debounced (delayed, never
+ * started, debounced itself: `dfirst`): then it takes payload and is due deb ms from now,
+ * never later than dfirst + max, and the key is held ms again; else NULL (a new job). */
+static RMS *unique_held(Q *q, RMS *uk, long long ms, long long deb, long long max,
+                        RMS *payload) {
     RMK *h = RedisModule_OpenKey(q->ctx, uk, REDISMODULE_READ);
     RMS *holder = NULL;
     if (type_ok(h, REDISMODULE_KEYTYPE_STRING) && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY) {
@@ -181,31 +206,34 @@ static RMS *unique_held(Q *q, RMS *uk) {
     if (h) RedisModule_CloseKey(h);
     if (!holder) return NULL;
     RMS *jk = job_key(q, holder);
-    RMK *row = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ);
-    RMS *state = NULL, *finished = NULL;
+    RMK *row = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE);
+    RMS *state = NULL, *finished = NULL, *attempts = NULL, *first = NULL;
     if (row && RedisModule_KeyType(row) == REDISMODULE_KEYTYPE_HASH)
         RedisModule_HashGet(row, REDISMODULE_HASH_NONE, F_STATE, &state, F_FINISHED, &finished,
-                            NULL);
+                            F_ATTEMPTS, &attempts, F_DFIRST, &first, NULL);
+    int live = state && !finished;
+    long long f0 = 0;
+    if (live && deb > 0) {
+        live = eq(state, S_DELAYED) && attempts && eq(attempts, S_ZERO) && first
+               && RedisModule_StringToLongLong(first, &f0) == REDISMODULE_OK;
+        if (live) {
+            long long due = q->now + deb < f0 + max ? q->now + deb : f0 + max;
+            hset1(q, row, jk, F_PAYLOAD, payload);
+            zadd(q, fx(q, K_DELAYED, 1), q->k[K_DELAYED], (double)due, holder, 1);
+        }
+    }
     if (row) RedisModule_CloseKey(row);
     sfree(q, jk);
-    int live = state && !finished;
     sfree(q, state);
     sfree(q, finished);
+    sfree(q, attempts);
+    sfree(q, first);
     if (!live) {
         sfree(q, holder);
         return NULL;
     }
+    if (deb > 0) unique_take(q, uk, holder, ms);
     return holder;
-}
-
-/* Job id takes unique key uk for ms (SET uk id PX ms). */
-static void unique_take(Q *q, RMS *uk, RMS *id, long long ms) {
-    RMK *h = RedisModule_OpenKey(q->ctx, uk, REDISMODULE_READ | REDISMODULE_WRITE);
-    RedisModule_DeleteKey(h);
-    RedisModule_StringSet(h, id);
-    RedisModule_SetExpire(h, ms);
-    RedisModule_CloseKey(h);
-    RedisModule_Replicate(q->ctx, "SET", "sscl", uk, id, "PX", ms);
 }
 
 static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *tenant,
@@ -231,13 +259,15 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *ten
         sfree(q, jk);
         return 0;
     }
-    long long ums = 0;
-    RMS *uk = RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY ? unique_name(q, u, &ums)
-                                                                    : NULL;
-    if (uk && (*held = unique_held(q, uk)) != NULL) {   /* its key's holder runs: not written */
-        RedisModule_CloseKey(job);
+    long long ums = 0, deb = 0, dmax = 0;
+    RMS *ukey = NULL;
+    RMS *uk = RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY
+                  ? unique_name(q, u, &ums, &deb, &dmax, &ukey) : NULL;
+    if (uk && (*held = unique_held(q, uk, ums, deb, dmax, f[J_PAYLOAD])) != NULL) {
+        RedisModule_CloseKey(job);               /* its key's holder: not written */
         sfree(q, jk);
         sfree(q, uk);
+        sfree(q, ukey);
         return 0;
     }
     if (countdown <= 0) rc = max_size_of(q, g, &has_cap, &cap);   /* the cap on waiting jobs */
@@ -249,6 +279,7 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *ten
             RedisModule_CloseKey(job);
             sfree(q, jk);
             sfree(q, uk);
+            sfree(q, ukey);
             return 0;
         }
     }
@@ -263,16 +294,12 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *ten
     if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY)
         rc = new_job(q, job, jk, f, now_s, prio, has_cap ? &cap : NULL, 1, expires, verdict);
     if (rc == 0 && uk && *verdict == 1) {           /* the row keeps its key; the key, its id */
-        size_t ul;
-        const char *up = RedisModule_StringPtrLen(u, &ul);
-        const char *colon = memchr(up, ':', ul);
-        RMS *kv = RedisModule_CreateString(q->ctx, colon + 1, ul - (size_t)(colon + 1 - up));
-        RedisModule_HashSet(job, REDISMODULE_HASH_NONE, F_UNIQUE, kv, NULL);
-        RedisModule_Replicate(q->ctx, "HSET", "sss", jk, F_UNIQUE, kv);
-        sfree(q, kv);
+        hset1(q, job, jk, F_UNIQUE, ukey);
+        if (deb > 0) hset1(q, job, jk, F_DFIRST, now_s);   /* a debounced job's first call */
         unique_take(q, uk, id, ums);
     }
     sfree(q, uk);
+    sfree(q, ukey);
     sfree(q, expires);
     RedisModule_CloseKey(job);
     sfree(q, jk);
@@ -315,12 +342,20 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
             fail(&q, "ERR emq: an expiry must be integer ms within 10 years");
             return finish(&q);
         }
-        /* a unique key: '<ms>:<key>', ms 1-12 digits not all 0, the key not empty */
-        size_t ul = 0, dg = 0;
+        /* a unique key: '<ms>:<key>' or 'd<ms>:<debounce>:<max>:<key>', ms 1-12 digits not
+         * all 0, the others digits, the key not empty */
+        size_t ul = 0, dg = 0, lead;
         const char *up = un ? RedisModule_StringPtrLen(un[i], &ul) : NULL;
-        int nonzero = 0;
+        int nonzero = 0, ok = 1;
+        lead = dg = ul > 0 && up[0] == 'd';
         while (dg < ul && up[dg] >= '0' && up[dg] <= '9') nonzero |= up[dg++] != '0';
-        if (ul > 0 && !(dg > 0 && dg <= 12 && nonzero && dg + 1 < ul && up[dg] == ':')) {
+        ok = dg > lead && dg - lead <= 12 && nonzero && dg < ul && up[dg] == ':';
+        for (int part = 0; ok && lead && part < 2; part++) {   /* debounce, max */
+            size_t d0 = ++dg;
+            while (dg < ul && up[dg] >= '0' && up[dg] <= '9') dg++;
+            ok = dg > d0 && dg < ul && up[dg] == ':';
+        }
+        if (ul > 0 && !(ok && dg + 1 < ul)) {
             fail(&q, "ERR emq: a unique key is <ms>:<key>, ms a positive integer");
             return finish(&q);
         }

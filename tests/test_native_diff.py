@@ -56,7 +56,7 @@ VERBS = tuple(COMMANDS)
 #: The long versions outlast the suite's default per-test timeout.
 pytestmark = pytest.mark.timeout(3600 if LONG else 300)
 #: (``expires``: enqueue's now plus the job's expiry, so a time of each side's own too)
-TIME_FIELDS = {"created", "started", "finished", "seen", "expires"}
+TIME_FIELDS = {"created", "started", "finished", "seen", "expires", "dfirst"}
 
 
 # -- servers -----------------------------------------------------------------------------
@@ -2262,5 +2262,43 @@ def test_unique_jobs(server: Server) -> None:
             assert isinstance(ra[1], RespError) and "unique" in ra[1], (spec, ra)
             assert ra[0] == rb[0] and str(ra[1]) == str(rb[1]), (spec, ra, rb)
         p.compare()
+    finally:
+        p.close()
+
+
+def test_debounced_jobs(server: Server) -> None:
+    """Debounced unique keys on both paths ('d<ms>:<debounce>:<max>:<key>'): the first call
+    writes a delayed job (its `dfirst`); a later call while it waits unstarted gives it the
+    call's payload and moves its due time to debounce ms after the call, never past dfirst +
+    max, answering its id; once it is due (in its lane) a call makes a new job."""
+    p = Pair(server, "dbl", "dbn")
+    run = Run(p, SEED + 14)
+    try:
+        def send(job_id: str, spec: str, countdown: int) -> tuple[Any, list[Any]]:
+            f = run.job_fields(job_id, "g1")
+            f[8] = countdown
+            return p.verb("enqueue", [1, *f, "", "", spec])[0], f
+
+        assert send("a1", "d600000:50000:600000:dk", 50000)[0] == 1
+        got, f = send("a2", "d600000:50000:600000:dk", 50000)
+        assert got == b"a1"
+        assert send("b1", "d600000:50000:20:dk2", 50000)[0] == 1
+        assert send("b2", "d600000:50000:20:dk2", 50000)[0] == b"b1"
+        p.compare()
+        for k in (p.ka, p.kb):
+            assert p.r.hget(k.job("a1"), "payload") == f[2]        # the last call's arguments
+            assert p.r.exists(k.job("a2")) == 0
+            first = int(p.r.hget(k.job("b1"), "dfirst"))
+            assert p.r.zscore(k.delayed, "b1") == first + 20        # capped at the first + max
+            assert p.r.zscore(k.delayed, "a1") > first + 40000
+        # a holder already due (promoted into its lane): a new job takes the key
+        assert send("c1", "d600000:1:600000:dk3", 1)[0] == 1
+        time.sleep(0.01)
+        p.verb("promote", [100])
+        assert send("c2", "d600000:1:600000:dk3", 1)[0] == 1
+        p.compare()
+        for k in (p.ka, p.kb):
+            assert p.r.get(k.unique("dk3")) == "c2"
+        p.checked()
     finally:
         p.close()

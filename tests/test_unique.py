@@ -176,3 +176,55 @@ def test_check_repair_frees_a_key_whose_job_is_gone(path_app: App) -> None:
     assert repair(q).uniques_freed == 1
     assert app.client.exists(q.keys.unique("k6")) == 0
     assert check(q).ok
+
+
+# -- debounce (issue 32, item 3) ------------------------------------------------------------
+
+def _runs(app: App, tag: str) -> int:
+    return int(app.client.hget(f"t:{app.settings.queue}:runs", tag) or 0)
+
+
+def test_a_burst_runs_once_after_its_last_call_with_its_arguments(path_app: App) -> None:
+    # Given a burst of 5 calls of one key, debounced 0.3 s
+    app = path_app
+    handles = [app.send_task(wt.record, (f"b:{i}",), unique_key="burst", debounce=0.3)
+               for i in range(5)]
+    # Then every call's handle is the one waiting job's
+    assert len({h.id for h in handles}) == 1
+    assert [h.verdict for h in handles] == ["enqueued"] + ["duplicate"] * 4
+    assert _rows(app) == [handles[0].id]
+    # When a worker runs the queue, the job runs once, with the last call's arguments
+    with WorkerProc(app.settings.redis_url, app.settings.queue) as w:
+        w.wait_ready()
+        assert handles[0].get(timeout=20) == "b:4"
+        # And a call after it started makes a new job
+        again = app.send_task(wt.record, ("b:5",), unique_key="burst", debounce=0.05)
+        assert again.verdict == "enqueued" and again.id != handles[0].id
+        assert again.get(timeout=20) == "b:5"
+        assert w.stop() == 0
+    assert [_runs(app, f"b:{i}") for i in range(6)] == [0, 0, 0, 0, 1, 1]
+
+
+def test_a_burst_is_due_no_later_than_debounce_max_after_its_first_call(
+        path_app: App) -> None:
+    app, q = path_app, path_app.queue()
+    first = app.send_task(wt.record, ("c:0",), unique_key="capped", debounce=5,
+                          debounce_max=6)
+    start = int(app.client.hget(q.keys.job(first.id), "dfirst"))  # type: ignore[arg-type]
+    assert abs(app.client.zscore(q.keys.delayed, first.id) - (start + 5000)) < 5  # type: ignore[operator]
+    time.sleep(1.2)                                  # the burst goes on past the cap's edge
+    h = app.send_task(wt.record, ("c:1",), unique_key="capped", debounce=5, debounce_max=6)
+    assert h.id == first.id
+    assert app.client.zscore(q.keys.delayed, first.id) == start + 6000
+
+
+@pytest.mark.parametrize("kw", [
+    {"unique_key": "k", "debounce": 0}, {"unique_key": "k", "debounce": math.nan},
+    {"unique_key": "k", "debounce": math.inf}, {"unique_key": "k", "debounce": -1},
+    {"debounce": 5}, {"unique_key": "k", "debounce": 5, "debounce_max": 4},
+    {"unique_key": "k", "debounce_max": 60},
+    {"unique_key": "k", "debounce": 5, "countdown": 1}])
+def test_bad_debounce_is_refused_with_nothing_written(path_app: App, kw: Any) -> None:
+    with pytest.raises(InvalidArgument):
+        path_app.send_task(wt.record, ("d:a",), **kw)
+    assert _rows(path_app) == []

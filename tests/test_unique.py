@@ -6,6 +6,7 @@ key is free once the job ends (done, dead, cancelled) or after ``unique_for``. O
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
@@ -228,3 +229,33 @@ def test_bad_debounce_is_refused_with_nothing_written(path_app: App, kw: Any) ->
     with pytest.raises(InvalidArgument):
         path_app.send_task(wt.record, ("d:a",), **kw)
     assert _rows(path_app) == []
+
+
+def test_the_awaited_twins_take_unique_keys(path_app: App) -> None:
+    app = path_app
+    t = app.task(name="t.record", group=lambda tag: tag.split(":")[0])(wt.record.spec.fn)
+
+    async def send() -> list[Any]:
+        one = await t.aapply_async(("a:x",), unique_key="ak")
+        two = await t.aapply_async(("a:y",), unique_key="ak")
+        many = await t.amap([("a:z",)])
+        return [one.id, two.id, two.verdict, len(many)]
+
+    one, two, verdict, _ = asyncio.run(send())
+    assert (two, verdict) == (one, "duplicate")
+
+
+def test_the_wire_is_unchanged_without_a_unique_key(path_app: App) -> None:
+    # A call naming no key sends the arguments of the release before (rolling deploy); one
+    # naming a key sends the expiries and tenants ('' each), then the keys
+    from emqtasks.store.hot import enqueue_plan
+    from emqtasks.store.keys import Unique
+    from emqtasks.store.plan import Hot
+    from emqtasks.store.queue import NewJob
+
+    nj = NewJob("j1", "t", "{}", "g", 1, 1000, 0, 0, 0, 0)
+    keys = path_app.queue().keys
+    step = enqueue_plan(keys, [nj], None, None, None, [None]).send(None)
+    assert isinstance(step, Hot) and len(step.args) == 1 + 10
+    step = enqueue_plan(keys, [nj], None, None, None, [Unique("k", 5)]).send(None)
+    assert isinstance(step, Hot) and step.args[11:] == ["", "", "5:k"]

@@ -2237,6 +2237,13 @@ def test_unique_jobs(server: Server) -> None:
         f1[8] = f2[8] = 0
         assert p.verb("enqueue", [2, *f1, *f2, "", "", "", "", "9000:k c", "9000:k c"]) == [
             1, b"c1"]
+        # a key naming a row of the wrong type (a holder spoilt): taken over, on both
+        for k in (p.ka, p.kb):
+            p.r.set(k.job("zz"), "spoilt")
+            p.r.set(k.unique("sp"), "zz")
+        assert send("s1", "sp") == 1
+        for k in (p.ka, p.kb):
+            p.r.delete(k.job("zz"))
         p.compare()
         for k in (p.ka, p.kb):
             assert p.r.get(k.unique("inv:7")) == "a1"

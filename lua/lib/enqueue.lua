@@ -129,6 +129,7 @@ do
     if redis.call('TYPE', k)['ok'] ~= 'string' then return nil end
     local holder = redis.call('GET', k)
     local jk = job_key(holder)
+    if redis.call('TYPE', jk)['ok'] ~= 'hash' then return nil end   -- (C: not a live row)
     local state, finished, attempts, first =
       unpack(redis.call('HMGET', jk, 'state', 'finished', 'attempts', 'dfirst'))
     if not state or finished then return nil end

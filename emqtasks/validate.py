@@ -49,6 +49,15 @@ def optional_seconds(value: Any, what: str, **bounds: Any) -> float | None:
     return None if value is None else seconds(value, what, **bounds)
 
 
+#: How long a unique key is held at most when the call or task names no ``unique_for``.
+UNIQUE_FOR = 3600.0
+
+
+def unique_for(value: Any) -> float:
+    """A unique key's longest hold: finite positive seconds, at least a ms (InvalidArgument)."""
+    return seconds(value, "unique_for", low=0.001, high=MAX_DURATION)
+
+
 def integer(value: Any, what: str, low: int = 1, high: int = MAX_COUNT) -> int:
     """An integer (not a bool, not a float) in [low, high]."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

@@ -56,7 +56,7 @@ VERBS = tuple(COMMANDS)
 #: The long versions outlast the suite's default per-test timeout.
 pytestmark = pytest.mark.timeout(3600 if LONG else 300)
 #: (``expires``: enqueue's now plus the job's expiry, so a time of each side's own too)
-TIME_FIELDS = {"created", "started", "finished", "seen", "expires"}
+TIME_FIELDS = {"created", "started", "finished", "seen", "expires", "dfirst"}
 
 
 # -- servers -----------------------------------------------------------------------------
@@ -2210,6 +2210,102 @@ def test_a_full_server(server: Server, mode: str) -> None:
         finally:
             p.r.config_set("maxmemory", 0)
         p.compare()
+        p.checked()
+    finally:
+        p.close()
+
+
+def test_unique_jobs(server: Server) -> None:
+    """Unique keys on both paths (the enqueue's third tail: '<ms>:<key>' per job): the first
+    job takes its key (the row keeps it, the key names it, PX its hold); while it is pending,
+    delayed or running another job of the key is not written and the reply is the holder's
+    id; a job that ends (done, dead, cancelled) frees its key for the next enqueue; a bad
+    unique spec is refused before anything is written, the same on both."""
+    p = Pair(server, "ul", "un")
+    run = Run(p, SEED + 13)
+    try:
+        def send(job_id: str, key: str, group: str = "g1", ms: int = 600_000) -> Any:
+            f = run.job_fields(job_id, group)
+            f[4], f[7], f[8] = 1, 3600, 0                # one attempt, kept an hour, due now
+            return p.verb("enqueue", [1, *f, "", "", f"{ms}:{key}"])[0]
+
+        assert send("a1", "inv:7") == 1
+        assert send("a2", "inv:7") == b"a1"              # held: nothing written
+        assert send("b1", "inv:8", "g2") == 1
+        # two jobs of one key in one call: the second sees the first
+        f1, f2 = run.job_fields("c1", "g3"), run.job_fields("c2", "g3")
+        f1[8] = f2[8] = 0
+        assert p.verb("enqueue", [2, *f1, *f2, "", "", "", "", "9000:k c", "9000:k c"]) == [
+            1, b"c1"]
+        # a key naming a row of the wrong type (a holder spoilt): taken over, on both
+        for k in (p.ka, p.kb):
+            p.r.set(k.job("zz"), "spoilt")
+            p.r.set(k.unique("sp"), "zz")
+        assert send("s1", "sp") == 1
+        for k in (p.ka, p.kb):
+            p.r.delete(k.job("zz"))
+        p.compare()
+        for k in (p.ka, p.kb):
+            assert p.r.get(k.unique("inv:7")) == "a1"
+            assert p.r.hget(k.job("a1"), "unique") == "inv:7"
+            assert 590_000 < p.r.pttl(k.unique("inv:7")) <= 600_000
+            assert p.r.exists(k.job("a2")) == 0
+        leases = {j[0].decode(): [j[0].decode(), j[3], j[4].decode()]
+                  for j in p.verb("claim", [8, run.nonce()])}
+        assert send("a3", "inv:7") == b"a1"              # running: still held
+        assert p.verb("ack", [*leases["a1"], '"r"', ""])[0] == 1
+        assert send("a4", "inv:7") == 1                  # done: the key is free
+        assert p.verb("retry", [*leases["b1"], "boom", "", "0"]) == 2   # dead
+        assert send("b2", "inv:8", "g2") == 1
+        p.admin("cancel", ["a4"])
+        assert send("a5", "inv:7") == 1                  # cancelled: free
+        p.compare()
+        p.checked()
+        bad = run.job_fields("x9", "g1")
+        for spec in ("0:k", "600", "600:", "x:k", "1000000000000:k"):
+            ra = p.raw.call("EVALSHA", p.sha["enqueue"], len(FIXED), *p.ka.fixed, 1, *bad,
+                            "", "", spec)
+            rb = p.raw.call(COMMANDS["enqueue"], *p.kb.fixed, 1, *bad, "", "", spec)
+            assert isinstance(ra[1], RespError) and "unique" in ra[1], (spec, ra)
+            assert ra[0] == rb[0] and str(ra[1]) == str(rb[1]), (spec, ra, rb)
+        p.compare()
+    finally:
+        p.close()
+
+
+def test_debounced_jobs(server: Server) -> None:
+    """Debounced unique keys on both paths ('d<ms>:<debounce>:<max>:<key>'): the first call
+    writes a delayed job (its `dfirst`); a later call while it waits unstarted gives it the
+    call's payload and moves its due time to debounce ms after the call, never past dfirst +
+    max, answering its id; once it is due (in its lane) a call makes a new job."""
+    p = Pair(server, "dbl", "dbn")
+    run = Run(p, SEED + 14)
+    try:
+        def send(job_id: str, spec: str, countdown: int) -> tuple[Any, list[Any]]:
+            f = run.job_fields(job_id, "g1")
+            f[8] = countdown
+            return p.verb("enqueue", [1, *f, "", "", spec])[0], f
+
+        assert send("a1", "d600000:50000:600000:dk", 50000)[0] == 1
+        got, f = send("a2", "d600000:50000:600000:dk", 50000)
+        assert got == b"a1"
+        assert send("b1", "d600000:50000:5000:dk2", 50000)[0] == 1
+        assert send("b2", "d600000:50000:5000:dk2", 50000)[0] == b"b1"
+        p.compare()
+        for k in (p.ka, p.kb):
+            assert p.r.hget(k.job("a1"), "payload") == f[2]        # the last call's arguments
+            assert p.r.exists(k.job("a2")) == 0
+            first = int(p.r.hget(k.job("b1"), "dfirst"))
+            assert p.r.zscore(k.delayed, "b1") == first + 5000      # capped at the first + max
+            assert p.r.zscore(k.delayed, "a1") > first + 40000
+        # a holder already due (promoted into its lane): a new job takes the key
+        assert send("c1", "d600000:1:600000:dk3", 1)[0] == 1
+        time.sleep(0.01)
+        p.verb("promote", [100])
+        assert send("c2", "d600000:1:600000:dk3", 1)[0] == 1
+        p.compare()
+        for k in (p.ka, p.kb):
+            assert p.r.get(k.unique("dk3")) == "c2"
         p.checked()
     finally:
         p.close()

@@ -194,14 +194,18 @@ class Celery(App):
                   group: str | None = None, priority: int = 0,
                   expires: datetime | float | None = None,
                   durable: bool | Durable | None = None,
-                  tenant: str | None = None) -> JobHandle[Any]:
+                  tenant: str | None = None, unique_key: str | None = None,
+                  unique_for: float | None = None, debounce: float | None = None,
+                  debounce_max: float | None = None) -> JobHandle[Any]:
         """Celery's send_task: by name, routed by task_routes when no queue is given."""
         if queue is None and isinstance(name, str):
             queue = routes.route(self._routes, name)
         return super().send_task(name, args or (), kwargs, job_id=job_id or task_id,
                                  group=group, countdown=countdown, eta=eta, queue=queue,
                                  priority=priority, expires=expires, durable=durable,
-                                 tenant=tenant)
+                                 tenant=tenant, unique_key=unique_key,
+                                 unique_for=unique_for, debounce=debounce,
+                                 debounce_max=debounce_max)
 
     def signature(self, name: str, args: Iterable[Any] = (),
                   kwargs: dict[str, Any] | None = None, **options: Any) -> Signature:

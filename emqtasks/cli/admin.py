@@ -470,11 +470,15 @@ def check_command(redis_url: str | None, queue: str | None, repair: bool, as_jso
             click.echo(f"repaired: {mended.ringed} groups on the ring, {mended.restored} jobs "
                        f"restored, {mended.buried} unreadable jobs moved to dead, "
                        f"{len(mended.rebuilt)} keys of the wrong type rebuilt, "
-                       f"{mended.workflows_failed} workflows failed at a lost step")
+                       f"{mended.workflows_failed} workflows failed at a lost step, "
+                       f"{mended.uniques_freed} unique keys of ended jobs freed")
             for line in mended.not_repaired:
                 click.echo(f"not repaired: {line}")
         for line in report.violations:
             click.echo(f"violation: {line}")
+        if report.stale_uniques and mended is None:
+            click.echo(f"note: {len(report.stale_uniques)} unique keys name a job gone or "
+                       f"ended (free for the next enqueue; --repair deletes them)")
         click.echo(f"{'ok' if report.ok else 'BROKEN'}: {report.jobs} job rows, "
                    f"{report.groups} groups, {len(report.violations)} violations")
     if not report.ok:

@@ -39,7 +39,9 @@ REBUILT = frozenset({"ring", "active", "gactive", "gturn", "delayed", "dead", "w
                      "schedver", "tactive"})
 #: The families of keys (store/keys.py FAMILIES) repair deletes when of the wrong type.
 _REBUILT_FAMILIES = frozenset({"minute", "done", "worker", "lane", "starts", "group_busy",
-                               "tenant_ring"})
+                               "tenant_ring", "unique"})
+#: The states of a job that has ended: its unique key (if any) is no longer held.
+_ENDED = frozenset({"done", "dead", "cancelled", "expired", "aborted", "skipped"})
 #: Settings the rebuild reads (a group's openness, its books): of the wrong type, they stop it.
 _NEEDED = frozenset({"gdefaults", "fairness", "glimit", "gweight", "gpaused", "grate",
                      "gtenant", "tlimit", "tpaused"})
@@ -69,6 +71,9 @@ class Report:
     #: books of learnt values a claim cannot read (cost estimates): repair resets them
     bad_books: set[str] = field(default_factory=set)
     group_names: list[str] = field(default_factory=list)
+    #: unique key -> the job it names, gone or ended: not a violation (the next enqueue of the
+    #: key takes it over, and it expires at its unique_for), but repair frees it now
+    stale_uniques: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -78,9 +83,10 @@ class Report:
         self.violations.append(message)
 
 
-def _types(queue: Queue, report: Report) -> tuple[set[str], set[str]]:
-    """Every key of the queue by name: the job ids, the group names of its lanes, and each
-    key of the wrong type noted in the report (job rows are checked as they are read)."""
+def _types(queue: Queue, report: Report) -> tuple[set[str], set[str], set[str]]:
+    """Every key of the queue by name: the job ids, the group names of its lanes, the unique
+    keys, and each key of the wrong type noted in the report (job rows are checked as they
+    are read)."""
     k = queue.keys
     names = [k.name_of(key) for key in queue.scan(k.all_pattern)]
     others = [n for n in names if kind_of(n) != "job" and expected_type(n)]
@@ -93,7 +99,9 @@ def _types(queue: Queue, report: Report) -> tuple[set[str], set[str]]:
             report.wrong_types[name] = (kind, want)
     ids = {ident_of(n) for n in names if kind_of(n) == "job"}
     lanes = {ident_of(n) for n in names if kind_of(n) == "lane"}
-    return ids, lanes
+    uniques = {ident_of(n) for n in names
+               if kind_of(n) == "unique" and n not in report.wrong_types}
+    return ids, lanes, uniques
 
 
 #: What the snapshot reads of each structure and book: (key after the base, command).
@@ -163,7 +171,7 @@ def _rows(queue: Queue, report: Report, ids: set[str]) -> dict[str, dict[str, st
 def check(queue: Queue) -> Report:
     """Every violation of the invariants on this queue, as readable lines."""
     report = Report()
-    ids, lane_groups = _types(queue, report)
+    ids, lane_groups, uniques = _types(queue, report)
     b = _snapshot(queue, report, lane_groups)
     rows = _rows(queue, report, ids)
     lanes: dict[str, list[str]] = b["lanes"]
@@ -220,6 +228,10 @@ def check(queue: Queue) -> Report:
     _check_ring(report, groups, lanes, b, in_flight)
     _check_tenants(report, b, in_flight)
     _check_workflows(queue, report, rows)
+    keys = sorted(uniques)
+    for key, holder in zip(keys, queue.unique_holders(keys)):
+        if holder is not None and (holder not in rows or rows[holder]["state"] in _ENDED):
+            report.stale_uniques[key] = holder
     if b["wake"] > WAKE_CAP:
         report.add(f"the wake list holds {b['wake']} tokens (bound {WAKE_CAP})")
     return report
@@ -352,6 +364,7 @@ class Repaired(NamedTuple):
     buried: int = 0         # unreadable rows moved to dead with the reason
     rebuilt: tuple[str, ...] = ()       # keys of the wrong type deleted and rebuilt
     not_repaired: tuple[str, ...] = ()  # what an operator must mend (then repair again)
+    uniques_freed: int = 0  # unique keys whose job was gone or ended, deleted
 
 
 def repair(queue: Queue) -> Repaired:
@@ -375,5 +388,6 @@ def repair(queue: Queue) -> Repaired:
     bury = [(i, g or "", why) for i, (g, why) in sorted(report.unreadable.items())]
     ringed, restored = queue.repair(groups, rebuild, bury, report.lost)
     failed = sum(queue.fail_workflow(wf, parent, step) for wf, step, parent in report.orphans)
+    freed = sum(queue.drop_unique(key, holder) for key, holder in report.stale_uniques.items())
     return Repaired(int(ringed), int(restored), failed, len(report.unreadable),
-                    tuple(k.named(n) for n in rebuild), not_repaired)
+                    tuple(k.named(n) for n in rebuild), not_repaired, freed)

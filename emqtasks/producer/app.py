@@ -277,7 +277,9 @@ class App:
                   priority: int = 0,
                   expires: datetime | float | None = None,
                   durable: bool | Durable | None = None,
-                  tenant: str | None = None) -> JobHandle[Any]:
+                  tenant: str | None = None, unique_key: str | None = None,
+                  unique_for: float | None = None, debounce: float | None = None,
+                  debounce_max: float | None = None) -> JobHandle[Any]:
         """Enqueue a call by task name (or Task) on this app's server.
 
         A name registered on this App (else on another App of this process) keeps its
@@ -285,13 +287,15 @@ class App:
         defaults of ``@task``, for a worker elsewhere that knows it. Raises LaneFull
         (nothing written) when the job's lane holds its cap of waiting jobs, CorruptKey
         (nothing written) when a key it would write holds the wrong type. ``expires``: as
-        ``Task.apply_async``'s, and so is ``durable``; ``tenant`` (the group's tenant,
-        else the task's).
+        ``Task.apply_async``'s, and so are ``durable``, ``unique_key``, ``unique_for``,
+        ``debounce`` and ``debounce_max``;
+        ``tenant`` (the group's tenant, else the task's).
         """
         spec = task.spec if isinstance(task, Task) else self._spec_for(validate.task_name(task))
         return send(self, spec, args, kwargs, queue=queue, job_id=job_id, group=group,
                     countdown=countdown, eta=eta, priority=priority, expires=expires,
-                    durable=durable, tenant=tenant)
+                    durable=durable, tenant=tenant, unique_key=unique_key,
+                    unique_for=unique_for, debounce=debounce, debounce_max=debounce_max)
 
     def _spec_for(self, name: str) -> TaskSpec:
         return self._local_spec(name) or TaskSpec(name=name, fn=_not_here)

@@ -12,8 +12,16 @@ from datetime import datetime
 from typing import Any
 
 from .. import serialization, validate
-from ..errors import InvalidGroup
-from ..store.keys import DEFAULT_GROUP, check_group, check_job_id, check_tenant, new_job_id
+from ..errors import InvalidArgument, InvalidGroup
+from ..store.keys import (
+    DEFAULT_GROUP,
+    Unique,
+    check_group,
+    check_job_id,
+    check_tenant,
+    check_unique,
+    new_job_id,
+)
 from ..store.queue import NewJob
 from ..validate import integer
 from .callshape import fits, signature_of
@@ -52,6 +60,44 @@ def tenant_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
     if t is None or isinstance(t, str):
         return t
     return check_tenant(_picked(spec, t, args, kwargs, "tenant"))
+
+
+def unique_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
+              key: str | None = None, hold: float | None = None,
+              debounce: float | None = None, debounce_max: float | None = None
+              ) -> Unique | None:
+    """The call's unique key and its hold in ms: ``key`` (the call's own), else by the
+    task's ``unique=`` (a string, or a function of the call's arguments as a group's), else
+    None; held ``hold`` s, else the task's ``unique_for``, else validate.UNIQUE_FOR. With
+    ``debounce`` (s), debounced, never later than ``debounce_max`` s after the burst's first
+    call (default 10 x debounce). Gated: InvalidArgument (a hold or a debounce without a key;
+    one not finite positive; debounce_max below debounce) before anything is written."""
+    if hold is not None:
+        hold = validate.unique_for(hold)
+    deb_ms = dmax_ms = 0
+    if debounce is not None:
+        deb = validate.seconds(debounce, "debounce", low=0.001)
+        dmax = 10 * deb if debounce_max is None else validate.seconds(
+            debounce_max, "debounce_max", low=0.001)
+        if dmax < deb:
+            raise InvalidArgument(f"debounce_max ({debounce_max}) is below debounce "
+                                  f"({debounce})")
+        deb_ms, dmax_ms = max(1, round(deb * 1000)), max(1, round(dmax * 1000))
+    elif debounce_max is not None:
+        raise InvalidArgument("debounce_max without debounce")
+    u = spec.unique
+    if key is None and u is not None:
+        key = u if isinstance(u, str) else _picked(spec, u, args, kwargs, "unique")
+    if key is None:
+        if hold is not None:
+            raise InvalidArgument("unique_for without unique_key: a key is what is held")
+        if debounce is not None:
+            raise InvalidArgument("debounce without unique_key: the key names the burst")
+        return None
+    hold = hold if hold is not None else spec.unique_for or validate.UNIQUE_FOR
+    # a debounced job's key is held at least until the latest it can be due
+    hold_ms = max(1, round(hold * 1000), dmax_ms)
+    return check_unique(key, hold_ms, deb_ms, dmax_ms)
 
 
 def _group_of(spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

@@ -54,6 +54,8 @@ class TaskOptions(TypedDict, total=False):
     soft_time_limit: float | None
     rate_limit: str | float | None    # "10/m", "5/s", "100/h" or jobs per second
     abort_grace: float | None         # s an aborted job gets to return; None: the worker's
+    unique: GroupSpec                 # each call's unique key: a string or a function, as group
+    unique_for: float | None          # s a unique key is held at most (None: an hour)
     durable: bool | Durable | None    # None: as the App says (store/durable.py)
     # Celery's spellings, read onto the options above (celery_options.py)
     autoretry_for: ExceptionTypes     # retry_for
@@ -84,6 +86,8 @@ class TaskSpec:
     soft_time_limit: float | None = None  # SoftTimeLimitExceeded raised in the task
     rate_limit: str | float | None = None # a rate of the task's group (celery_options.py)
     abort_grace: float | None = None      # None: the worker's --abort-grace (5 s)
+    unique: GroupSpec = None              # a call's unique key (str or function); None: none
+    unique_for: float | None = None       # s a unique key is held at most; None: an hour
     durable: bool | Durable | None = None  # None: as the App says
 
     def __post_init__(self) -> None:
@@ -110,6 +114,15 @@ class TaskSpec:
             checked["abort_grace"] = validate.seconds(self.abort_grace, "abort_grace")
         if self.durable is not None:
             durable_of(self.durable, "a task's durable")
+        if self.unique_for is not None:
+            checked["unique_for"] = validate.unique_for(self.unique_for)
+            if self.unique is None:
+                raise InvalidArgument(f"unique_for of {self.name} without unique=: a key is "
+                                      f"what is held")
+        if self.unique is not None and not (isinstance(self.unique, str)
+                                            or callable(self.unique)):
+            raise InvalidArgument(f"a task's unique is a string or a function of the call's "
+                                  f"arguments, not {self.unique!r}")
         if not isinstance(self.bind, bool):
             raise InvalidArgument(f"bind is True or False, not {self.bind!r}")
         for field, value in checked.items():

@@ -18,6 +18,7 @@ from ..errors import InvalidArgument, InvalidGroup, LaneFull, ResultTimeout, Tas
 from ..observe import tracing
 from ..store.connection import MAX_BLOCK
 from ..store.durable import Durable
+from ..store.keys import Unique
 from ..store.queue import NewJob, Queue
 from ..store.replies import Outcome
 from ..verdicts import AbortVerdict, EnqueueVerdict
@@ -26,7 +27,7 @@ from . import bound
 from .abort import abort as abort_job
 from .bound import Request, current_request
 from .handle import Handle
-from .jobs import build_job, tenant_of
+from .jobs import build_job, tenant_of, unique_of
 from .oncommit import run_on_commit
 from .registry import TaskSpec
 
@@ -176,7 +177,9 @@ class Task(Generic[P, R]):
                     queue: str | None = None, link: Any = None,
                     link_error: Signature | None = None,
                     durable: bool | Durable | None = None,
-                    tenant: str | None = None) -> JobHandle[R]:
+                    tenant: str | None = None, unique_key: str | None = None,
+                    unique_for: float | None = None, debounce: float | None = None,
+                    debounce_max: float | None = None) -> JobHandle[R]:
         """Enqueue one call. ``eta`` is a datetime or a UNIX timestamp; both go via delayed.
         ``priority`` (-100..100, lower first) orders jobs within the group's lane only.
         ``expires`` (seconds from now, a UNIX timestamp or a datetime): a job not started
@@ -184,6 +187,12 @@ class Task(Generic[P, R]):
         ``tenant``: the group's tenant (else the task's ``tenant=``); InvalidGroup, nothing
         written, when the group is another tenant's and not empty.
         Raises LaneFull (nothing written) when the lane holds its cap of waiting jobs.
+        ``unique_key`` (else the task's ``unique=``), held ``unique_for`` s at most (else
+        the task's, else an hour): while a job of that key is pending, delayed or running,
+        nothing is written and the handle is that job's, verdict "duplicate".
+        ``debounce`` (s, with a key): the job is due that long after the last call of a
+        burst, with the last call's arguments, and never later than ``debounce_max`` s
+        (default 10 x debounce) after the first; every call of the burst gets its handle.
 
         ``on_commit=True`` (Django): the call is checked now and sent when the current
         transaction of the default database commits, never if it rolls back, at once
@@ -198,9 +207,10 @@ class Task(Generic[P, R]):
         job is written on the primary; sending the same job_id again is safe)."""
         job_id = bound.one_id(job_id, task_id)
         if link is not None or link_error is not None:
-            if expires is not None or tenant is not None:
-                raise InvalidArgument("expires= or tenant= with link=: a linked call is a "
-                                      "workflow, whose steps take neither")
+            if (expires is not None or tenant is not None or unique_key is not None
+                    or unique_for is not None or debounce is not None):
+                raise InvalidArgument("expires=, tenant= or unique_key= with link=: a linked "
+                                      "call is a workflow, whose steps take none of them")
             if durable is not None:
                 raise InvalidArgument("durable= with link=: a linked call is a workflow, "
                                       "which follows the App's durable setting")
@@ -212,7 +222,8 @@ class Task(Generic[P, R]):
         return send(self.app, self.spec, args, kwargs, queue=queue, job_id=job_id,
                     group=group, countdown=countdown, eta=eta, priority=priority,
                     later=run_on_commit if on_commit else None, expires=expires,
-                    durable=durable, tenant=tenant)
+                    durable=durable, tenant=tenant, unique_key=unique_key,
+                    unique_for=unique_for, debounce=debounce, debounce_max=debounce_max)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature of this call for a workflow: chain, group, chord (emqtasks.canvas).
@@ -238,9 +249,12 @@ class Task(Generic[P, R]):
         wait = self.app.settings.durable_for(durable, self.spec.durable)
         with tracing.sending(self.name, queue.name, len(calls)) as span:
             jobs = self._jobs(calls, priority, span.carrier)
+            holders: list[str | None] = []
             verdicts = queue.enqueue_many(jobs, None if ex is None else [ex] * len(jobs),
-                                          self._tenants(calls), wait)
-        return [JobHandle(queue, j.id, v.word, self.app) for j, v in zip(jobs, verdicts)]
+                                          self._tenants(calls), wait, self._uniques(calls),
+                                          holders)
+        return [JobHandle(queue, h or j.id, v.word, self.app)
+                for j, v, h in zip(jobs, verdicts, holders)]
 
     def _jobs(self, calls: Iterable[Any], priority: int,
               trace: dict[str, str] | None) -> list[NewJob]:
@@ -254,6 +268,12 @@ class Task(Generic[P, R]):
             return None
         return [tenant_of(self.spec, *_split_call(c)) for c in calls]
 
+    def _uniques(self, calls: list[Any]) -> list[Unique | None] | None:
+        """Each call's unique key by the task's ``unique=``; None when the task names none."""
+        if self.spec.unique is None:
+            return None
+        return [unique_of(self.spec, *_split_call(c)) for c in calls]
+
     # -- the awaitable twins (on the App's async client of the running event loop) ----------
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """delay(), awaited: the same job, checks and errors, sent on redis.asyncio."""
@@ -266,11 +286,15 @@ class Task(Generic[P, R]):
                            priority: int = 0,
                            expires: datetime | float | None = None, *,
                            durable: bool | Durable | None = None,
-                           tenant: str | None = None) -> JobHandle[R]:
+                           tenant: str | None = None, unique_key: str | None = None,
+                           unique_for: float | None = None, debounce: float | None = None,
+                           debounce_max: float | None = None) -> JobHandle[R]:
         """apply_async(), awaited."""
         return await asend(self.app, self.spec, args, kwargs, job_id=job_id, group=group,
                            countdown=countdown, eta=eta, priority=priority, expires=expires,
-                           durable=durable, tenant=tenant)
+                           durable=durable, tenant=tenant, unique_key=unique_key,
+                           unique_for=unique_for, debounce=debounce,
+                           debounce_max=debounce_max)
 
     async def amap(self, calls: Iterable[Any], priority: int = 0,
                    expires: datetime | float | None = None, *,
@@ -284,9 +308,12 @@ class Task(Generic[P, R]):
         wait = self.app.settings.durable_for(durable, self.spec.durable)
         with tracing.sending(self.name, queue.name, len(calls)) as span:
             jobs = self._jobs(calls, priority, span.carrier)
+            holders: list[str | None] = []
             verdicts = await queue.enqueue_many(jobs, None if ex is None else [ex] * len(jobs),
-                                                self._tenants(calls), wait)
-        return [JobHandle(queue, j.id, v.word, self.app) for j, v in zip(jobs, verdicts)]
+                                                self._tenants(calls), wait,
+                                                self._uniques(calls), holders)
+        return [JobHandle(queue, h or j.id, v.word, self.app)
+                for j, v, h in zip(jobs, verdicts, holders)]
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
@@ -298,7 +325,9 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
          eta: datetime | float | None = None, priority: int = 0,
          later: Callable[[Callable[[], None]], None] | None = None,
          expires: datetime | float | None = None,
-         durable: bool | Durable | None = None, tenant: str | None = None) -> JobHandle[Any]:
+         durable: bool | Durable | None = None, tenant: str | None = None,
+         unique_key: str | None = None, unique_for: float | None = None,
+         debounce: float | None = None, debounce_max: float | None = None) -> JobHandle[Any]:
     """Enqueue one call of ``spec`` on ``app``'s server (``Task.apply_async`` and
     ``App.send_task``): LaneFull or CorruptKey, nothing written, as the verdict says.
 
@@ -308,6 +337,9 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
     ex = validate.expires_ms(expires)
     wait = app.settings.durable_for(durable, spec.durable)
     with tracing.sending(spec.name, q.name) as span:
+        uq = unique_of(spec, tuple(args), kwargs or {}, unique_key, unique_for, debounce,
+                       debounce_max)
+        countdown = _debounced(uq, countdown, eta)
         job = build_job(spec, tuple(args), kwargs or {},
                         limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
                         countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
@@ -317,20 +349,25 @@ def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
             handle: JobHandle[Any] = JobHandle(q, job.id, "on_commit", app)
 
             def enqueue() -> None:
-                handle.verdict = _enqueue(app, q, job, ex, wait, tn).verdict
+                sent = _enqueue(app, q, job, ex, wait, tn, uq)
+                handle.id, handle.verdict = sent.id, sent.verdict
 
             later(enqueue)
             return handle
-        return _enqueue(app, q, job, ex, wait, tn)
+        return _enqueue(app, q, job, ex, wait, tn, uq)
 
 
 def _enqueue(app: App, q: Queue, job: NewJob, expires_ms: int | None,
-             durable: Durable | None, tenant: str | None) -> JobHandle[Any]:
+             durable: Durable | None, tenant: str | None,
+             unique: Unique | None = None) -> JobHandle[Any]:
+    holders: list[str | None] = []
     verdict = q.enqueue_many([job], None if expires_ms is None else [expires_ms],
-                             None if tenant is None else [tenant], durable)[0]
+                             None if tenant is None else [tenant], durable,
+                             None if unique is None else [unique], holders)[0]
     if verdict == EnqueueVerdict.UNREADABLE:
         raise q.corrupt([job.group], f"job {job.id} was not enqueued")
-    return JobHandle(q, job.id, _accepted(job, verdict, tenant), app)
+    # a job whose unique key another holds: the handle is the holder's
+    return JobHandle(q, holders[0] or job.id, _accepted(job, verdict, tenant), app)
 
 
 async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
@@ -340,22 +377,41 @@ async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
                 priority: int = 0,
                 expires: datetime | float | None = None,
                 durable: bool | Durable | None = None,
-                tenant: str | None = None) -> JobHandle[Any]:
+                tenant: str | None = None, unique_key: str | None = None,
+                unique_for: float | None = None, debounce: float | None = None,
+                debounce_max: float | None = None) -> JobHandle[Any]:
     """send(), awaited on the App's async client of the running event loop."""
     q = app.aqueue(queue if queue is not None else spec.queue)
     ex = validate.expires_ms(expires)
     wait = app.settings.durable_for(durable, spec.durable)
     with tracing.sending(spec.name, q.name) as span:
+        uq = unique_of(spec, tuple(args), kwargs or {}, unique_key, unique_for, debounce,
+                       debounce_max)
+        countdown = _debounced(uq, countdown, eta)
         job = build_job(spec, tuple(args), kwargs or {},
                         limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
                         countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
         tn = tenant_of(spec, tuple(args), kwargs or {}, tenant)
         span.job(job.id, job.group)
+        holders: list[str | None] = []
         verdict = (await q.enqueue_many([job], None if ex is None else [ex],
-                                        None if tn is None else [tn], wait))[0]
+                                        None if tn is None else [tn], wait,
+                                        None if uq is None else [uq], holders))[0]
         if verdict == EnqueueVerdict.UNREADABLE:
             raise await q.corrupt([job.group], f"job {job.id} was not enqueued")
-        return JobHandle(q, job.id, _accepted(job, verdict, tn), app)
+        return JobHandle(q, holders[0] or job.id, _accepted(job, verdict, tn), app)
+
+
+def _debounced(unique: Unique | None, countdown: float | None,
+               eta: datetime | float | None) -> float | None:
+    """A debounced call's countdown: its debounce (a countdown or eta of its own is
+    InvalidArgument: the burst decides when it runs)."""
+    if unique is None or not unique.debounce_ms:
+        return countdown
+    if countdown is not None or eta is not None:
+        raise InvalidArgument("countdown= or eta= with debounce=: the burst's last call "
+                              "decides when the job runs")
+    return unique.debounce_ms / 1000
 
 
 def _accepted(job: NewJob, verdict: EnqueueVerdict, tenant: str | None = None) -> str:

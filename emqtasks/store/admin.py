@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from redis.exceptions import WatchError
+
 from ..errors import InvalidArgument, ScriptError
 from ..validate import MAX_COUNT, integer, seconds
 from ..verdicts import CancelVerdict
@@ -233,6 +235,34 @@ class Admin(QueueCore):
         ringed, restored = self.scripts.repair(self._k, [
             len(groups), *groups, len(rebuild), *rebuild, len(bury), *flat, *lost])
         return int(ringed), int(restored)
+
+    def unique_holders(self, keys: Sequence[str]) -> list[str | None]:
+        """The job id each unique key (``QueueKeys.unique``'s, by the key's own name) names,
+        or None (gone, or not a string): the checker's read (check.py)."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.type(self.keys.unique(key))
+            pipe.get(self.keys.unique(key))
+        got = pipe.execute(raise_on_error=False)
+        return [v if t == "string" and isinstance(v, str) else None
+                for t, v in zip(got[::2], got[1::2])]
+
+    def drop_unique(self, key: str, holder: str) -> bool:
+        """Delete unique key ``key`` if it still names ``holder`` (a key whose job is gone or
+        ended: the next enqueue would take it over; repair frees it now). Fenced by WATCH: a
+        key an enqueue took meanwhile stays."""
+        name = self.keys.unique(key)
+        with self.client.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(name)
+                if pipe.get(name) != holder:
+                    return False
+                pipe.multi()
+                pipe.delete(name)
+                pipe.execute()
+                return True
+            except WatchError:
+                return False
 
     # -- history (history.py; the verbs count, lua/lib/history.lua) ---------------------
     def set_history(self, hours: int = DEFAULT_HOURS,

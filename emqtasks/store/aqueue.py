@@ -39,7 +39,7 @@ from .core import corrupt_plan, groups_plan
 from .durable import Durable
 from .flows import workflow_plan
 from .hot import check_jobs, enqueue_plan
-from .keys import QueueKeys
+from .keys import QueueKeys, Unique
 from .plan import (
     Bounded,
     Cmd,
@@ -140,19 +140,24 @@ class AsyncQueue:
     async def enqueue_many(self, jobs: Sequence[NewJob],
                            expires_ms: Sequence[int | None] | None = None,
                            tenants: Sequence[str | None] | None = None,
-                           durable: Durable | None = None) -> list[EnqueueVerdict]:
-        if self.batcher is not None and len(jobs) <= BATCHABLE:
+                           durable: Durable | None = None,
+                           uniques: Sequence[Unique | None] | None = None,
+                           holders: list[str | None] | None = None) -> list[EnqueueVerdict]:
+        if self.batcher is not None and len(jobs) <= BATCHABLE and uniques is None:
             check_jobs(jobs, expires_ms, tenants)   # a call's own bad id fails it alone
             self._check_loop()
             return await self.batcher.enqueue(jobs, expires_ms, tenants, durable)
-        return await self.enqueue_now(jobs, expires_ms, tenants, durable)
+        return await self.enqueue_now(jobs, expires_ms, tenants, durable, uniques, holders)
 
     async def enqueue_now(self, jobs: Sequence[NewJob],
                           expires_ms: Sequence[int | None] | None = None,
                           tenants: Sequence[str | None] | None = None,
-                          durable: Durable | None = None) -> list[EnqueueVerdict]:
+                          durable: Durable | None = None,
+                          uniques: Sequence[Unique | None] | None = None,
+                          holders: list[str | None] | None = None) -> list[EnqueueVerdict]:
         """enqueue_many in a round trip of its own (a batch of the batcher's)."""
-        return await self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants, durable))
+        return await self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants, durable,
+                                           uniques, holders))
 
     async def corrupt(self, groups: Iterable[str], outcome: str) -> CorruptKey:
         return await self.run(corrupt_plan(self.keys, groups, outcome))

@@ -25,7 +25,16 @@ from .autopipe import BATCHABLE
 from .beats import Beat
 from .core import QueueCore, corrupt_plan
 from .durable import Durable
-from .keys import WAKE_DUE, WAKE_WORK, QueueKeys, check_group, check_job_id, check_tenant
+from .keys import (
+    WAKE_DUE,
+    WAKE_WORK,
+    QueueKeys,
+    Unique,
+    check_group,
+    check_job_id,
+    check_tenant,
+    check_unique,
+)
 from .plan import Hot, Steps, blpop
 from .replies import Acked, Lease, NewJob, Reaped
 from .waits import check, waited
@@ -60,29 +69,36 @@ class HotPath(QueueCore):
     def enqueue_many(self, jobs: Sequence[NewJob],
                      expires_ms: Sequence[int | None] | None = None,
                      tenants: Sequence[str | None] | None = None,
-                     durable: Durable | None = None) -> list[EnqueueVerdict]:
+                     durable: Durable | None = None,
+                     uniques: Sequence[Unique | None] | None = None,
+                     holders: list[str | None] | None = None) -> list[EnqueueVerdict]:
         """Admit jobs, one round trip per ENQUEUE_CHUNK of them (enqueue_plan); with
-        ``durable``, the last one carries the wait (NotDurable: too few replicas).
+        ``durable``, the last one carries the wait (NotDurable: too few replicas);
+        ``uniques``: per job its unique key (``holders`` gets the id holding a key that was
+        taken).
 
         With auto-pipelining (``self.batcher``, store/autopipe.py), a call of a few jobs
         made while another thread's is in flight goes out with it in the next round trip;
-        its verdicts and errors are its own."""
-        if self.batcher is not None and len(jobs) <= BATCHABLE:
+        its verdicts and errors are its own. A call with unique keys goes alone."""
+        if self.batcher is not None and len(jobs) <= BATCHABLE and uniques is None:
             check_jobs(jobs, expires_ms, tenants)   # a call's own bad id fails it alone
             return self.batcher.enqueue(jobs, expires_ms, tenants, durable)
-        return self.enqueue_now(jobs, expires_ms, tenants, durable)
+        return self.enqueue_now(jobs, expires_ms, tenants, durable, uniques, holders)
 
     def enqueue_now(self, jobs: Sequence[NewJob],
                     expires_ms: Sequence[int | None] | None = None,
                     tenants: Sequence[str | None] | None = None,
-                    durable: Durable | None = None) -> list[EnqueueVerdict]:
+                    durable: Durable | None = None,
+                    uniques: Sequence[Unique | None] | None = None,
+                    holders: list[str | None] | None = None) -> list[EnqueueVerdict]:
         """enqueue_many in a round trip of its own (a batch of the batcher's).
 
-        A call of one chunk without a wait is enqueue_plan's one step sent directly: the
-        same arguments, verdicts and errors, without the plan's generator and runner (a
-        tenth of a producer's own time per call)."""
-        if durable is not None or len(jobs) > ENQUEUE_CHUNK:
-            return self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants, durable))
+        A call of one chunk without a wait or unique keys is enqueue_plan's one step sent
+        directly: the same arguments, verdicts and errors, without the plan's generator and
+        runner (a tenth of a producer's own time per call)."""
+        if durable is not None or len(jobs) > ENQUEUE_CHUNK or uniques is not None:
+            return self.run(enqueue_plan(self.keys, jobs, expires_ms, tenants, durable,
+                                         uniques, holders))
         check_jobs(jobs, expires_ms, tenants)
         try:
             replies = self.hot.call("enqueue", self._k,
@@ -274,41 +290,61 @@ class HotPath(QueueCore):
 
 
 def check_jobs(jobs: Sequence[NewJob], expires_ms: Sequence[int | None] | None,
-               tenants: Sequence[str | None] | None = None) -> None:
+               tenants: Sequence[str | None] | None = None,
+               uniques: Sequence[Unique | None] | None = None) -> None:
     """An enqueue's gate, before anything is sent: InvalidArgument, InvalidJobId,
-    InvalidGroup (a bad group or tenant name)."""
+    InvalidGroup (a bad group or tenant name), a bad unique key."""
     if expires_ms is not None and len(expires_ms) != len(jobs):
         raise InvalidArgument("one expiry per job (None for none)")
     if tenants is not None and len(tenants) != len(jobs):
         raise InvalidArgument("one tenant per job (None for none)")
+    if uniques is not None and len(uniques) != len(jobs):
+        raise InvalidArgument("one unique key per job (None for none)")
     for job in jobs:
         check_job_id(job.id)
         check_group(job.group)
     for tenant in tenants or ():
         if tenant is not None:
             check_tenant(tenant)
+    for unique in uniques or ():
+        if unique is not None:
+            check_unique(*unique)
 
 
 def enqueue_args(chunk: Sequence[NewJob], expires_ms: Sequence[int | None] | None,
-                 tenants: Sequence[str | None] | None = None) -> list[Any]:
+                 tenants: Sequence[str | None] | None = None,
+                 uniques: Sequence[Unique | None] | None = None) -> list[Any]:
     """The enqueue verb's ARGV for one chunk: n, the fields of each job, then the expiries
-    only when one of them has one or a job names a tenant ('' for none), then the tenants
-    only when a job names one (so an older server's scripts or module take the rest)."""
+    only when one of them has one or a later section is sent ('' for none), then the
+    tenants when a job names one or has a unique key, then the unique keys when a job has
+    one (so an older server's scripts or module take the rest)."""
     args: list[Any] = [len(chunk)]
     for job in chunk:
         args.extend(job)
-    named = tenants is not None and any(t is not None for t in tenants)
+    keyed = uniques is not None and any(u is not None for u in uniques)
+    named = keyed or (tenants is not None and any(t is not None for t in tenants))
     if named or (expires_ms is not None and any(e is not None for e in expires_ms)):
         args.extend("" if e is None else int(e)
                     for e in (expires_ms if expires_ms is not None else [None] * len(chunk)))
     if named:
-        assert tenants is not None
-        args.extend("" if t is None else t for t in tenants)
+        args.extend("" if t is None else t
+                    for t in (tenants if tenants is not None else [None] * len(chunk)))
+    if keyed:
+        assert uniques is not None
+        args.extend("" if u is None else u.wire() for u in uniques)
     return args
 
 
-def enqueue_verdicts(replies: Sequence[Any]) -> list[EnqueueVerdict]:
-    verdicts = [EnqueueVerdict(v) for v in replies]
+def enqueue_verdicts(replies: Sequence[Any],
+                     holders: list[str | None] | None = None) -> list[EnqueueVerdict]:
+    """Per job its verdict; a string is the holder of the job's unique key (DUPLICATE,
+    nothing written), which ``holders`` gets (None for the others)."""
+    verdicts: list[EnqueueVerdict] = []
+    for v in replies:
+        taken = isinstance(v, (bytes, str))
+        verdicts.append(EnqueueVerdict.DUPLICATE if taken else EnqueueVerdict(v))
+        if holders is not None:
+            holders.append((v.decode() if isinstance(v, bytes) else v) if taken else None)
     if EnqueueVerdict.BAD_ID in verdicts:  # pragma: no cover - the client gate runs first
         raise InvalidJobId("the server refused a malformed job id")
     return verdicts
@@ -317,7 +353,9 @@ def enqueue_verdicts(replies: Sequence[Any]) -> list[EnqueueVerdict]:
 def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
                  expires_ms: Sequence[int | None] | None = None,
                  tenants: Sequence[str | None] | None = None,
-                 durable: Durable | None = None) -> Steps[list[EnqueueVerdict]]:
+                 durable: Durable | None = None,
+                 uniques: Sequence[Unique | None] | None = None,
+                 holders: list[str | None] | None = None) -> Steps[list[EnqueueVerdict]]:
     """Admit jobs, one round trip per ENQUEUE_CHUNK of them; per job ENQUEUED or
     DUPLICATE (bad ids raise before anything is sent). A batch bigger than a chunk is
     not admitted atomically, but every job is idempotent by its id: a batch cut short
@@ -331,16 +369,22 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
     expiries, only when a job of the call names one. A job whose group is another tenant's
     and busy answers TENANT (nothing written).
 
+    ``uniques``: per job, (unique key, ms it holds at most) or None; sent, after the tenants,
+    only when a job of the call names one. A job whose key a job not yet finished holds is
+    not written: DUPLICATE, and the holder's id is appended to ``holders`` (given: one
+    entry a job, None for the others).
+
     ``durable``: the last chunk is pipelined with the wait (one wait for the batch: the
     replication offset it waits for covers every chunk before it); NotDurable names the
     jobs the primary holds (enqueued or duplicate) when too few replicas confirmed."""
-    check_jobs(jobs, expires_ms, tenants)
+    check_jobs(jobs, expires_ms, tenants, uniques)
     verdicts: list[EnqueueVerdict] = []
     for start in range(0, len(jobs), ENQUEUE_CHUNK):
         chunk = jobs[start:start + ENQUEUE_CHUNK]
         tail = expires_ms[start:start + ENQUEUE_CHUNK] if expires_ms is not None else None
         named = tenants[start:start + ENQUEUE_CHUNK] if tenants is not None else None
-        op = Hot("enqueue", keys.fixed, enqueue_args(chunk, tail, named))
+        keyed = uniques[start:start + ENQUEUE_CHUNK] if uniques is not None else None
+        op = Hot("enqueue", keys.fixed, enqueue_args(chunk, tail, named, keyed))
         last = start + ENQUEUE_CHUNK >= len(jobs)
         try:
             if durable is not None and last:
@@ -352,7 +396,7 @@ def enqueue_plan(keys: QueueKeys, jobs: Sequence[NewJob],
                 raise
             raise (yield from corrupt_plan(keys, [j.group for j in chunk],
                                            "nothing was enqueued")) from None
-        verdicts += enqueue_verdicts(replies)
+        verdicts += enqueue_verdicts(replies, holders)
     if durable is not None and jobs:
         held = [j.id for j, v in zip(jobs, verdicts)
                 if v in (EnqueueVerdict.ENQUEUED, EnqueueVerdict.DUPLICATE)]

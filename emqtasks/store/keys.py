@@ -11,8 +11,9 @@ import os
 import random
 import re
 import time
+from typing import NamedTuple
 
-from ..errors import InvalidGroup, InvalidJobId, InvalidQueueName
+from ..errors import InvalidArgument, InvalidGroup, InvalidJobId, InvalidQueueName
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 #: Caller-chosen job ids: letters, digits and ``_ . : -``, 1 to 128 characters.
@@ -80,6 +81,7 @@ FAMILIES = (
     ("chord", "chord:", "", "hash"),
     ("worker", "worker:", "", "string"),  # a master's heartbeat
     ("aborts", "aborts:", "", "list"),    # the aborts asked of one master (abort.lua)
+    ("unique", "u:", "", "string"),       # a unique key's holder, its job id (enqueue.lua)
     ("lane", "g:", ":pending", "zset"),
     ("starts", "g:", ":starts", "list"),
     ("group_busy", "g:", ":busy", "hash"),
@@ -170,6 +172,38 @@ _seq = 0
 #: thread and waits to get it back (a thread switch per id).
 _random = random.Random(os.urandom(16))
 os.register_at_fork(after_in_child=lambda: _random.seed(os.urandom(16)))
+
+
+class Unique(NamedTuple):
+    """A job's unique key, the ms it holds the key at most, and, for a debounced job, the
+    debounce and its cap in ms (0: not debounced); enqueue.lua's unique keys."""
+
+    key: str
+    hold_ms: int
+    debounce_ms: int = 0
+    debounce_max_ms: int = 0
+
+    def wire(self) -> str:
+        """'<ms>:<key>', or 'd<ms>:<debounce>:<max>:<key>' (lua/enqueue.lua)."""
+        if self.debounce_ms:
+            return f"d{self.hold_ms}:{self.debounce_ms}:{self.debounce_max_ms}:{self.key}"
+        return f"{self.hold_ms}:{self.key}"
+
+
+#: The longest unique key (its key's name stays far under any server's limit).
+MAX_UNIQUE_KEY = 512
+
+
+def check_unique(key: object, ms: object, debounce_ms: int = 0,
+                 debounce_max_ms: int = 0) -> Unique:
+    """A unique key (a non-empty string of at most MAX_UNIQUE_KEY characters) and its hold in
+    ms (a positive integer of at most 12 digits), or InvalidArgument."""
+    if not isinstance(key, str) or not key or len(key) > MAX_UNIQUE_KEY:
+        raise InvalidArgument(f"a unique key is a string of 1-{MAX_UNIQUE_KEY} characters, "
+                              f"not {key!r}")
+    if isinstance(ms, bool) or not isinstance(ms, int) or not 0 < ms < 10**12:
+        raise InvalidArgument(f"a unique key's hold is a positive integer of ms, not {ms!r}")
+    return Unique(key, ms, debounce_ms, debounce_max_ms)
 
 
 def new_job_id() -> str:
@@ -310,6 +344,10 @@ class QueueKeys:
         """list: ``<job id> <nonce>`` tokens, the aborts asked of one master (abort.lua);
         the master blocks on it while it runs jobs."""
         return f"{self.base}aborts:{worker_id}"
+
+    def unique(self, key: str) -> str:
+        """string: the id of the job holding a unique key (enqueue.lua), PX its unique_for."""
+        return f"{self.base}u:{key}"
 
     def minute(self, minute: int) -> str:
         """hash: the counters the verbs keep of one unix minute (store/minutes.py)."""

@@ -21,14 +21,16 @@ from __future__ import annotations
 #: a released step's, from the ack that released it (``tparent``: the releasing run's span,
 #: its run's parent; ``tlinks``: a chord callback's other members' spans, space-separated,
 #: linked; lua/lib/workflow.lua);
-#: the attempt an abort was asked of (``abort``: its nonce, lua/abort.lua).
+#: the attempt an abort was asked of (``abort``: its nonce, lua/abort.lua);
+#: the unique key a job was enqueued with (``unique``) and a debounced job's first call
+#: (``dfirst``, server ms; lua/enqueue.lua).
 ROW_FIELDS = (
     "task", "payload", "group", "state", "attempts", "max", "lease", "delay", "ttl",
     "created", "prio", "expires",
     "nonce", "started", "fence", "ran", "unrun", "vcharge",
     "finished", "result", "error", "waiters",
     "wf", "next", "slot", "par", "imm", "splice", "comma", "cd", "npend", "nslots", "shape",
-    "tlink", "tparent", "tlinks", "abort",
+    "tlink", "tparent", "tlinks", "abort", "unique", "dfirst",
 )
 
 #: The arguments of one job, in order: enqueue takes ten per job, a workflow ten per step

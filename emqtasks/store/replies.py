@@ -146,7 +146,7 @@ def int_or(value: Any, default: D) -> int | D:
 def job_view(job_id: str, row: dict[str, str]) -> dict[str, Any]:
     """What Queue.job shows of a job's row (its hash, read whole)."""
     view: dict[str, Any] = {"id": job_id}
-    for field in ("state", "task", "group", "error", "result"):
+    for field in ("state", "task", "group", "error", "result", "unique"):
         view[field] = row.get(field)
     for field in ("attempts", "max", "created", "started", "finished"):
         # None too for a count or time that is not an integer (a row a claim buried)

@@ -106,3 +106,42 @@ local function tenant_claim(g, t, full)
   if t then redis.call('HSET', K_gtenant, g, t) else redis.call('HDEL', K_gtenant, g) end
   return true
 end
+
+-- A unique key of enqueue.lua ('<ms>:<key>' or 'd<ms>:<debounce>:<max>:<key>', checked):
+-- unique_parts: its key, ms, and debounce and max ms (nil when not debounced).
+-- unique_held: the id of the job holding it while that job is not finished (its row exists
+-- with no `finished`), else nil (free, expired, or its holder ended: the key is taken over);
+-- a debounced key's holder answers only while it may be debounced (delayed, never started,
+-- debounced itself: then it takes job `at`'s payload and its due time moves), else nil (a
+-- new job is made). unique_take: job id takes the key for its ms.
+local unique_parts, unique_held, unique_take
+do
+  local unique_key, job_key, K_delayed = unique_key, job_key, K_delayed
+  function unique_parts(u)
+    local ms, deb, max, k = string.match(u, '^d(%d+):(%d+):(%d+):(.*)$')
+    if ms then return k, ms, tonumber(deb), tonumber(max) end
+    ms, k = string.match(u, '^(%d+):(.*)$')
+    return k, ms
+  end
+  function unique_held(u, at, now)
+    local key, ms, deb, max = unique_parts(u)
+    local k = unique_key(key)
+    if redis.call('TYPE', k)['ok'] ~= 'string' then return nil end
+    local holder = redis.call('GET', k)
+    local jk = job_key(holder)
+    if redis.call('TYPE', jk)['ok'] ~= 'hash' then return nil end   -- (C: not a live row)
+    local state, finished, attempts, first =
+      unpack(redis.call('HMGET', jk, 'state', 'finished', 'attempts', 'dfirst'))
+    if not state or finished then return nil end
+    if not deb then return holder end
+    if state ~= 'delayed' or attempts ~= '0' or not tonumber(first) then return nil end
+    redis.call('HSET', jk, 'payload', ARGV[at + J_PAYLOAD])
+    redis.call('ZADD', K_delayed, 'XX', math.min(now + deb, tonumber(first) + max), holder)
+    redis.call('SET', k, holder, 'PX', ms)
+    return holder
+  end
+  function unique_take(u, id)
+    local k, ms = unique_parts(u)
+    redis.call('SET', unique_key(k), id, 'PX', ms)
+  end
+end

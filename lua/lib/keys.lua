@@ -52,6 +52,8 @@ local function aborts_key(wid) return BASE .. 'aborts:' .. wid end   -- list: "<
 local function job_key(id) return BASE .. 'job:' .. id end
 local function lane_key(g) return BASE .. 'g:' .. g .. ':pending' end
 local function starts_key(g) return BASE .. 'g:' .. g .. ':starts' end
+-- string: the id of the job holding a unique key (enqueue.lua), PX its unique_for
+local function unique_key(k) return BASE .. 'u:' .. k end
 local function lane_score(prio, t) return (tonumber(prio) or 0) * PRIO_SPAN + t end
 -- A tenant's ring: its open groups, turned once per claim of the tenant.
 local function tring_key(t) return BASE .. 't:' .. t .. ':ring' end

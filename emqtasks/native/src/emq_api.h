@@ -80,6 +80,8 @@ typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
     X(int, KeyType, (RedisModuleKey *key)) \
     X(size_t, ValueLength, (RedisModuleKey *key)) \
     X(int, DeleteKey, (RedisModuleKey *key)) \
+    X(int, StringSet, (RedisModuleKey *key, RedisModuleString *str)) \
+    X(char *, StringDMA, (RedisModuleKey *key, size_t *len, int mode)) \
     X(int, SetExpire, (RedisModuleKey *key, mstime_t expire)) \
     X(mstime_t, GetExpire, (RedisModuleKey *key)) \
     X(int, ZsetAdd, (RedisModuleKey *key, double score, RedisModuleString *ele, int *flagsptr)) \

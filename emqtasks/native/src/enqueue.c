@@ -154,8 +154,90 @@ static int tenant_claim(Q *q, RMS *g, RMS *t, int full, int *ok) {
     return rc;
 }
 
+/* Job id takes unique key uk for ms (SET uk id PX ms). */
+static void unique_take(Q *q, RMS *uk, RMS *id, long long ms) {
+    RMK *h = RedisModule_OpenKey(q->ctx, uk, REDISMODULE_READ | REDISMODULE_WRITE);
+    RedisModule_DeleteKey(h);
+    RedisModule_StringSet(h, id);
+    RedisModule_SetExpire(h, ms);
+    RedisModule_CloseKey(h);
+    RedisModule_Replicate(q->ctx, "SET", "sscl", uk, id, "PX", ms);
+}
+
+/* A unique key of EMQ.ENQUEUE ('<ms>:<key>' or 'd<ms>:<debounce>:<max>:<key>', checked;
+ * lua/lib/enqueue.lua unique_parts): the key's name, or NULL for ''; its ms in *ms, its
+ * debounce and max ms in *deb and *max (0 when not debounced), the key itself in *key. */
+static RMS *unique_name(Q *q, RMS *u, long long *ms, long long *deb, long long *max,
+                        RMS **key) {
+    size_t len = 0;
+    const char *p = u ? RedisModule_StringPtrLen(u, &len) : NULL;
+    *deb = *max = 0;
+    *key = NULL;
+    if (!len) return NULL;
+    const char *at = p, *end = p + len;
+    char *next;
+    if (*p == 'd') {
+        *ms = strtoll(p + 1, &next, 10);
+        *deb = strtoll(next + 1, &next, 10);
+        *max = strtoll(next + 1, &next, 10);
+        at = next + 1;
+    } else {
+        *ms = strtoll(p, &next, 10);
+        at = next + 1;
+    }
+    *key = RedisModule_CreateString(q->ctx, at, (size_t)(end - at));
+    return unique_key(q, *key);
+}
+
+/* The id of the job holding unique key uk while it is not finished (its row exists with no
+ * `finished`), else NULL (free, expired, or its holder ended: the key is taken over). A
+ * debounced key (deb > 0) answers its holder only while it may be debounced (delayed, never
+ * started, debounced itself: `dfirst`): then it takes payload and is due deb ms from now,
+ * never later than dfirst + max, and the key is held ms again; else NULL (a new job). */
+static RMS *unique_held(Q *q, RMS *uk, long long ms, long long deb, long long max,
+                        RMS *payload) {
+    RMK *h = RedisModule_OpenKey(q->ctx, uk, REDISMODULE_READ);
+    RMS *holder = NULL;
+    if (type_ok(h, REDISMODULE_KEYTYPE_STRING) && RedisModule_KeyType(h) != REDISMODULE_KEYTYPE_EMPTY) {
+        size_t hl;
+        const char *hp = RedisModule_StringDMA(h, &hl, REDISMODULE_READ);
+        holder = RedisModule_CreateString(q->ctx, hp, hl);
+    }
+    if (h) RedisModule_CloseKey(h);
+    if (!holder) return NULL;
+    RMS *jk = job_key(q, holder);
+    RMK *row = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE);
+    RMS *state = NULL, *finished = NULL, *attempts = NULL, *first = NULL;
+    if (row && RedisModule_KeyType(row) == REDISMODULE_KEYTYPE_HASH)
+        RedisModule_HashGet(row, REDISMODULE_HASH_NONE, F_STATE, &state, F_FINISHED, &finished,
+                            F_ATTEMPTS, &attempts, F_DFIRST, &first, NULL);
+    int live = state && !finished;
+    long long f0 = 0;
+    if (live && deb > 0) {
+        live = eq(state, S_DELAYED) && attempts && eq(attempts, S_ZERO) && first
+               && RedisModule_StringToLongLong(first, &f0) == REDISMODULE_OK;
+        if (live) {
+            long long due = q->now + deb < f0 + max ? q->now + deb : f0 + max;
+            hset1(q, row, jk, F_PAYLOAD, payload);
+            zadd(q, fx(q, K_DELAYED, 1), q->k[K_DELAYED], (double)due, holder, 1);
+        }
+    }
+    if (row) RedisModule_CloseKey(row);
+    sfree(q, jk);
+    sfree(q, state);
+    sfree(q, finished);
+    sfree(q, attempts);
+    sfree(q, first);
+    if (!live) {
+        sfree(q, holder);
+        return NULL;
+    }
+    if (deb > 0) unique_take(q, uk, holder, ms);
+    return holder;
+}
+
 static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *tenant,
-                       long long *verdict) {
+                       RMS *u, RMS **held, long long *verdict) {
     RMS *id = f[J_ID], *g = f[J_GROUP];
     double countdown, prio = 0, cap = 0;
     num(q, f[J_COUNTDOWN], &countdown, "ERR emq: countdown must be a number");
@@ -177,6 +259,17 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *ten
         sfree(q, jk);
         return 0;
     }
+    long long ums = 0, deb = 0, dmax = 0;
+    RMS *ukey = NULL;
+    RMS *uk = RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY
+                  ? unique_name(q, u, &ums, &deb, &dmax, &ukey) : NULL;
+    if (uk && (*held = unique_held(q, uk, ums, deb, dmax, f[J_PAYLOAD])) != NULL) {
+        RedisModule_CloseKey(job);               /* its key's holder: not written */
+        sfree(q, jk);
+        sfree(q, uk);
+        sfree(q, ukey);
+        return 0;
+    }
     if (countdown <= 0) rc = max_size_of(q, g, &has_cap, &cap);   /* the cap on waiting jobs */
     if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) {
         int ok;
@@ -185,6 +278,8 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *ten
             *verdict = 4;
             RedisModule_CloseKey(job);
             sfree(q, jk);
+            sfree(q, uk);
+            sfree(q, ukey);
             return 0;
         }
     }
@@ -198,6 +293,13 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *ten
                                                        q->now + (long long)int_val(ex));
     if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY)
         rc = new_job(q, job, jk, f, now_s, prio, has_cap ? &cap : NULL, 1, expires, verdict);
+    if (rc == 0 && uk && *verdict == 1) {           /* the row keeps its key; the key, its id */
+        hset1(q, job, jk, F_UNIQUE, ukey);
+        if (deb > 0) hset1(q, job, jk, F_DFIRST, now_s);   /* a debounced job's first call */
+        unique_take(q, uk, id, ums);
+    }
+    sfree(q, uk);
+    sfree(q, ukey);
     sfree(q, expires);
     RedisModule_CloseKey(job);
     sfree(q, jk);
@@ -212,11 +314,14 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
     /* n jobs, then optionally n expiries (sent when a job of the call has one) */
     if (n > argc) return RedisModule_WrongArity(ctx);
     long long given = argc - ARGV0 - 1;
-    /* then optionally n tenants after the expiries (lua/enqueue.lua) */
-    if (given != n * NJOB && (n == 0 || (given != n * NJOB + n && given != n * NJOB + 2 * n)))
+    /* then optionally n tenants after the expiries, and n unique keys after them
+     * (lua/enqueue.lua) */
+    if (given != n * NJOB && (n == 0 || (given != n * NJOB + n && given != n * NJOB + 2 * n
+                                         && given != n * NJOB + 3 * n)))
         return RedisModule_WrongArity(ctx);
     RMS **ex = given == n * NJOB ? NULL : argv + ARGV0 + 1 + n * NJOB;
-    RMS **tn = given == n * NJOB + 2 * n && n > 0 ? ex + n : NULL;
+    RMS **tn = given >= n * NJOB + 2 * n && n > 0 ? ex + n : NULL;
+    RMS **un = given == n * NJOB + 3 * n && n > 0 ? ex + 2 * n : NULL;
     Q q;
     if (q_init(&q, ctx, argv, 0, 0) < 0) return finish(&q);
     RMS **a = argv + ARGV0 + 1;
@@ -237,16 +342,35 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
             fail(&q, "ERR emq: an expiry must be integer ms within 10 years");
             return finish(&q);
         }
+        /* a unique key: '<ms>:<key>' or 'd<ms>:<debounce>:<max>:<key>', ms 1-12 digits not
+         * all 0, the others digits, the key not empty */
+        size_t ul = 0, dg = 0, lead;
+        const char *up = un ? RedisModule_StringPtrLen(un[i], &ul) : NULL;
+        int nonzero = 0, ok = 1;
+        lead = dg = ul > 0 && up[0] == 'd';
+        while (dg < ul && up[dg] >= '0' && up[dg] <= '9') nonzero |= up[dg++] != '0';
+        ok = dg > lead && dg - lead <= 12 && nonzero && dg < ul && up[dg] == ':';
+        for (int part = 0; ok && lead && part < 2; part++) {   /* debounce, max */
+            size_t d0 = ++dg;
+            while (dg < ul && up[dg] >= '0' && up[dg] <= '9') dg++;
+            ok = dg > d0 && dg < ul && up[dg] == ':';
+        }
+        if (ul > 0 && !(ok && dg + 1 < ul)) {
+            fail(&q, "ERR emq: a unique key is <ms>:<key>, ms a positive integer");
+            return finish(&q);
+        }
     }
     long long *out = RedisModule_Alloc(sizeof(long long) * (size_t)(n ? n : 1));
     char *refused = RedisModule_Alloc((size_t)(n ? n : 1));
+    RMS **held = RedisModule_Alloc(sizeof(RMS *) * (size_t)(n ? n : 1));
+    for (long long i = 0; i < n; i++) held[i] = NULL;
     int books = enqueue_books(&q, a, n, refused);
     if (books == -2) fail(&q, q.errbuf);
     RMS *now_s = RedisModule_CreateStringFromLongLong(ctx, q.now);
     q.full = full(ctx);
     for (long long i = 0; books == 1 && i < n; i++) {
         if (enqueue_one(&q, a + i * NJOB, now_s, refused[i], ex ? ex[i] : NULL,
-                        tn ? tn[i] : NULL, &out[i]) < 0)
+                        tn ? tn[i] : NULL, un ? un[i] : NULL, &held[i], &out[i]) < 0)
             break;
         if (out[i] == 1) q.full = 0;   /* written: a script is not stopped half-way */
     }
@@ -254,8 +378,13 @@ static int cmd_enqueue(RedisModuleCtx *ctx, RMS **argv, int argc) {
     RedisModule_Free(refused);
     if (!q.err) {
         RedisModule_ReplyWithArray(ctx, (long)n);
-        for (long long i = 0; i < n; i++) RedisModule_ReplyWithLongLong(ctx, out[i]);
+        for (long long i = 0; i < n; i++) {
+            if (held[i]) RedisModule_ReplyWithString(ctx, held[i]);   /* its key's holder */
+            else RedisModule_ReplyWithLongLong(ctx, out[i]);
+        }
     }
+    for (long long i = 0; i < n; i++) sfree(&q, held[i]);
+    RedisModule_Free(held);
     RedisModule_Free(out);
     return finish(&q);
 }

@@ -90,6 +90,8 @@ static RMS *mkname(Q *q, const char *mid, RMS *s, const char *suffix) {
 static RMS *job_key(Q *q, RMS *id) { return mkname(q, "job:", id, ""); }
 static RMS *lane_key(Q *q, RMS *g) { return mkname(q, "g:", g, ":pending"); }
 static RMS *starts_key(Q *q, RMS *g) { return mkname(q, "g:", g, ":starts"); }
+/* string: the id of the job holding a unique key (enqueue.c), PX its unique_for */
+static RMS *unique_key(Q *q, RMS *k) { return mkname(q, "u:", k, ""); }
 
 /* BASE..name: the fairness controls' books (grate gmax gdefaults gbackoff gwait). */
 static RMS *book_key(Q *q, const char *name) {

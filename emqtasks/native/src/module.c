@@ -33,7 +33,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     F_RAN = mk(ctx, "ran"); F_UNRUN = mk(ctx, "unrun"); F_SEEN = mk(ctx, "seen");
     F_STALE_ACKS = mk(ctx, "stale_acks"); F_EXPIRES = mk(ctx, "expires");
     S_EXPIRED = mk(ctx, "expired");
-    F_ABORT = mk(ctx, "abort"); S_ABORTED = mk(ctx, "aborted");
+    F_ABORT = mk(ctx, "abort"); F_UNIQUE = mk(ctx, "unique"); F_DFIRST = mk(ctx, "dfirst"); S_ABORTED = mk(ctx, "aborted");
     S_EXPIRED_WHY = mk(ctx, "expired: not started before its expiry");
     S_UNRUN = mk(ctx, "lease expired before the job was seen running (attempt not counted)");
     static const struct { const char *name; RedisModuleCmdFunc fn; } cmds[] = {

@@ -254,7 +254,7 @@ class Task(Generic[P, R]):
                                           self._tenants(calls), wait, self._uniques(calls),
                                           holders)
         return [JobHandle(queue, h or j.id, v.word, self.app)
-                for j, v, h in zip(jobs, verdicts, holders)]
+                for j, v, h in zip(jobs, verdicts, holders or [None] * len(jobs))]
 
     def _jobs(self, calls: Iterable[Any], priority: int,
               trace: dict[str, str] | None) -> list[NewJob]:
@@ -313,7 +313,7 @@ class Task(Generic[P, R]):
                                                 self._tenants(calls), wait,
                                                 self._uniques(calls), holders)
         return [JobHandle(queue, h or j.id, v.word, self.app)
-                for j, v, h in zip(jobs, verdicts, holders)]
+                for j, v, h in zip(jobs, verdicts, holders or [None] * len(jobs))]
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
@@ -367,7 +367,9 @@ def _enqueue(app: App, q: Queue, job: NewJob, expires_ms: int | None,
     if verdict == EnqueueVerdict.UNREADABLE:
         raise q.corrupt([job.group], f"job {job.id} was not enqueued")
     # a job whose unique key another holds: the handle is the holder's
-    return JobHandle(q, holders[0] or job.id, _accepted(job, verdict, tenant), app)
+    # (holders stays empty for a call without unique keys: it may go through the batcher)
+    return JobHandle(q, (holders[0] if holders else None) or job.id,
+                     _accepted(job, verdict, tenant), app)
 
 
 async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
@@ -399,7 +401,8 @@ async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
                                         None if uq is None else [uq], holders))[0]
         if verdict == EnqueueVerdict.UNREADABLE:
             raise await q.corrupt([job.group], f"job {job.id} was not enqueued")
-        return JobHandle(q, holders[0] or job.id, _accepted(job, verdict, tn), app)
+        return JobHandle(q, (holders[0] if holders else None) or job.id,
+                         _accepted(job, verdict, tn), app)
 
 
 def _debounced(unique: Unique | None, countdown: float | None,

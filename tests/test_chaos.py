@@ -3,7 +3,8 @@ connections and an AOF (appendfsync always) server are killed, poisoned rows are
 the server is filled, stalled and its clock stepped (with libfaketime), a master is frozen
 and a pool partitioned; then the soak's history is checked (history_check.py, proven able
 to fail by tests/test_history_check.py). The long form is
-``emqtasks bench --chaos SECONDS``; its figures are in the README (Reliability)."""
+``emqtasks bench --chaos SECONDS``; its figures are in the README (Reliability). The
+``--sentinel`` mode's short run: failovers of a Sentinel-managed primary with durable writes."""
 
 from __future__ import annotations
 

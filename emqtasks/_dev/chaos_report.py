@@ -42,6 +42,7 @@ class Report:
     operations: dict[str, int] = field(default_factory=dict)   # history records, by op type
     history_violations: list[str] = field(default_factory=list)   # history_check's, printed
     skipped: dict[str, str] = field(default_factory=dict)   # fault -> why it did not strike
+    sentinel: bool = False   # the --sentinel mode: primary, 2 replicas, 3 sentinels, durable
 
     @property
     def ok(self) -> bool:
@@ -55,16 +56,13 @@ class Report:
         e, k = self.events, self.kinds
         restarted = e.get("worker_restarts", 0)
         poisoned = sum(self.poisoned.values())
+        setup = ("a primary, 2 replicas and 3 sentinels, durable replicas=1"
+                 if self.sentinel else "appendfsync always")
         return [
             f"chaos soak: {self.seconds:.0f} s, seed {self.seed}, redis {self.redis_version} "
-            f"(appendfsync always), {self.workers} workers -c {self.concurrency}",
-            f"events: {e.get('child_kills', 0)} child kills, {e.get('master_restarts', 0)} "
-            f"master restarts, {e.get('connection_kills', 0)} connection kills, "
-            f"{e.get('server_restarts', 0)} server restarts, {e.get('poisoned_rows', 0)} "
-            f"poisoned rows, {e.get('full_servers', 0)} full servers, "
-            f"{e.get('master_freezes', 0)} master freezes, {e.get('partitions', 0)} "
-            f"partitions, {e.get('server_stalls', 0)} server stalls, "
-            f"{e.get('clock_steps', 0)} clock steps"
+            f"({setup}), {self.workers} workers -c {self.concurrency}",
+            "events: " + ", ".join(f"{n} {EVENT_NAMES.get(name, name)}"
+                                   for name, n in e.items() if name != "worker_restarts")
             + (f" (and {restarted} worker(s) restarted after exiting)" if restarted else ""),
             f"jobs: {self.jobs:,} acknowledged enqueues over {self.groups} groups "
             f"({k.get('work', 0):,} plain, {k.get('flaky', 0):,} failing once, "
@@ -97,6 +95,15 @@ class Report:
             *(f"  a worker exited: {line}" for line in self.worker_exits[:5]),
             "OK" if self.ok else f"FAILED (worker logs in {self.log_dir})",
         ]
+
+
+#: How the report names each fault.
+EVENT_NAMES = {"child_kills": "child kills", "master_restarts": "master restarts",
+               "connection_kills": "connection kills", "server_restarts": "server restarts",
+               "poisoned_rows": "poisoned rows", "full_servers": "full servers",
+               "master_freezes": "master freezes", "partitions": "partitions",
+               "server_stalls": "server stalls", "clock_steps": "clock steps",
+               "failovers": "failovers"}
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -34,7 +34,8 @@ FAILOVER_TIMEOUT_MS = 2000
 class Sentinel:
     """One ``redis-server --sentinel`` process watching ``SERVICE`` at a primary's port."""
 
-    def __init__(self, binary: str, primary_port: int, quorum: int = 2) -> None:
+    def __init__(self, binary: str, primary_port: int, quorum: int = 2,
+                 down_after_ms: int = DOWN_AFTER_MS) -> None:
         self.binary = binary
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="emq-sentinel-"))
@@ -42,7 +43,7 @@ class Sentinel:
         self.conf.write_text(
             f"port {self.port}\nbind 127.0.0.1\nprotected-mode no\ndir {self.dir}\n"
             f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} {quorum}\n"
-            f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
+            f"sentinel down-after-milliseconds {SERVICE} {down_after_ms}\n"
             f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
             f"sentinel parallel-syncs {SERVICE} 2\n")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -69,12 +70,17 @@ class Sentinel:
 
 
 class Sentinels(Replicated):
-    """A primary, ``replicas`` replicas and ``sentinels`` sentinels (quorum 2)."""
+    """A primary, ``replicas`` replicas and ``sentinels`` sentinels (quorum 2);
+    ``down_after_ms`` longer than DOWN_AFTER_MS where the servers are loaded (the chaos soak):
+    a server slow to answer for that long is judged down, and a primary so judged is
+    replaced even though it lives (a failover no one asked for)."""
 
     def __init__(self, replicas: int = 2, sentinels: int = 3, *, aof: bool = False,
-                 binary: str | None = None, module: bool | None = None) -> None:
+                 binary: str | None = None, module: bool | None = None,
+                 down_after_ms: int = DOWN_AFTER_MS) -> None:
         super().__init__(replicas, aof=aof, binary=binary, module=module)
-        self.sentinels = [Sentinel(self.primary.binary, self.primary.port)
+        self.sentinels = [Sentinel(self.primary.binary, self.primary.port,
+                                   down_after_ms=down_after_ms)
                           for _ in range(sentinels)]
         self.down: list[LocalRedis] = []     # killed by fail_over, not yet rejoined
 

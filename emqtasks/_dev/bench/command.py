@@ -75,6 +75,10 @@ from .scenarios import Row, render, run_all
                    "is lost and the history of every operation (exit 1 if a promise "
                    "broke)")
 @click.option("--seed", type=int, default=None, help="with --chaos: the seed of its schedule")
+@click.option("--sentinel", "sentinel_", is_flag=True,
+              help="with --chaos: the soak on a primary, two replicas and three sentinels "
+                   "(redis+sentinel://, durable replicas=1), its faults failovers (SIGKILL "
+                   "of the primary) and the workers' kills and freezes")
 @click.option("--durable", "durable_", is_flag=True,
               help="only durable writes: enqueue p50/p99 and jobs/s, delay() and map() of "
                    "100, with durable off, replicas=1 and aof=True (Valkey), on a private "
@@ -83,7 +87,7 @@ def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int |
           as_json: bool, quick: bool, cluster: bool, controls: bool, fairness: bool,
           peers: bool, async_: bool, chaos_seconds: float | None, seed: int | None,
           workflows: bool = False, dashboard_: bool = False, loop_lag: bool = False,
-          tracing_: bool = False, durable_: bool = False) -> None:
+          tracing_: bool = False, durable_: bool = False, sentinel_: bool = False) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
     if durable_:   # its own servers, scenarios and report: see durable.py
         if redis_url:
@@ -123,13 +127,15 @@ def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int |
 
         bench_fairness.run(redis_url, concurrency, runs, quick, as_json)
         return
+    if sentinel_ and chaos_seconds is None:
+        raise BenchError("--sentinel is a mode of the chaos soak: give --chaos SECONDS too")
     if chaos_seconds is not None:
         if redis_url or cluster or peers:
             raise BenchError("--chaos kills and restarts a private server of its own: it "
                              "takes no --redis-url, --cluster or --peers")
         source = click.get_current_context().get_parameter_source("concurrency")
         run_chaos(chaos_seconds, None if source is click.core.ParameterSource.DEFAULT
-                  else concurrency, seed, as_json)
+                  else concurrency, seed, as_json, sentinel_)
         return
     if async_:
         if peers or cluster:
@@ -206,11 +212,11 @@ def run_async(redis_url: str | None, jobs: int | None, runs: int | None, as_json
 
     async_bench.run(redis_url, jobs, runs, as_json, quick)
 def run_chaos(seconds: float, concurrency: int | None, seed: int | None,
-              as_json: bool) -> None:
+              as_json: bool, sentinel: bool = False) -> None:
     """The chaos soak (see emqtasks/_dev/chaos.py): its report, exit 1 if it failed."""
     from .. import chaos
 
-    options: dict[str, Any] = {"seed": seed, "say": say}
+    options: dict[str, Any] = {"seed": seed, "say": say, "sentinel": sentinel}
     if concurrency is not None:
         options["concurrency"] = concurrency
     old_term = signal.signal(signal.SIGTERM, exit_on_signal)

@@ -148,7 +148,10 @@ def test_quick_fairness_bench_prints_the_share_table_and_claim_costs() -> None:
     # Then turns gives the light group a sliver of the pool and time about half
     assert figures["light_share_turns"] < 0.2, report
     assert 0.3 < figures["light_share_time"] < 0.7, report
-    assert len(report["shares"]) == 6
+    assert len(report["shares"]) == 11   # the share table, then the tenant flood's
+    # And the tenant flood: B's jobs all start within its first 30 claims with two levels
+    assert figures["tenant_flood_last_b_two_level"] <= 30, report
+    assert figures["tenant_flood_last_b_groups_only"] > figures["tenant_flood_last_b_two_level"]
     # And every claim cost was measured
     for mode in ("turns", "time"):
         assert figures[f"claim_cpu_us_{mode}_10"] > 0

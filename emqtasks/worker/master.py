@@ -51,6 +51,9 @@ _KILLED = (-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT)
 ABORT_UNMATCHED_KEEP = 3.0
 
 
+#: The longest an abort listener's blocking pop lasts (seconds): see Master._listeners.
+ABORT_BLOCK = 1.0
+
 class ChildHandle:
     """The master's view of one child process."""
 
@@ -212,12 +215,14 @@ class Master:
                 for n, g in enumerate(groups)]
 
     def _listeners(self) -> list[aborts.AbortListener]:
-        """The abort listeners: grouped by server as the Parkers are."""
+        """The abort listeners: grouped by server as the Parkers are. A listener's pop lasts
+        at most ABORT_BLOCK: a pool gone idle leaves no blocked connection on the server
+        for longer than that (a token wakes the pop at once whatever its length)."""
         every = list(range(len(self.queues)))
         groups = [[i] for i in every] if is_cluster(self.queue.client) else [every]
         return [aborts.AbortListener(self.make_queues, g, self.my_beat.id, self.jobs_running,
                                      self.listen_stop, self._abort_taken,
-                                     min(self.settings.tick, 5.0))
+                                     min(self.settings.tick, ABORT_BLOCK))
                 for g in groups]
 
     def _abort_taken(self, qi: int, job_id: str, nonce: str) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import redis
 
 from ..errors import ConfigError
-from ..ops.localserver import LocalRedis, free_port, wait_ready
+from ..ops.localserver import LocalRedis, free_port, terminate, wait_ready
 from .replicated import Replicated
 
 SERVICE = "emqmaster"
@@ -59,12 +59,7 @@ class Sentinel:
 
     def close(self) -> None:
         if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+            terminate(self.proc)
             self.proc = None
         shutil.rmtree(self.dir, ignore_errors=True)
 

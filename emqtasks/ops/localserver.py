@@ -154,12 +154,7 @@ class LocalRedis:
 
     def stop(self) -> None:
         if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+            terminate(self.proc)
             self.proc = None
 
     def restart(self) -> None:
@@ -175,3 +170,13 @@ class LocalRedis:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def terminate(proc: subprocess.Popen[Any], wait: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL when the process has not exited within ``wait`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(wait)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(wait)

@@ -35,7 +35,7 @@ from emqtasks._dev.localserver import LocalRedis
 from emqtasks.observe.lanes import stats as queue_stats
 from emqtasks.store.queue import Lease, Queue
 from emqtasks.verdicts import AckVerdict, RetryVerdict
-from emqtasks.worker.resilience import TRANSIENT, Outage
+from emqtasks.worker.resilience import REFUSALS, TRANSIENT, Outage, Refused
 
 STALE = RetryVerdict.STALE
 
@@ -281,3 +281,34 @@ def test_killing_the_masters_blocked_connection_strands_no_job(private_redis: Lo
         assert_clean(app.queue())
     finally:
         app.close()
+
+
+# -- a demoted primary (Sentinel) --------------------------------------------------------
+
+@pytest.mark.timeout(30)
+def test_a_demoted_primarys_readonly_is_an_outage_not_a_refusal(
+        private_redis: LocalRedis) -> None:
+    """redis-py's Sentinel connection answers a READONLY from the primary it knew (demoted
+    by a failover) with ConnectionError("The previous master is now a slave") while that
+    server still answers a PING: the call is retried until the failover is over, never
+    Refused (a worker child once exited on it in the Sentinel soak)."""
+    admin = private_redis.client()
+    cuts = []
+
+    def write() -> str:
+        if len(cuts) < REFUSALS + 3:      # more cuts than a refusal takes
+            cuts.append(1)
+            raise redis.ConnectionError("The previous master is now a slave")
+        return "written"
+
+    assert Outage(log, "test", probe=admin.ping).call(write) == "written"
+    assert len(cuts) == REFUSALS + 3
+    # while the same cuts of another kind, the PING answering, are a refusal
+    cuts.clear()
+
+    def refused() -> str:
+        cuts.append(1)
+        raise redis.ConnectionError("Connection closed by server.")
+
+    with pytest.raises(Refused):
+        Outage(log, "test", probe=admin.ping).call(refused)

@@ -30,6 +30,11 @@ TRANSIENT = (rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError, rex.Re
 REFUSALS = 3
 
 
+#: What redis-py's Sentinel connection raises (a ConnectionError) when the primary it knew
+#: answers READONLY: a failover under way, so an outage, whatever a PING answers meanwhile.
+DEMOTED = "previous master is now a"
+
+
 class Refused(Exception):
     """The server cut the connection on one call again and again while it answered a PING
     each time: it refuses that call (an argument over its proto-max-bulk-len is answered so),
@@ -64,7 +69,8 @@ class Outage:
 
     def _refused(self, state: tenacity.RetryCallState) -> bool:
         exc = state.outcome.exception() if state.outcome else None
-        if self.probe is None or not isinstance(exc, rex.ConnectionError):
+        if self.probe is None or not isinstance(exc, rex.ConnectionError) \
+                or DEMOTED in str(exc):
             self._refusals = 0
             return False
         try:

@@ -38,7 +38,10 @@ class Project:
         self.queue = queue
         self.app = App(redis_url=redis_url, queue=queue)
         env = {k: v for k, v in os.environ.items() if k not in ("EMQ_REDIS_URL", "EMQ_QUEUE")}
+        # PYTHONUNBUFFERED: a task's print() (debug_task's) reaches the worker's log at once,
+        # not when a forked child's stdout buffer fills
         self.env = dict(env, CELERY_BROKER_URL=redis_url, CELERY_RESULT_BACKEND=redis_url,
+                        PYTHONUNBUFFERED="1",
                         EMQ_QUEUE=queue, PYTHONPATH=os.pathsep.join(
                             filter(None, [str(self.folder), env.get("PYTHONPATH")])))
 

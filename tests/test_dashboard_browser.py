@@ -49,9 +49,14 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
 
 def _wait(driver: Any, predicate: Any, timeout: float = 15.0) -> Any:
+    """Until predicate(driver) holds; an element that went stale under it (the page
+    re-rendered between its lookup and its read) is looked up again at the next poll."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: predicate(d))
+    return WebDriverWait(driver, timeout, poll_frequency=0.2,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda d: predicate(d))
 
 
 def _row(driver: Any, group: str) -> Any:

@@ -252,8 +252,11 @@ def drill(rig: SentinelRig | ClusterRig, durable: bool) -> tuple[int, int, float
             worker.wait_for(settled, 40, "the acknowledged jobs to settle")
             lost = [j for j in acked if q.status(j) is None]
             assert worker.proc.poll() is None, worker.output()   # rode the failover out
-            out = worker.output()            # an outage it saw is said once it ends
-            assert "Redis unavailable" not in out or "Redis is back" in out, out
+            # an outage it saw is said once it ends (its park's next call may still be under
+            # way: a blocking pop lasts up to a tick)
+            worker.wait_for(lambda: "Redis unavailable" not in worker.output()
+                            or "Redis is back" in worker.output(), 15,
+                            "the outage's end to be logged")
             with contextlib.suppress(redis.ConnectionError):   # its socket died with it
                 one.set("drill-probe", "1")
             assert one.set("drill-probe", "2")        # a write: on a primary, never a replica

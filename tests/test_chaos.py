@@ -17,6 +17,7 @@ import redis
 from faults import wait_until
 
 from emqtasks._dev.chaos import EVENTS, OPTIONAL, SENTINEL_EVENTS, Soak
+from emqtasks._dev.chaos_report import Report
 from emqtasks._dev.localserver import LocalRedis
 from emqtasks._dev.relay import Relay
 
@@ -74,6 +75,20 @@ def test_no_acknowledged_job_is_lost_over_sentinel_failovers() -> None:
     assert report.check_ok, report.violations
     assert report.history_violations == [], "\n".join(report.history_violations)
     assert report.ok, "\n".join(report.lines())
+
+
+def test_a_worker_error_over_sentinel_fails_the_soak_and_on_one_server_is_counted() -> None:
+    # Given two clean soaks' reports whose workers logged one ERROR (a child that exited on
+    # a reply it took for a refusal, as one did over a failover before the fix)
+    error = "worker-0.log: ERROR child 3 exited ... Refused: the previous master is now a slave"
+    sentinel = Report(120, 29, "7.0.15", 2, 3, jobs=100, check_ok=True, sentinel=True,
+                      worker_errors=[error])
+    single = Report(120, 29, "7.0.15", 2, 3, jobs=100, check_ok=True, worker_errors=[error])
+    # Then over Sentinel the soak fails (a failover is an outage to ride out) and on one
+    # server, where poisoned rows and a full server make workers log what they handle, the
+    # error is reported but not judged
+    assert not sentinel.ok and "FAILED" in sentinel.lines()[-1]
+    assert single.ok and "worker log errors: 1" in "\n".join(single.lines())
 
 
 def test_sentinel_without_chaos_is_refused_in_one_line() -> None:

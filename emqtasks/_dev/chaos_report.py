@@ -46,8 +46,12 @@ class Report:
 
     @property
     def ok(self) -> bool:
+        # A failover is an outage the workers ride out: over Sentinel an ERROR line in a
+        # worker's log is a broken promise. On one server the faults themselves (poisoned
+        # rows, a full server) make workers log errors they handle: counted, not judged.
         return (self.jobs > 0 and self.check_ok and not self.lost and not self.unexpected_dead
-                and not self.undead and not self.unburied and not self.history_violations)
+                and not self.undead and not self.unburied and not self.history_violations
+                and not (self.sentinel and self.worker_errors))
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}

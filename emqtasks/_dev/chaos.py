@@ -192,9 +192,11 @@ class Soak:
         if self.rig is not None:
             # the admin client follows the primary through the sentinels, as everyone does
             self.rig.start(30)
+            self.url = self.rig.url       # ports are final once started (a taken one moves)
             admin = connect(self.url)
         else:
             self.server.start(30)
+            self.url = self.server.url
             self.relay = Relay(self.server.port)
             admin = self.server.client(socket_timeout=10, socket_connect_timeout=5)
         info = _persist(lambda: admin.info("server"))

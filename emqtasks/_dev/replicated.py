@@ -27,19 +27,22 @@ class Replicated:
         # no 5 s wait for more replicas before a full sync (the default's)
         self.primary = LocalRedis(binary=binary, module=module,
                                   extra=(*extra, "--repl-diskless-sync-delay", "0"))
-        self.replicas = [
-            LocalRedis(binary=binary, module=module,
-                       extra=(*extra, "--repl-diskless-sync-delay", "0",   # once promoted
-                              "--replicaof", "127.0.0.1", str(self.primary.port)))
-            for _ in range(replicas)]
+        self._extra = extra
+        self.replicas = [LocalRedis(binary=binary, module=module) for _ in range(replicas)]
+
+    def _replica_extra(self) -> tuple[str, ...]:
+        """A replica's options, once the primary's port is final (it moves if taken)."""
+        return (*self._extra, "--repl-diskless-sync-delay", "0",   # once promoted
+                "--replicaof", "127.0.0.1", str(self.primary.port))
 
     @property
     def url(self) -> str:
         return self.primary.url
 
     def start(self, timeout: float = 20.0) -> Replicated:
-        self.primary.start()
+        self.primary.start()     # on another port if its first was taken
         for r in self.replicas:
+            r.extra = self._replica_extra()
             r.start()
         self.wait_synced(timeout)
         return self

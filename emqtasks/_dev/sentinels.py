@@ -23,7 +23,7 @@ from typing import Any
 import redis
 
 from ..errors import ConfigError
-from ..ops.localserver import LocalRedis, free_port, terminate, wait_ready
+from ..ops.localserver import LocalRedis, free_port, start_on_free_port, terminate, wait_ready
 from .replicated import Replicated
 
 SERVICE = "emqmaster"
@@ -37,22 +37,29 @@ class Sentinel:
     def __init__(self, binary: str, primary_port: int, quorum: int = 2,
                  down_after_ms: int = DOWN_AFTER_MS) -> None:
         self.binary = binary
+        self.primary_port, self.quorum, self.down_after_ms = primary_port, quorum, down_after_ms
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="emq-sentinel-"))
         self.conf = self.dir / "sentinel.conf"   # a sentinel rewrites its file: its own
-        self.conf.write_text(
-            f"port {self.port}\nbind 127.0.0.1\nprotected-mode no\ndir {self.dir}\n"
-            f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} {quorum}\n"
-            f"sentinel down-after-milliseconds {SERVICE} {down_after_ms}\n"
-            f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
-            f"sentinel parallel-syncs {SERVICE} 2\n")
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 10.0) -> Sentinel:
+        start_on_free_port(lambda: self._start(timeout), self._choose_port)
+        return self
+
+    def _choose_port(self) -> None:
+        self.port = free_port()
+
+    def _start(self, timeout: float) -> None:
+        self.conf.write_text(
+            f"port {self.port}\nbind 127.0.0.1\nprotected-mode no\ndir {self.dir}\n"
+            f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary_port} {self.quorum}\n"
+            f"sentinel down-after-milliseconds {SERVICE} {self.down_after_ms}\n"
+            f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
+            f"sentinel parallel-syncs {SERVICE} 2\n")
         self.proc = subprocess.Popen([self.binary, str(self.conf), "--sentinel"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_ready(self.port, self.proc, time.monotonic() + timeout)
-        return self
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, decode_responses=True, socket_timeout=2.0)
@@ -87,6 +94,7 @@ class Sentinels(Replicated):
     def start(self, timeout: float = 20.0) -> Sentinels:
         super().start(timeout)
         for s in self.sentinels:
+            s.primary_port = self.primary.port    # final now: it moves if it was taken
             s.start()
         self.wait_watched(timeout)
         return self

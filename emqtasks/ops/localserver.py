@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,14 +84,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class PortTaken(ConfigError):
+    """Another process took the free port between its choice and the server's bind."""
+
+
+#: Attempts, each on a fresh port, before a server that keeps losing its port is an error.
+PORT_ATTEMPTS = 3
+
+
 def wait_ready(port: int, proc: subprocess.Popen[bytes] | None, deadline: float) -> None:
-    """Until the server on port answers PING (loading counts as not yet); a clear error if
-    its process exits or the deadline passes."""
+    """Until the server on port answers PING (loading counts as not yet) and is ``proc``
+    (PortTaken if another process answers there); a clear error if its process exits or the
+    deadline passes."""
     client = redis.Redis(port=port, socket_connect_timeout=0.5, socket_timeout=2.0)
     try:
         while True:
             try:
                 if client.ping():
+                    _check_owner(client, port, proc)
                     return
             except redis.exceptions.BusyLoadingError:
                 pass
@@ -105,6 +116,35 @@ def wait_ready(port: int, proc: subprocess.Popen[bytes] | None, deadline: float)
         client.close()
 
 
+def _check_owner(client: redis.Redis, port: int,
+                 proc: subprocess.Popen[bytes] | None) -> None:
+    """PortTaken when the server that answered is not ``proc``: a free port is only free
+    until someone binds it, and with servers started in parallel a PING can reach another
+    test's server while ours exits on EADDRINUSE."""
+    if proc is None:
+        return
+    answering = int(client.info("server").get("process_id", proc.pid))
+    if answering == proc.pid:
+        return
+    try:
+        proc.wait(2.0)     # ours failed to bind: it exits at once
+    except subprocess.TimeoutExpired:
+        return             # alive after all (a wrapper's child answered): take it
+    raise PortTaken(f"port {port} was taken by process {answering}")
+
+
+def start_on_free_port(start: Callable[[], None], choose_port: Callable[[], None]) -> None:
+    """``start()`` again on a fresh port (``choose_port()``) while the port is taken."""
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            start()
+            return
+        except PortTaken:
+            if attempt == PORT_ATTEMPTS - 1:
+                raise
+            choose_port()
+
+
 class LocalRedis:
     """Starts ``redis-server`` from PATH (or ``binary``); stop(), kill() and restart() for
     fault tests."""
@@ -116,6 +156,7 @@ class LocalRedis:
         if binary is None:
             raise ConfigError("no redis-server on PATH (apt-get install redis-server)")
         self.binary = binary
+        self.own_port = port is None    # chosen here: another is chosen if it is taken
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="emq-redis-"))
         self.persist = persist
@@ -129,6 +170,16 @@ class LocalRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> LocalRedis:
+        if self.own_port:
+            start_on_free_port(lambda: self._start(timeout), self._choose_port)
+        else:
+            self._start(timeout)
+        return self
+
+    def _choose_port(self) -> None:
+        self.port = free_port()
+
+    def _start(self, timeout: float) -> None:
         persistence = (["--appendonly", "yes", "--appendfsync", "always"] if self.persist
                        else ["--appendonly", "no"])
         cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
@@ -137,7 +188,6 @@ class LocalRedis:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      env={**os.environ, **self.env} if self.env else None)
         self._wait_ready(timeout)
-        return self
 
     def _wait_ready(self, timeout: float) -> None:
         wait_ready(self.port, self.proc, time.monotonic() + timeout)
@@ -158,8 +208,9 @@ class LocalRedis:
             self.proc = None
 
     def restart(self) -> None:
+        """Killed and started again on the same port (clients reconnect to it)."""
         self.kill()
-        self.start()
+        self._start(10.0)
 
     def close(self) -> None:
         self.stop()

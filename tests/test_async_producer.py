@@ -256,3 +256,36 @@ def test_enqueue_and_get_on_a_redis_cluster(cluster: ClusterServers, mode: str,
     finally:
         app.purge()
         app.close()
+
+
+def test_the_async_twins_take_every_option_the_sync_calls_take(redis_url: str,
+                                                                app: App) -> None:
+    # Given the same call sent both ways with a tenant, a unique key, an expiry and a delay
+    def options(aio: bool) -> dict[str, Any]:
+        return {"tenant": "twins", "unique_key": f"twins-{aio}", "unique_for": 60,
+                "expires": 3600, "countdown": 3600, "group": f"twins-{aio}"}
+
+    async def twice() -> list[Any]:
+        return [await app.asend_task("ap.later", **options(True)) for _ in range(2)]
+    sync = [app.send_task("ap.later", **options(False)) for _ in range(2)]
+    aio = asyncio.run(twice())
+    # Then each way the second call is the first's duplicate, and the rows are alike
+    for first, second in (sync, aio):
+        assert (first.verdict, second.verdict) == ("enqueued", "duplicate")
+        assert second.id == first.id
+    rows = [app.job(h[0].id) or {} for h in (sync, aio)]
+    assert rows[0]["state"] == rows[1]["state"] == "delayed"
+    assert set(app.tenant("twins")["groups"]) == {"twins-False", "twins-True"}
+    # and aapply_async takes Celery's task_id= and queue= as apply_async does
+    other = f"{app.settings.queue}-other"
+
+    async def by_task() -> Any:
+        t.app.configure(redis_url=redis_url, queue=app.settings.queue)
+        try:
+            return await t.later.aapply_async(task_id="twin-7", queue=other, countdown=3600)
+        finally:
+            await t.app.aclose()
+    handle = asyncio.run(by_task())
+    assert handle.id == "twin-7"
+    assert (App(redis_url=redis_url, queue=other).job("twin-7") or {}).get("state") == "delayed"
+    App(redis_url=redis_url, queue=other).purge()

@@ -38,7 +38,7 @@ from .registry import (
     split_options,
 )
 from .retry_policy import RetryPolicy
-from .task import JobHandle, Task, asend, send
+from .task import JobHandle, SendOptions, Task, asend, send
 
 if TYPE_CHECKING:
     # Python 3.10 has no typing.Unpack; the annotations are never evaluated at run time.
@@ -175,11 +175,18 @@ class App:
                          group: str | None = None, countdown: float | None = None,
                          eta: datetime | float | None = None, queue: str | None = None,
                          priority: int = 0,
-                         durable: bool | Durable | None = None) -> JobHandle[Any]:
+                         expires: datetime | float | None = None,
+                         durable: bool | Durable | None = None,
+                         tenant: str | None = None, unique_key: str | None = None,
+                         unique_for: float | None = None, debounce: float | None = None,
+                         debounce_max: float | None = None) -> JobHandle[Any]:
         """send_task(), awaited."""
         spec = task.spec if isinstance(task, Task) else self._spec_for(validate.task_name(task))
-        return await asend(self, spec, args, kwargs, queue=queue, job_id=job_id, group=group,
-                           countdown=countdown, eta=eta, priority=priority, durable=durable)
+        return await asend(self, spec, args, kwargs, SendOptions(
+            queue=queue, job_id=job_id, group=group, countdown=countdown, eta=eta,
+            priority=priority, expires=expires, durable=durable, tenant=tenant,
+            unique_key=unique_key, unique_for=unique_for, debounce=debounce,
+            debounce_max=debounce_max))
 
     async def astats(self) -> dict[str, Any]:
         """stats(), awaited."""
@@ -292,10 +299,11 @@ class App:
         ``tenant`` (the group's tenant, else the task's).
         """
         spec = task.spec if isinstance(task, Task) else self._spec_for(validate.task_name(task))
-        return send(self, spec, args, kwargs, queue=queue, job_id=job_id, group=group,
-                    countdown=countdown, eta=eta, priority=priority, expires=expires,
-                    durable=durable, tenant=tenant, unique_key=unique_key,
-                    unique_for=unique_for, debounce=debounce, debounce_max=debounce_max)
+        return send(self, spec, args, kwargs, SendOptions(
+            queue=queue, job_id=job_id, group=group, countdown=countdown, eta=eta,
+            priority=priority, expires=expires, durable=durable, tenant=tenant,
+            unique_key=unique_key, unique_for=unique_for, debounce=debounce,
+            debounce_max=debounce_max))
 
     def _spec_for(self, name: str) -> TaskSpec:
         return self._local_spec(name) or TaskSpec(name=name, fn=_not_here)

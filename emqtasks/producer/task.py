@@ -10,8 +10,9 @@ import functools
 import math
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, NoReturn, ParamSpec, TypeVar
 
 from .. import serialization, validate
 from ..errors import InvalidArgument, InvalidGroup, LaneFull, ResultTimeout, TaskFailed
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     # imports this module, never the reverse); the async queue is imported on first use.
     from .app import App
 
-__all__ = ["JobHandle", "LinkedJobHandle", "Task", "asend", "build_job", "send"]
+__all__ = ["JobHandle", "LinkedJobHandle", "SendOptions", "Task", "asend", "build_job", "send"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -219,11 +220,12 @@ class Task(Generic[P, R]):
                                      priority=priority, queue=queue, on_commit=on_commit)
             return LinkedJobHandle(self.app.queue(self.spec.queue), own, flow.verdict,
                                    self.app, workflow=flow)
-        return send(self.app, self.spec, args, kwargs, queue=queue, job_id=job_id,
-                    group=group, countdown=countdown, eta=eta, priority=priority,
-                    later=run_on_commit if on_commit else None, expires=expires,
-                    durable=durable, tenant=tenant, unique_key=unique_key,
-                    unique_for=unique_for, debounce=debounce, debounce_max=debounce_max)
+        return send(self.app, self.spec, args, kwargs,
+                    SendOptions(queue=queue, job_id=job_id, group=group, countdown=countdown,
+                                eta=eta, priority=priority, expires=expires, durable=durable,
+                                tenant=tenant, unique_key=unique_key, unique_for=unique_for,
+                                debounce=debounce, debounce_max=debounce_max),
+                    later=run_on_commit if on_commit else None)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature of this call for a workflow: chain, group, chord (emqtasks.canvas).
@@ -285,16 +287,18 @@ class Task(Generic[P, R]):
                            eta: datetime | float | None = None,
                            priority: int = 0,
                            expires: datetime | float | None = None, *,
+                           task_id: str | None = None, queue: str | None = None,
                            durable: bool | Durable | None = None,
                            tenant: str | None = None, unique_key: str | None = None,
                            unique_for: float | None = None, debounce: float | None = None,
                            debounce_max: float | None = None) -> JobHandle[R]:
-        """apply_async(), awaited."""
-        return await asend(self.app, self.spec, args, kwargs, job_id=job_id, group=group,
-                           countdown=countdown, eta=eta, priority=priority, expires=expires,
-                           durable=durable, tenant=tenant, unique_key=unique_key,
-                           unique_for=unique_for, debounce=debounce,
-                           debounce_max=debounce_max)
+        """apply_async(), awaited (its ``link=`` and ``on_commit=`` aside: a workflow's
+        send and Django's commit hooks are synchronous)."""
+        return await asend(self.app, self.spec, args, kwargs, SendOptions(
+            queue=queue, job_id=bound.one_id(job_id, task_id), group=group,
+            countdown=countdown, eta=eta, priority=priority, expires=expires, durable=durable,
+            tenant=tenant, unique_key=unique_key, unique_for=unique_for, debounce=debounce,
+            debounce_max=debounce_max))
 
     async def amap(self, calls: Iterable[Any], priority: int = 0,
                    expires: datetime | float | None = None, *,
@@ -319,90 +323,120 @@ class Task(Generic[P, R]):
         return f"<Task {self.name}>"
 
 
+@dataclass(frozen=True)
+class SendOptions:
+    """One call's options, as ``apply_async`` / ``send_task`` (and their awaitable twins)
+    take them: made once by the public method, read by the one preparation both the sync
+    and the async send share."""
+
+    queue: str | None = None
+    job_id: str | None = None
+    group: str | None = None
+    countdown: float | None = None
+    eta: datetime | float | None = None
+    priority: int = 0
+    expires: datetime | float | None = None
+    durable: bool | Durable | None = None
+    tenant: str | None = None
+    unique_key: str | None = None
+    unique_for: float | None = None
+    debounce: float | None = None
+    debounce_max: float | None = None
+
+
+class _Prepared(NamedTuple):
+    """A call checked and built, ready for the enqueue verb."""
+
+    job: NewJob
+    expires_ms: int | None
+    durable: Durable | None
+    tenant: str | None
+    unique: Unique | None
+
+    # enqueue_many's per-job lists for this one job (None: no job of the call has one)
+    @property
+    def expires(self) -> list[int | None] | None:
+        return None if self.expires_ms is None else [self.expires_ms]
+
+    @property
+    def tenants(self) -> list[str | None] | None:
+        return None if self.tenant is None else [self.tenant]
+
+    @property
+    def uniques(self) -> list[Unique | None] | None:
+        return None if self.unique is None else [self.unique]
+
+
+def _prepare(app: App, spec: TaskSpec, args: Iterable[Any], kwargs: dict[str, Any] | None,
+             o: SendOptions, span: Any) -> _Prepared:
+    """Check and build one call (InvalidArgument and the like, nothing written)."""
+    args, kwargs = tuple(args), kwargs or {}
+    ex = validate.expires_ms(o.expires)
+    wait = app.settings.durable_for(o.durable, spec.durable)
+    uq = unique_of(spec, args, kwargs, o.unique_key, o.unique_for, o.debounce, o.debounce_max)
+    countdown = _debounced(uq, o.countdown, o.eta)
+    job = build_job(spec, args, kwargs, limit=app.settings.max_payload_bytes,
+                    job_id=o.job_id, group=o.group, countdown=countdown, eta=o.eta,
+                    priority=o.priority, trace=span.carrier)
+    tn = tenant_of(spec, args, kwargs, o.tenant)
+    span.job(job.id, job.group)
+    return _Prepared(job, ex, wait, tn, uq)
+
+
 def send(app: App, spec: TaskSpec, args: Iterable[Any] = (),
-         kwargs: dict[str, Any] | None = None, *, queue: str | None = None,
-         job_id: str | None = None, group: str | None = None, countdown: float | None = None,
-         eta: datetime | float | None = None, priority: int = 0,
-         later: Callable[[Callable[[], None]], None] | None = None,
-         expires: datetime | float | None = None,
-         durable: bool | Durable | None = None, tenant: str | None = None,
-         unique_key: str | None = None, unique_for: float | None = None,
-         debounce: float | None = None, debounce_max: float | None = None) -> JobHandle[Any]:
+         kwargs: dict[str, Any] | None = None, options: SendOptions = SendOptions(), *,
+         later: Callable[[Callable[[], None]], None] | None = None) -> JobHandle[Any]:
     """Enqueue one call of ``spec`` on ``app``'s server (``Task.apply_async`` and
     ``App.send_task``): LaneFull or CorruptKey, nothing written, as the verdict says.
 
     ``later`` (oncommit.run_on_commit): the call is checked now, and ``later`` is given the
     enqueue to run when it will; the handle says "on_commit" until then."""
-    q = app.queue(queue if queue is not None else spec.queue)
-    ex = validate.expires_ms(expires)
-    wait = app.settings.durable_for(durable, spec.durable)
+    q = app.queue(options.queue if options.queue is not None else spec.queue)
     with tracing.sending(spec.name, q.name) as span:
-        uq = unique_of(spec, tuple(args), kwargs or {}, unique_key, unique_for, debounce,
-                       debounce_max)
-        countdown = _debounced(uq, countdown, eta)
-        job = build_job(spec, tuple(args), kwargs or {},
-                        limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
-                        countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
-        tn = tenant_of(spec, tuple(args), kwargs or {}, tenant)
-        span.job(job.id, job.group)
+        call = _prepare(app, spec, args, kwargs, options, span)
         if later is not None:
-            handle: JobHandle[Any] = JobHandle(q, job.id, "on_commit", app)
+            handle: JobHandle[Any] = JobHandle(q, call.job.id, "on_commit", app)
 
             def enqueue() -> None:
-                sent = _enqueue(app, q, job, ex, wait, tn, uq)
+                sent = _enqueue(app, q, call)
                 handle.id, handle.verdict = sent.id, sent.verdict
 
             later(enqueue)
             return handle
-        return _enqueue(app, q, job, ex, wait, tn, uq)
+        return _enqueue(app, q, call)
 
 
-def _enqueue(app: App, q: Queue, job: NewJob, expires_ms: int | None,
-             durable: Durable | None, tenant: str | None,
-             unique: Unique | None = None) -> JobHandle[Any]:
+def _enqueue(app: App, q: Queue, call: _Prepared) -> JobHandle[Any]:
     holders: list[str | None] = []
-    verdict = q.enqueue_many([job], None if expires_ms is None else [expires_ms],
-                             None if tenant is None else [tenant], durable,
-                             None if unique is None else [unique], holders)[0]
+    verdict = q.enqueue_many([call.job], call.expires, call.tenants, call.durable,
+                             call.uniques, holders)[0]
     if verdict == EnqueueVerdict.UNREADABLE:
-        raise q.corrupt([job.group], f"job {job.id} was not enqueued")
-    # a job whose unique key another holds: the handle is the holder's
-    # (holders stays empty for a call without unique keys: it may go through the batcher)
-    return JobHandle(q, (holders[0] if holders else None) or job.id,
-                     _accepted(job, verdict, tenant), app)
+        raise q.corrupt([call.job.group], f"job {call.job.id} was not enqueued")
+    return _sent(app, q, call, verdict, holders)
 
 
 async def asend(app: App, spec: TaskSpec, args: Iterable[Any] = (),
-                kwargs: dict[str, Any] | None = None, *, queue: str | None = None,
-                job_id: str | None = None, group: str | None = None,
-                countdown: float | None = None, eta: datetime | float | None = None,
-                priority: int = 0,
-                expires: datetime | float | None = None,
-                durable: bool | Durable | None = None,
-                tenant: str | None = None, unique_key: str | None = None,
-                unique_for: float | None = None, debounce: float | None = None,
-                debounce_max: float | None = None) -> JobHandle[Any]:
+                kwargs: dict[str, Any] | None = None,
+                options: SendOptions = SendOptions()) -> JobHandle[Any]:
     """send(), awaited on the App's async client of the running event loop."""
-    q = app.aqueue(queue if queue is not None else spec.queue)
-    ex = validate.expires_ms(expires)
-    wait = app.settings.durable_for(durable, spec.durable)
+    q = app.aqueue(options.queue if options.queue is not None else spec.queue)
     with tracing.sending(spec.name, q.name) as span:
-        uq = unique_of(spec, tuple(args), kwargs or {}, unique_key, unique_for, debounce,
-                       debounce_max)
-        countdown = _debounced(uq, countdown, eta)
-        job = build_job(spec, tuple(args), kwargs or {},
-                        limit=app.settings.max_payload_bytes, job_id=job_id, group=group,
-                        countdown=countdown, eta=eta, priority=priority, trace=span.carrier)
-        tn = tenant_of(spec, tuple(args), kwargs or {}, tenant)
-        span.job(job.id, job.group)
+        call = _prepare(app, spec, args, kwargs, options, span)
         holders: list[str | None] = []
-        verdict = (await q.enqueue_many([job], None if ex is None else [ex],
-                                        None if tn is None else [tn], wait,
-                                        None if uq is None else [uq], holders))[0]
+        verdict = (await q.enqueue_many([call.job], call.expires, call.tenants, call.durable,
+                                        call.uniques, holders))[0]
         if verdict == EnqueueVerdict.UNREADABLE:
-            raise await q.corrupt([job.group], f"job {job.id} was not enqueued")
-        return JobHandle(q, (holders[0] if holders else None) or job.id,
-                         _accepted(job, verdict, tn), app)
+            raise await q.corrupt([call.job.group], f"job {call.job.id} was not enqueued")
+        return _sent(app, q, call, verdict, holders)
+
+
+def _sent(app: App, q: Any, call: _Prepared, verdict: EnqueueVerdict,
+          holders: list[str | None]) -> JobHandle[Any]:
+    """The handle of a job sent alone; a job whose unique key another holds gets the
+    holder's (holders stays empty for a call without unique keys: it may go through the
+    batcher)."""
+    return JobHandle(q, (holders[0] if holders else None) or call.job.id,
+                     _accepted(call.job, verdict, call.tenant), app)
 
 
 def _debounced(unique: Unique | None, countdown: float | None,

@@ -47,7 +47,7 @@ from ...producer.app import App, default_app
 from ...producer.context import JobContext, current_job
 from ...producer.registry import TaskOptions, TaskSpec, split_options
 from ...producer.retry_policy import RetryPolicy
-from ...producer.task import JobHandle, send
+from ...producer.task import JobHandle, SendOptions, send
 from ...store.keys import check_job_id, check_queue_name
 from ...store.queue import Queue
 from . import _framework as dt
@@ -140,9 +140,9 @@ class TaskBackend(dt.BaseTaskBackend):  # type: ignore[misc]  # Django has no ty
             task=task, id="pending", status=dt.TaskResultStatus.READY, enqueued_at=None,
             started_at=None, finished_at=None, last_attempted_at=None, args=list(args),
             kwargs=dict(kwargs), backend=self.alias, errors=[], worker_ids=[])
-        handle = send(self.app, self._spec(task), args, kwargs,
-                      queue=self.queue_of(task.queue_name), group=self.group_of(kwargs),
-                      eta=task.run_after, priority=-int(task.priority))
+        handle = send(self.app, self._spec(task), args, kwargs, SendOptions(
+            queue=self.queue_of(task.queue_name), group=self.group_of(kwargs),
+            eta=task.run_after, priority=-int(task.priority)))
         object.__setattr__(result, "id", handle.id)
         object.__setattr__(result, "enqueued_at", _now())
         dt.task_enqueued.send_robust(type(self), task_result=result)

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .errors import ConfigError
 from .store.autopipe import autopipeline_mode
@@ -41,6 +41,24 @@ def redacted(url: str) -> str:
                          else kv for kv in parts.query.split("&"))
         changed = changed._replace(query=query)
     return url if changed == parts else urlunsplit(changed)
+
+
+def host_port(part: str, url: str, default_port: int,
+              error: type[ConfigError]) -> tuple[str, int]:
+    """One ``host[:port]`` (or ``[v6]:port``) of a many-host URL (a cluster's nodes, the
+    sentinels); ``error`` (the URL kind's) names the part and the redacted URL."""
+    part = part.strip()
+    if part.startswith("["):                       # [::1]:7000
+        host, _, port = part[1:].partition("]")
+        port = port.lstrip(":")
+    else:
+        host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
+    if not host:
+        raise error(f"no host in {part!r} of {redacted(url)!r}")
+    try:
+        return unquote(host), int(port) if port else default_port
+    except ValueError:
+        raise error(f"bad port in {part!r} of {redacted(url)!r}") from None
 
 
 @dataclass(frozen=True)

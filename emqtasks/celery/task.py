@@ -151,18 +151,18 @@ def on_succeeded(ctx: JobContext) -> None:
 
 
 def on_retried(ctx: JobContext) -> None:
-    t = _celery_task(ctx.task)
-    if t is not None:
-        exc, args, kwargs = _cause(ctx.exception), list(ctx.args), dict(ctx.kwargs)
-        einfo = ExceptionInfo(exc)
-        t.on_retry(exc, ctx.id, args, kwargs, einfo)
-        t.after_return(states.RETRY, exc, ctx.id, args, kwargs, einfo)
+    _failed(ctx, "on_retry", states.RETRY)
 
 
 def on_dead(ctx: JobContext) -> None:
+    _failed(ctx, "on_failure", states.FAILURE)
+
+
+def _failed(ctx: JobContext, handler: str, state: str) -> None:
+    """A failed run's Celery handler (``on_retry`` or ``on_failure``), then after_return."""
     t = _celery_task(ctx.task)
     if t is not None:
         exc, args, kwargs = _cause(ctx.exception), list(ctx.args), dict(ctx.kwargs)
         einfo = ExceptionInfo(exc)
-        t.on_failure(exc, ctx.id, args, kwargs, einfo)
-        t.after_return(states.FAILURE, exc, ctx.id, args, kwargs, einfo)
+        getattr(t, handler)(exc, ctx.id, args, kwargs, einfo)
+        t.after_return(state, exc, ctx.id, args, kwargs, einfo)

@@ -31,7 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
-from ..config import redacted
+from ..config import host_port, redacted
 from ..errors import ClusterUrlError
 
 SCHEMES = ("redis+cluster", "rediss+cluster")
@@ -68,7 +68,8 @@ def parse_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
             kwargs["password"] = unquote(user)   # redis://secret@host, as redis-py reads it
     if path not in ("", "0"):
         raise ClusterUrlError(f"a Redis Cluster has only database 0, not {path!r}")
-    nodes = [_host_port(part, url) for part in netloc.split(",") if part.strip()]
+    nodes = [host_port(part, url, DEFAULT_PORT, ClusterUrlError)
+             for part in netloc.split(",") if part.strip()]
     if not nodes:
         raise ClusterUrlError(f"a cluster URL names at least one host:port: {redacted(url)!r}")
     for name, value in parse_qsl(query, keep_blank_values=True):
@@ -89,21 +90,6 @@ def parse_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     if scheme.lower() == "rediss+cluster":
         kwargs["ssl"] = True
     return nodes, kwargs
-
-
-def _host_port(part: str, url: str) -> tuple[str, int]:
-    part = part.strip()
-    if part.startswith("["):                       # [::1]:7000
-        host, _, port = part[1:].partition("]")
-        port = port.lstrip(":")
-    else:
-        host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
-    if not host:
-        raise ClusterUrlError(f"no host in {part!r} of {redacted(url)!r}")
-    try:
-        return unquote(host), int(port) if port else DEFAULT_PORT
-    except ValueError:
-        raise ClusterUrlError(f"bad port in {part!r} of {redacted(url)!r}") from None
 
 
 #: How often a cluster client retries a command itself (after a connection error, with a

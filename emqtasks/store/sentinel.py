@@ -47,7 +47,7 @@ from redis.sentinel import (
     SentinelManagedSSLConnection,
 )
 
-from ..config import redacted
+from ..config import host_port, redacted
 from ..errors import SentinelUrlError, UnknownService
 
 SCHEMES = ("redis+sentinel", "rediss+sentinel")
@@ -99,7 +99,8 @@ class SentinelUrl:
                     self.server["username"] = unquote(user)
             elif user:
                 self.server["password"] = unquote(user)
-        self.sentinels = [_host_port(p, url) for p in netloc.split(",") if p.strip()]
+        self.sentinels = [host_port(p, url, DEFAULT_PORT, SentinelUrlError)
+                          for p in netloc.split(",") if p.strip()]
         if not self.sentinels:
             raise SentinelUrlError(f"a sentinel URL names at least one sentinel host:port: "
                                    f"{redacted(url)!r}")
@@ -148,21 +149,6 @@ class SentinelUrl:
             kwargs.update(ssl=True, **tls)
             kwargs.update({k: v for k, v in self.server.items() if k.startswith("ssl_")})
         return kwargs
-
-
-def _host_port(part: str, url: str) -> tuple[str, int]:
-    part = part.strip()
-    if part.startswith("["):                       # [::1]:26379
-        host, _, port = part[1:].partition("]")
-        port = port.lstrip(":")
-    else:
-        host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
-    if not host:
-        raise SentinelUrlError(f"no host in {part!r} of {redacted(url)!r}")
-    try:
-        return unquote(host), int(port) if port else DEFAULT_PORT
-    except ValueError:
-        raise SentinelUrlError(f"bad port in {part!r} of {redacted(url)!r}") from None
 
 
 def sentinel_retry() -> Retry:

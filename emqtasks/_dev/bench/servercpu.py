@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -60,7 +61,7 @@ def _floor(b: Bench, core: QueueCore) -> dict[str, float]:
     c = b.client
     sha = c.script_load("return 0")
     out = {}
-    calls = {"ping": lambda: c.execute_command("PING"),
+    calls: dict[str, Callable[[], Any]] = {"ping": lambda: c.execute_command("PING"),
              "evalsha_empty": lambda: c.evalsha(sha, 0),
              "verb_empty": lambda: core.hot.call("extend", core.keys.fixed, [1000])}
     for name, fn in calls.items():

@@ -9,6 +9,9 @@ it) and the scripts' (a stock server, as a managed Redis gives). Per path:
 * a drain of ``--jobs`` no-op jobs (each does one INCR) on ``-c N``: the server's CPU per
   job, the bench's polls of the counter included (as in ``bench --peers``).
 
+Each figure is printed in µs and in PINGs (over the same run's PING floor): on a loaded
+machine the µs move by half between runs, the ratio much less.
+
 CPU is ``INFO`` used_cpu_user + used_cpu_sys deltas; the split per verb is INFO
 commandstats' ``usec`` deltas per call (the time inside each command: the rest of the
 server's CPU is the event loop, the socket reads and writes, the reply buffers).
@@ -178,8 +181,10 @@ def run(concurrency: int, jobs: int | None, runs: int | None, quick: bool,
                 continue
             met = "met" if r["cpu_us"] <= target else "not met"
             label = "per enqueue" if kind == "enqueue" else "per drained job"
-            click.echo(f"  server CPU {label}: {r['cpu_us']:.1f} us (target <= {target:.0f}: "
-                       f"{met}; runs {', '.join(f'{x:.1f}' for x in r['runs'])})")
+            pings = r["cpu_us"] / fl["ping"]
+            click.echo(f"  server CPU {label}: {r['cpu_us']:.1f} us = {pings:.1f} "
+                       f"PINGs (target <= {target:.0f}: {met}; runs "
+                       f"{', '.join(f'{x:.1f}' for x in r['runs'])})")
             for verb, v in sorted(r["verbs"].items(), key=lambda kv: -kv[1]["per_unit"]):
                 click.echo(f"    {verb:<14} {v['per_unit']:>6.3f} calls, "
                            f"{v['usec_per_call']:>6.2f} us inside each")

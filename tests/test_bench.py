@@ -259,3 +259,16 @@ def test_the_server_cpu_bench_splits_each_path_per_verb_beside_the_floor(
             assert res[kind]["verbs"][verb]["per_unit"] >= 1.0, res[kind]
         # the drained job's own INCR is counted in its figure
         assert res["drain"]["verbs"]["incrby"]["per_unit"] == 1.0, res["drain"]
+
+
+@pytest.mark.timeout(60)
+def test_the_lua_probe_splits_the_helpers_and_the_steps_of_ack() -> None:
+    # Given the probe of where a Lua verb's time goes, When it runs 50 times each script
+    proc = subprocess.run([sys.executable, "-m", "emqtasks._dev.bench.luaprobe", "-n", "50"],
+                          check=False, capture_output=True, text=True, timeout=50)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # Then each verb's helpers are timed and sized, and every probed step of ack is there
+    for verb in ("enqueue", "claim", "ack", "extend"):
+        assert f"  {verb} " in proc.stdout, proc.stdout
+    for step in ("the helpers", "the fence", "the history", "the claim of the next job"):
+        assert f"  {step} " in proc.stdout, proc.stdout

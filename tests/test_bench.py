@@ -34,6 +34,8 @@ _TOGETHER: dict[str, list[str]] = {
         "--dashboard", "--quick", "--runs", "1", "--json"],
     "test_the_cluster_benchmark_reports_one_to_three_queues": [
         "--cluster", "--quick", "--jobs", "300", "--json"],
+    "test_the_server_cpu_bench_splits_each_path_per_verb_beside_the_floor": [
+        "--server-cpu", "--quick", "--jobs", "300", "--json"],
     "test_the_tracing_bench_measures_a_drain_off_with_the_api_and_with_the_sdk": [
         "--tracing", "--quick", "--jobs", "300", "--json"],
 }
@@ -235,3 +237,38 @@ def test_the_cluster_benchmark_reports_one_to_three_queues(
     for r in rows:
         assert r["one_server_jobs_s"] > 0 and r["cluster_jobs_s"] > 0
         assert r["cluster_shards_used"] == r["queues"]   # each queue on its own shard
+
+
+@pytest.mark.timeout(150)
+def test_the_server_cpu_bench_splits_each_path_per_verb_beside_the_floor(
+        benches: dict[str, _Bench], request: pytest.FixtureRequest) -> None:
+    # Given the CLI, When `bench --server-cpu` runs (a private server per path)
+    proc = _run(benches, request, 120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    paths = ["lua"] + (["native"] if module_path() is not None else [])
+    for path in paths:
+        res = report["results"][path]
+        # Then each path has its floor: a PING, an empty EVALSHA, an empty verb
+        assert set(res["floor"]) == {"ping", "evalsha_empty", "verb_empty"}, res
+        assert all(v > 0 for v in res["floor"].values()), res
+        # And the server's CPU per enqueue and per drained job, split per command
+        verbs = {"native": ("emq.enqueue", "emq.ack"), "lua": ("evalsha", "evalsha")}[path]
+        for kind, verb in zip(("enqueue", "drain"), verbs):
+            assert res[kind]["cpu_us"] > 0, res
+            assert res[kind]["verbs"][verb]["per_unit"] >= 1.0, res[kind]
+        # the drained job's own INCR is counted in its figure
+        assert res["drain"]["verbs"]["incrby"]["per_unit"] == 1.0, res["drain"]
+
+
+@pytest.mark.timeout(60)
+def test_the_lua_probe_splits_the_helpers_and_the_steps_of_ack() -> None:
+    # Given the probe of where a Lua verb's time goes, When it runs 50 times each script
+    proc = subprocess.run([sys.executable, "-m", "emqtasks._dev.bench.luaprobe", "-n", "50"],
+                          check=False, capture_output=True, text=True, timeout=50)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # Then each verb's helpers are timed and sized, and every probed step of ack is there
+    for verb in ("enqueue", "claim", "ack", "extend"):
+        assert f"  {verb} " in proc.stdout, proc.stdout
+    for step in ("the helpers", "the fence", "the history", "the claim of the next job"):
+        assert f"  {step} " in proc.stdout, proc.stdout

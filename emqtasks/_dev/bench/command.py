@@ -83,12 +83,26 @@ from .scenarios import Row, render, run_all
               help="only durable writes: enqueue p50/p99 and jobs/s, delay() and map() of "
                    "100, with durable off, replicas=1 and aof=True (Valkey), on a private "
                    "primary + replica")
+@click.option("--server-cpu", "server_cpu", is_flag=True,
+              help="only the Redis server's CPU per enqueue and per drained job, on both "
+                   "paths (the module's and the scripts' on a stock server, each a private "
+                   "server), with the floor (PING, empty EVALSHA, empty verb) and the split "
+                   "per command from INFO commandstats")
 def bench(redis_url: str | None, concurrency: int, jobs: int | None, runs: int | None,
           as_json: bool, quick: bool, cluster: bool, controls: bool, fairness: bool,
           peers: bool, async_: bool, chaos_seconds: float | None, seed: int | None,
           workflows: bool = False, dashboard_: bool = False, loop_lag: bool = False,
-          tracing_: bool = False, durable_: bool = False, sentinel_: bool = False) -> None:
+          tracing_: bool = False, durable_: bool = False, sentinel_: bool = False,
+          server_cpu: bool = False) -> None:
     """Measure enqueue and drain throughput, Redis cost, wake latency, idle cost, fairness."""
+    if server_cpu:   # its own private servers, one per path: see servercpu.py
+        if redis_url:
+            raise BenchError("--server-cpu starts a private server per path: it takes no "
+                             "--redis-url")
+        from . import servercpu as bench_servercpu
+
+        bench_servercpu.run(concurrency, jobs, runs, quick, as_json)
+        return
     if durable_:   # its own servers, scenarios and report: see durable.py
         if redis_url:
             raise BenchError("--durable starts a primary and a replica of its own: it takes "

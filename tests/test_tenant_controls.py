@@ -179,6 +179,8 @@ def test_the_command_line_sets_and_explains_rate_and_cap(path_app: App) -> None:
     shown = cli("tenant", "A")
     assert shown.startswith("tenant A: waits: rate"), shown
     assert "rate:      1/60s" in shown and "max size:  10" in shown
+    assert "tenant_rate_limited" in cli("lane", "a1")             # its group says why
+    assert path_app.stats()["tenants"]["A"]["state"] == "rate_limited"
     assert "tenant rate:      2/1s" in cli("defaults", "--tenant-rate", "2/1")
     assert "tenant max_size:  7" in cli("defaults", "--tenant-max-size", "7")
     assert cli("rate", "--tenant", "A", "none") == "rate of tenant A cleared\n"

@@ -35,7 +35,8 @@
 --   in debounce ms, and takes the key.
 -- Reply: an array of n integers, one per job (or a holder's id, above): 1 enqueued, 0 duplicate (the row exists, so
 --   nothing was written), -1 refused because the id is malformed, 2 refused because the
---   lane holds its cap of waiting jobs (max_size: nothing was written), 4 refused because
+--   lane holds its cap of waiting jobs (max_size), or, due now, its tenant's lanes hold the
+--   tenant's cap over all its groups (the tenant's max_size: nothing was written), 4 refused because
 --   its group belongs to another tenant and is not empty (nothing was written), 3 refused because
 --   its lane, or a book of its group that opening the lane reads (limit, jobs in flight,
 --   rate, start times), cannot be read (nothing was written; the others go on). An error
@@ -89,8 +90,13 @@ for i = 0, n - 1 do
   else
     -- a key held answers its holder (a debounced one takes this job's payload), else written
     local held = u ~= '' and unique_held(u, at, now)
+    -- a job due now of a tenant with a lane cap over all its groups: refused past it (2)
+    local tn = tenants and ARGV[tenants + i] or ''
+    local due = tn ~= '' and tonumber(ARGV[at + J_COUNTDOWN]) <= 0
     if held then
       out[#out + 1] = held
+    elseif due and TEN.full(tn) then
+      out[#out + 1] = 2
     elseif not tenant_claim(ARGV[at + J_GROUP], tenants and ARGV[tenants + i],
                             caps[i] and tonumber(caps[i]) == 0) then
       out[#out + 1] = 4
@@ -109,6 +115,7 @@ for i = 0, n - 1 do
       end
       out[#out + 1] = new_job(at, prio, now, caps[i], true, true, extra)
       if out[#out] == 1 and u ~= '' then unique_take(u, id) end
+      if out[#out] == 1 and due then TEN.took(tn) end
     end
   end
 end

@@ -1,11 +1,12 @@
 -- promote: move due entries of `delayed` back to their lanes, and groups whose wait in
--- `gwait` (a spent rate budget, a back-off) is over back to the ring.
+-- `gwait` (a spent rate budget, a back-off) is over back to the ring, and tenants whose
+-- wait in `twait` (a spent tenant rate) is over.
 --
 -- KEYS: the queue's fixed keys (see lib/keys.lua).
 -- Includes: core, keys, place, ring, rows, books
 -- ARGV[1]  limit, the most entries moved in this call (jobs and groups each)
 -- Reply: {moved, next_due_in_ms, claimable}: moved counts jobs; next_due_in_ms is -1 when
---   `delayed` and `gwait` are empty, 0 when more are due now (the limit cut the batch),
+--   `delayed`, `gwait` and `twait` are empty, 0 when more are due now (the limit cut the batch),
 --   else ms until the next job is due or the next group may start again; claimable is 1
 --   when the ring is not empty and the queue is not paused (a claim would find work),
 --   else 0: a master with an idle child fans on it, so a wake token that was lost (its
@@ -48,8 +49,17 @@ for _, g in ipairs(groups) do
   -- a group whose books cannot be read stays out (group_books), as a claim leaves it
   if not group_books(g, false, true) and open(g) then admit(g, now) end
 end
+-- tenants whose rate lets them start again: their marks back on the ring, if still open
+local tenants = redis.call('ZRANGEBYSCORE', TEN.wait, '-inf', now, 'LIMIT', 0, limit)
+for _, t in ipairs(tenants) do
+  redis.call('ZREM', TEN.wait, t)
+  if not time_fair() and redis.call('LLEN', tring_key(t)) > 0 and tenant_open(t) then
+    tenant_enter(t)
+    wake()
+  end
+end
 local next_due = -1
-for _, key in ipairs({K_delayed, K_gwait}) do
+for _, key in ipairs({K_delayed, K_gwait, TEN.wait}) do
   local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if #head > 0 then
     local due = math.max(0, tonumber(head[2]) - now)

@@ -1,27 +1,38 @@
--- tenant: set a tenant's weight or concurrency limit (or the default for every tenant), or
--- pause or resume a tenant.
+-- tenant: set a tenant's weight, concurrency limit, rate or lane cap (or the default for
+-- every tenant), or pause or resume a tenant.
 --
 -- KEYS: the queue's fixed keys (see lib/keys.lua).
 -- Includes: core, keys, settings, wake, ring
--- ARGV[1]  what: 'weight', 'limit' or 'pause'
--- ARGV[2]  the tenant; '' for the default of every tenant without its own (weight, limit)
+-- ARGV[1]  what: 'weight', 'limit', 'rate', 'max_size' or 'pause'
+-- ARGV[2]  the tenant; '' for the default of every tenant without its own (weight, limit,
+--          rate, max_size)
 -- ARGV[3]  weight: an integer >= 1, its consecutive claims per turn of the ring ('' clears
 --          it: then the default, else 1; a tenant's 1 with no default is stored as absent);
---          limit: an integer >= 1, its jobs in flight at most ('' clears it); pause: '1'
---          pause, '0' resume
+--          limit: an integer >= 1, its jobs in flight at most ('' clears it); rate:
+--          '<max_jobs>:<per_ms>', both integers >= 1, its starts over all its groups in any
+--          window of per_ms at most ('' clears it); max_size: an integer >= 1, its waiting
+--          jobs over all its groups at most ('' clears it); pause: '1' pause, '0' resume
 -- Reply: 1 (pause: 1 changed, 0 already so); an error for a value out of range (nothing
 --   written).
--- Side effects: `tweight` (the turn counts restart), `tlimit` or `tpaused`; each tenant
---   concerned leaves the ring when it is no longer open (paused, at its limit), or joins it
---   with a wake when it opens while its own ring holds a group. Its groups stay in its
---   ring meanwhile, their own controls untouched. Time mode keeps the books only.
+-- Side effects: `tweight` (the turn counts restart), `tlimit`, `trate`, `tmax` or
+--   `tpaused`; each tenant concerned leaves the ring when it is no longer open (paused, at
+--   its limit), or joins it with a wake when it opens while its own ring holds a group; a
+--   rate change puts a standing tenant's mark on the ring or in `twait` as its new budget
+--   allows. Its groups stay in its ring meanwhile, their own controls untouched. Time mode
+--   keeps the books only.
 
 local what, t, v = ARGV[1], ARGV[2], ARGV[3]
-if what ~= 'pause' and v ~= '' and not (int_ok(v) and tonumber(v) >= 1) then
+if what == 'rate' then
+  local m, p = string.match(v, '^(%d+):(%d+)$')
+  if v ~= '' and not (m and int_ok(m) and int_ok(p) and tonumber(m) >= 1 and tonumber(p) >= 1) then
+    return redis.error_reply('ERR emq: a tenant rate is <max_jobs>:<per_ms>, integers >= 1')
+  end
+elseif what ~= 'pause' and v ~= '' and not (int_ok(v) and tonumber(v) >= 1) then
   return redis.error_reply('ERR emq: a tenant ' .. what .. ' is an integer >= 1')
 end
-if what ~= 'weight' and what ~= 'limit' and what ~= 'pause' then
-  return redis.error_reply('ERR emq: a tenant control is weight, limit or pause')
+if what ~= 'weight' and what ~= 'limit' and what ~= 'pause' and what ~= 'rate'
+  and what ~= 'max_size' then
+  return redis.error_reply('ERR emq: a tenant control is weight, limit, rate, max_size or pause')
 end
 if t == '' and what == 'pause' then
   return redis.error_reply('ERR emq: pause names a tenant')
@@ -48,8 +59,10 @@ if what == 'weight' then
     redis.call('HSET', K_tweight, t, v)
   end
   for _, name in ipairs(tenants) do redis.call('HDEL', K_gturn, TENANT_MARK .. name) end
-elseif what == 'limit' then
-  if v == '' then redis.call('HDEL', K_tlimit, t) else redis.call('HSET', K_tlimit, t, v) end
+elseif what == 'limit' or what == 'rate' or what == 'max_size' then
+  local book = K_tlimit
+  if what == 'rate' then book = TEN.rate elseif what == 'max_size' then book = TEN.max end
+  if v == '' then redis.call('HDEL', book, t) else redis.call('HSET', book, t, v) end
 else
   if v == '1' then reply = redis.call('SADD', K_tpaused, t)
   else reply = redis.call('SREM', K_tpaused, t) end
@@ -59,6 +72,14 @@ for i, name in ipairs(tenants) do
   local stands = standing(name)
   if was[i] and not stands then
     tenant_leave(name, nil)
+  elseif stands and was[i] and what == 'rate' then
+    -- on the ring or in `twait`, as its new budget allows (a mark that moves goes last)
+    local waits = redis.call('ZSCORE', TEN.wait, name)
+    if waits or TEN.ready(name, now_ms()) then
+      tenant_leave(name, nil)
+      tenant_enter(name)
+      if not redis.call('ZSCORE', TEN.wait, name) then woke = true end
+    end
   elseif stands and not was[i] then
     tenant_enter(name)
     woke = true

@@ -608,12 +608,18 @@ class Run:
         return usual if self.rnd.random() < 0.9 else self.rnd.choice(["", "T1", "T2", "T3"])
 
     def op_tenant(self) -> None:
-        """Lua's tenant controls on both queues: weights, limits, pauses (lua/tenant.lua)."""
+        """Lua's tenant controls on both queues: weights, limits, rates, lane caps, pauses
+        (lua/tenant.lua)."""
         r = self.rnd
         t = r.choice(["T1", "T2", "T3", ""])               # '': the default of every tenant
-        what = r.choice(["weight", "limit", "limit"] + (["pause"] if t else []))
-        value = (r.choice(["0", "1"]) if what == "pause"
-                 else r.choice(["", "1", "2", "3"]))
+        what = r.choice(["weight", "limit", "limit", "rate", "max_size"]
+                        + (["pause"] if t else []))
+        if what == "pause":
+            value = r.choice(["0", "1"])
+        elif what == "rate":
+            value = r.choice(["", f"{r.randrange(1, 4)}:{r.choice([10**7, 10**8])}"])
+        else:
+            value = r.choice(["", "1", "2", "3"])
         self.p.admin("tenant", [what, t, value])
 
     def op_claim(self) -> None:
@@ -707,6 +713,16 @@ class Run:
                     p.r.hset(k.gbackoff, g, past)
                 p.r.zadd(k.gwait, {g: past}, xx=True)
             p.both(move)
+        # and for a tenant: its start times (its rate's window) and its twait score
+        t = self.rnd.choice(["T1", "T2", "T3"])
+        self.counter += 1
+        t_past = self.t0 - 10**9 + self.counter
+
+        def t_move(k: QueueKeys) -> None:
+            for i in range(p.r.llen(k.tenant_starts(t))):
+                p.r.lset(k.tenant_starts(t), i, t_past - i)
+            p.r.zadd(k.twait, {t: t_past}, xx=True)
+        p.both(t_move)
 
     def op_fairness(self) -> None:
         """Lua's fairness controls on both queues: rates, lane caps, defaults for every group."""
@@ -1497,6 +1513,51 @@ def test_tenant_paths(server: Server) -> None:
         p.admin("fairness", ["turns"])
         rest = p.verb("claim", [20, "n6"])
         assert len(rest) == 2, ids(rest)
+        p.compare()
+        p.checked()
+    finally:
+        p.close()
+
+
+def test_tenant_rate_and_cap_paths(server: Server) -> None:
+    """Fixed paths of a tenant's rate and lane cap, in lockstep: a tenant past its rate
+    leaves the ring for twait (its mark, whatever group it served), promote returns it once
+    its window has passed; an enqueue past its cap over all its groups is refused (2)."""
+    p = Pair(server, "rl", "rn")
+    try:
+        def enqueue(jobs: list[tuple[str, str, str]]) -> Any:
+            args: list[Any] = [len(jobs)]
+            for i, g, _ in jobs:
+                args += [i, "t", "p", g, 3, 10**7, 1000, 60, 0, 0]
+            args += ["" for _ in jobs] + [t for _, _, t in jobs]
+            return p.verb("enqueue", args)
+
+        p.admin("tenant", ["rate", "A", f"2:{10**8}"])
+        p.admin("tenant", ["max_size", "A", "5"])
+        assert enqueue([(f"a{i}", f"ga{i % 3}", "A") for i in range(6)]) == [1] * 5 + [2]
+        assert enqueue([(f"b{i}", "gb", "B") for i in range(3)]) == [1] * 3
+        got = [lease[0].decode() for lease in p.verb("claim", [8, "n1"])]
+        assert sorted(got) == ["a0", "a1", "b0", "b1", "b2"], got
+        assert p.r.zscore(p.ka.twait, "A") is not None
+        assert p.r.zscore(p.kb.twait, "A") is not None
+        p.compare()
+        assert enqueue([("a6", "ga2", "A"), ("a7", "gz", "A")]) == [1, 1]   # 2 places
+        assert enqueue([("a8", "ga0", "A")]) == [2]
+        # time passes for A: its starts and its wait move into the past; promote returns it
+        past = now_ms() - 10**9
+
+        def t_move(k: QueueKeys) -> None:
+            for i in range(p.r.llen(k.tenant_starts("A"))):
+                p.r.lset(k.tenant_starts("A"), i, past - i)
+            p.r.zadd(k.twait, {"A": past}, xx=True)
+        p.both(t_move)
+        p.verb("promote", [10])
+        assert p.r.zscore(p.ka.twait, "A") is None
+        got = [lease[0].decode() for lease in p.verb("claim", [8, "n2"])]
+        assert len(got) == 2, got
+        p.compare()
+        p.admin("tenant", ["rate", "A", ""])                 # cleared: back at once
+        assert len(p.verb("claim", [8, "n3"])) == 3
         p.compare()
         p.checked()
     finally:

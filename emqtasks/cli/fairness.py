@@ -37,35 +37,58 @@ def parse_count(text: str, what: str) -> int | None:
     return int(text)
 
 
+#: --tenant on rate and maxsize, as on limit and weight (cli/admin.py, which imports this
+#: module: its _target is imported at the call).
+_TENANT = click.option("--tenant", "-t", default=None, metavar="TENANT",
+                       help="the tenant's, over all its groups, instead of a group's")
+
+
 def describe_rate(rate: Any) -> str:
     return "-" if not rate else f"{rate[0]}/{rate[1]:g}s"
 
 
 @click.command(cls=AdminCommand)
-@click.argument("group")
-@click.argument("rate", metavar="MAX/SECONDS|none")
+@click.argument("words", nargs=-1, metavar="[GROUP] MAX/SECONDS|none")
+@_TENANT
 @queue_options
-def rate(redis_url: str | None, queue: str | None, group: str, rate: str) -> None:
-    """At most MAX of GROUP's jobs start in any window of SECONDS; 'none' clears it."""
-    value = parse_rate(rate)
-    run_admin(redis_url, queue, lambda q: q.set_group_rate(
-        group, *(value if value else (None, 1.0))),
-        ("rate", f"group {group}: {describe_rate(value) if value else None}", None))
-    click.echo(f"rate of group {group} cleared" if value is None else
-               f"rate of group {group} set to {value[0]} per {value[1]:g}s")
+def rate(redis_url: str | None, queue: str | None, words: tuple[str, ...],
+         tenant: str | None) -> None:
+    """At most MAX of GROUP's jobs (or with --tenant, of all a tenant's groups) start in any
+    window of SECONDS; 'none' clears it. A tenant past its rate sits out of the ring of
+    tenants until its next start is due."""
+    from .admin import _target
+    name, text = _target(words, tenant, "MAX/SECONDS|none")
+    kind = "tenant" if tenant is not None else "group"
+    value = parse_rate(text)
+    args = value if value else (None, 1.0)
+    run_admin(redis_url, queue, lambda q: (q.set_tenant_rate if tenant is not None
+                                           else q.set_group_rate)(name, *args),
+              ("rate", f"{kind} {name}: {describe_rate(value) if value else None}", None))
+    click.echo(f"rate of {kind} {name} cleared" if value is None else
+               f"rate of {kind} {name} set to {value[0]} per {value[1]:g}s")
 
 
 @click.command(cls=AdminCommand)
-@click.argument("group")
-@click.argument("size", metavar="N|none")
+@click.argument("words", nargs=-1, metavar="[GROUP] N|none")
+@_TENANT
 @queue_options
-def maxsize(redis_url: str | None, queue: str | None, group: str, size: str) -> None:
-    """Cap GROUP's waiting jobs at N (enqueues into a full lane are refused); 'none' clears."""
-    value = parse_count(size, "a lane cap")
-    run_admin(redis_url, queue, lambda q: q.set_group_max_size(group, value),
-              ("maxsize", f"group {group}: {value}", None))
-    click.echo(f"lane cap of group {group} cleared" if value is None else
-               f"lane cap of group {group} set to {value}")
+def maxsize(redis_url: str | None, queue: str | None, words: tuple[str, ...],
+            tenant: str | None) -> None:
+    """Cap GROUP's waiting jobs at N (enqueues into a full lane are refused); with --tenant,
+    the jobs waiting over all a tenant's groups (N >= 1); 'none' clears."""
+    from .admin import _target
+    name, text = _target(words, tenant, "N|none")
+    kind = "tenant" if tenant is not None else "group"
+    if tenant is not None:
+        value = None if text.strip().lower() == "none" else \
+            positive_int(text, "a tenant lane cap")
+    else:
+        value = parse_count(text, "a lane cap")
+    run_admin(redis_url, queue, lambda q: (q.set_tenant_max_size if tenant is not None
+                                           else q.set_group_max_size)(name, value),
+              ("maxsize", f"{kind} {name}: {value}", None))
+    click.echo(f"lane cap of {kind} {name} cleared" if value is None else
+               f"lane cap of {kind} {name} set to {value}")
 
 
 @click.command(cls=AdminCommand)
@@ -78,16 +101,24 @@ def maxsize(redis_url: str | None, queue: str | None, group: str, size: str) -> 
               help="default concurrency limit of every tenant")
 @click.option("--tenant-weight", default=None, metavar="W|none",
               help="default weight of every tenant")
+@click.option("--tenant-rate", default=None, metavar="M/S|none",
+              help="default rate of every tenant, over all its groups")
+@click.option("--tenant-max-size", default=None, metavar="N|none",
+              help="default lane cap of every tenant, over all its groups")
 def defaults(redis_url: str | None, queue: str | None, limit: str | None,
              rate_text: str | None, max_size: str | None, weight: str | None,
-             tenant_limit: str | None, tenant_weight: str | None) -> None:
+             tenant_limit: str | None, tenant_weight: str | None, tenant_rate: str | None,
+             tenant_max_size: str | None) -> None:
     """Set the settings every group (or with --tenant-*, every tenant) has unless it has its
     own; alone, print them."""
-    tenant_changes: dict[str, int | None] = {}
-    for name, text in (("limit", tenant_limit), ("weight", tenant_weight)):
+    tenant_changes: dict[str, Any] = {}
+    for name, text in (("limit", tenant_limit), ("weight", tenant_weight),
+                       ("max_size", tenant_max_size)):
         if text is not None:
             tenant_changes[name] = None if text.strip().lower() == "none" else \
                 positive_int(text, f"a default tenant {name}")
+    if tenant_rate is not None:
+        tenant_changes["rate"] = parse_rate(tenant_rate)
     changes: dict[str, Any] = {}
     for name, text in (("limit", limit), ("weight", weight)):
         if text is not None:
@@ -98,7 +129,7 @@ def defaults(redis_url: str | None, queue: str | None, limit: str | None,
     if rate_text is not None:
         changes["rate"] = parse_rate(rate_text)
 
-    def verb(q: Queue) -> tuple[dict[str, Any], dict[str, int]]:
+    def verb(q: Queue) -> tuple[dict[str, Any], dict[str, Any]]:
         if changes:
             q.set_group_defaults(**changes)
         for name, value in tenant_changes.items():
@@ -106,7 +137,8 @@ def defaults(redis_url: str | None, queue: str | None, limit: str | None,
         return q.group_defaults(), q.tenant_defaults()
 
     said = [f"{k}: {describe_rate(v) if k == 'rate' and v else v}" for k, v in changes.items()]
-    said += [f"tenant {k}: {v}" for k, v in tenant_changes.items()]
+    said += [f"tenant {k}: {describe_rate(v) if k == 'rate' and v else v}"
+             for k, v in tenant_changes.items()]
     current, tenants = run_admin(redis_url, queue, verb,
                                  ("defaults", ", ".join(said), None) if said else None)
     if not current:
@@ -116,7 +148,8 @@ def defaults(redis_url: str | None, queue: str | None, limit: str | None,
             shown = describe_rate(current[name]) if name == "rate" else current[name]
             click.echo(f"{name + ':':<10} {shown}")
     for name, value in tenants.items():
-        click.echo(f"{'tenant ' + name + ':':<17} {value}")
+        shown = describe_rate(value) if name == "rate" else value
+        click.echo(f"{'tenant ' + name + ':':<17} {shown}")
 
 
 @click.command(cls=AdminCommand)
@@ -187,6 +220,8 @@ def tenant(redis_url: str | None, queue: str | None, name: str, as_json: bool) -
                f"{view['active']} in flight, {view['groups_ready']} groups ready")
     click.echo(f"  limit:     {'-' if view['limit'] is None else view['limit']}")
     click.echo(f"  weight:    {view['weight']}")
+    click.echo(f"  rate:      {describe_rate(view['rate'])}")
+    click.echo(f"  max size:  {'-' if view['max_size'] is None else view['max_size']}")
     click.echo(f"  paused:    {'yes' if view['paused'] else 'no'}")
 
 

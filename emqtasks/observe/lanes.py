@@ -26,7 +26,7 @@ __all__ = ["BOOK_REPLIES", "DEFAULT_FIELDS", "STATES", "book_faults", "effective
 #: The settings a group has of its own or by default (the store's SETTINGS).
 DEFAULT_FIELDS = SETTINGS
 STATES = ("ready", "empty", "paused", "queue_paused", "at_limit", "rate_limited", "corrupt",
-          "tenant_paused", "tenant_at_limit")
+          "tenant_paused", "tenant_at_limit", "tenant_rate_limited")
 
 
 def split_score(score: float) -> tuple[int, int]:
@@ -40,7 +40,7 @@ _BOOK_HASHES = ("gactive", "glimit", "gweight", "grate", "gmax", "gdefaults", "g
 #: The other shared books: (name in QueueKeys, what a missing or unreadable key reads as).
 _BOOK_OTHERS: tuple[tuple[str, Any], ...] = (("gpaused", set()), ("paused", 0), ("gwait", []),
                                              ("fairness", None), ("gvt", []), ("busy", {}),
-                                             ("tpaused", set()))
+                                             ("tpaused", set()), ("twait", []))
 #: How many replies queue_books adds to a pipeline.
 BOOK_REPLIES = len(_BOOK_HASHES) + len(_BOOK_OTHERS)
 
@@ -57,6 +57,7 @@ def queue_books(pipe: Any, keys: Any) -> None:
     pipe.zrange(keys.gvt, 0, -1)
     pipe.hgetall(keys.busy)
     pipe.smembers(keys.tpaused)
+    pipe.zrange(keys.twait, 0, -1, withscores=True)
 
 
 def make_books(client: Any, keys: Any, replies: list[Any], now: int) -> dict[str, Any]:
@@ -79,11 +80,11 @@ def make_books_plan(keys: Any, replies: list[Any], now: int) -> Steps[dict[str, 
     for (name, empty), reply in zip(_BOOK_OTHERS, replies[n:BOOK_REPLIES]):
         values.append((yield from readable_plan(getattr(keys, name), reply, empty, others)))
     books: dict[str, Any] = dict(zip(_BOOK_HASHES, hashes))
-    gpaused, paused, gwait, fairness, gvt, busy, tpaused = values
+    gpaused, paused, gwait, fairness, gvt, busy, tpaused, twait = values
     books.update(now_ms=now, gpaused=gpaused, paused=bool(paused), gwait=dict(gwait),
                  lanes={}, fairness="time" if fairness == "time" else "turns", gvt=gvt,
                  busy={}, corrupt={}, faults=shared + others, shared_faults=shared, keys=keys,
-                 tpaused=tpaused)
+                 tpaused=tpaused, twait=dict(twait))
     books["busy_total"] = minute_ms(busy, now) or 0
     return books
 
@@ -210,7 +211,7 @@ def _int(text: Any) -> int | None:
 
 def tenant_state(books: dict[str, Any], g: str) -> str:
     """A group ready of its own: "ready", or why its tenant holds it back (its pause, its
-    limit; time mode serves the groups flat, no tenant holds one back there)."""
+    limit, its rate; time mode serves the groups flat, no tenant holds one back there)."""
     t = books["gtenant"].get(g)
     if t is None or books["fairness"] == "time":
         return "ready"
@@ -219,6 +220,8 @@ def tenant_state(books: dict[str, Any], g: str) -> str:
     limit = _int(books["tlimit"].get(t, books["tlimit"].get("")))
     if limit is not None and (_int(books["tactive"].get(t, "0")) or 0) >= limit:
         return "tenant_at_limit"
+    if t in books["twait"]:
+        return "tenant_rate_limited"
     return "ready"
 
 
@@ -314,7 +317,8 @@ def tenant_rows(per_group: dict[str, dict[str, Any]], books: dict[str, Any]
                 ) -> dict[str, dict[str, Any]]:
     """Per tenant (lua/lib/ring.lua): its groups, their waiting jobs and oldest job's age,
     its jobs in flight, its effective limit and weight, whether paused, and its state:
-    "empty", "paused", "at_limit" or "ready" (in time mode its groups are served flat)."""
+    "empty", "paused", "at_limit", "rate_limited" or "ready" (in time mode its groups are
+    served flat)."""
     names = {t for t in (*books["gtenant"].values(), *books["tactive"], *books["tpaused"])
              if t}
     by_tenant: dict[str, list[dict[str, Any]]] = {t: [] for t in names}
@@ -332,7 +336,8 @@ def tenant_rows(per_group: dict[str, dict[str, Any]], books: dict[str, Any]
         weight = _int(books["tweight"].get(t, books["tweight"].get(""))) or 1
         paused = t in books["tpaused"]
         state = ("empty" if not pending else "paused" if paused else
-                 "at_limit" if limit is not None and active >= limit else "ready")
+                 "at_limit" if limit is not None and active >= limit else
+                 "rate_limited" if t in books["twait"] else "ready")
         rows[t] = {"groups": len(mine), "pending": pending, "active": active, "limit": limit,
                    "weight": weight, "paused": paused, "state": state,
                    "oldest_age": max(ages) if ages else None}

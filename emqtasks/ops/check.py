@@ -36,15 +36,15 @@ TYPES = NAMED_TYPES
 #: The others are settings and workflows, which only their owner can set again.
 REBUILT = frozenset({"ring", "active", "gactive", "gturn", "delayed", "dead", "wake",
                      "gbackoff", "gwait", "gvt", "gvrun", "gcost", "busy", "workers", "tasks",
-                     "schedver", "tactive"})
+                     "schedver", "tactive", "twait"})
 #: The families of keys (store/keys.py FAMILIES) repair deletes when of the wrong type.
 _REBUILT_FAMILIES = frozenset({"minute", "done", "worker", "lane", "starts", "group_busy",
-                               "tenant_ring", "unique"})
+                               "tenant_ring", "unique", "tenant_starts", "tenant_groups"})
 #: The states of a job that has ended: its unique key (if any) is no longer held.
 _ENDED = frozenset({"done", "dead", "cancelled", "expired", "aborted", "skipped"})
 #: Settings the rebuild reads (a group's openness, its books): of the wrong type, they stop it.
 _NEEDED = frozenset({"gdefaults", "fairness", "glimit", "gweight", "gpaused", "grate",
-                     "gtenant", "tlimit", "tpaused"})
+                     "gtenant", "tlimit", "tpaused", "trate"})
 
 def rebuilt(name: str) -> bool:
     """Whether repair deletes the key of this name (after the base) when of the wrong type."""
@@ -112,7 +112,7 @@ _SNAPSHOT = (("active", "zrange"), ("delayed", "zrange"), ("dead", "zrange"), ("
              ("grate", "hgetall"), ("gmax", "hgetall"), ("gcost", "hgetall"),
              ("gdefaults", "hgetall"), ("gpaused", "smembers"), ("wake", "llen"),
              ("fairness", "get"), ("gtenant", "hgetall"), ("tactive", "hgetall"),
-             ("tlimit", "hgetall"), ("tpaused", "smembers"))
+             ("tlimit", "hgetall"), ("tpaused", "smembers"), ("twait", "zrange"))
 _EMPTY: dict[str, Any] = {"zrange": [], "lrange": [], "hgetall": {}, "smembers": set(),
                           "llen": 0, "get": None}
 
@@ -139,8 +139,12 @@ def _snapshot(queue: Queue, report: Report, lanes: set[str]) -> dict[str, Any]:
     pipe = queue.client.pipeline(transaction=False)
     for t in tenants:
         pipe.lrange(k.tenant_ring(t), 0, -1)
+        pipe.smembers(k.tenant_groups(t))     # gtenant backwards (a tenant's lane cap)
+    replies = pipe.execute(raise_on_error=False)
     books["trings"] = {t: r if isinstance(r, list) else []
-                       for t, r in zip(tenants, pipe.execute(raise_on_error=False))}
+                       for t, r in zip(tenants, replies[0::2])}
+    books["tgroups"] = {t: r if isinstance(r, set) else set()
+                        for t, r in zip(tenants, replies[1::2])}
     books["time_mode"] = books.pop("fairness") == "time"
     return books
 
@@ -294,8 +298,9 @@ def _check_ring(report: Report, groups: list[str], lanes: dict[str, list[str]],
 
 def _check_tenants(report: Report, b: dict[str, Any], in_flight: Counter[str | None]) -> None:
     """Each tenant's books (lua/lib/ring.lua): its ring holds only its own groups, its jobs
-    in flight are booked in tactive, and its mark stands on the ring (once) exactly while
-    its ring holds a group and it is open (not paused, under its limit)."""
+    in flight are booked in tactive, and its mark stands on the ring (once), or waits out
+    its rate in twait, exactly while its ring holds a group and it is open (not paused,
+    under its limit); its set of groups is gtenant's."""
     per_tenant: Counter[str] = Counter()
     for g, n in in_flight.items():
         if g is not None and g in b["gtenant"]:
@@ -310,6 +315,13 @@ def _check_tenants(report: Report, b: dict[str, Any], in_flight: Counter[str | N
         for g in members:
             if b["gtenant"].get(g) != t:
                 report.add(f"group {g} is on the ring of tenant {t} but is not its")
+    # each tenant's set of groups is gtenant read backwards (its lane cap counts over it)
+    for t, members in b["tgroups"].items():
+        owned = {g for g, owner in b["gtenant"].items() if owner == t}
+        if members != owned:
+            report.add(f"the set of groups of tenant {t} differs from gtenant "
+                       f"({len(members)} against {len(owned)})")
+    waits = set(b["twait"])          # tenants whose rate is spent: their marks wait there
     if b["time_mode"]:
         return
     for t in set(marks) | set(b["trings"]):
@@ -321,10 +333,14 @@ def _check_tenants(report: Report, b: dict[str, Any], in_flight: Counter[str | N
         should = is_open and bool(b["trings"].get(t))
         if marks.get(t, 0) > 1:
             report.add(f"tenant {t} is on the ring {marks[t]} times")
-        if should and not marks.get(t):
+        if marks.get(t) and t in waits:
+            report.add(f"tenant {t} is both on the ring and waiting in twait")
+        if should and not marks.get(t) and t not in waits:
             report.add(f"tenant {t} has groups ready and is open but is not on the ring")
         elif marks.get(t) and not should:
             report.add(f"tenant {t} is on the ring but is not serviceable")
+    for t in waits - {t for t, members in b["trings"].items() if members}:
+        report.add(f"tenant {t} waits in twait but has no group ready")
 
 
 def _check_workflows(queue: Queue, report: Report,

@@ -411,6 +411,17 @@ class App:
         none); at its limit the tenant sits out until one of its jobs leaves flight."""
         self.queue().set_tenant_limit(tenant, limit)
 
+    def set_tenant_rate(self, tenant: str, max_jobs: int | None, per: float = 1.0) -> None:
+        """At most ``max_jobs`` starts over all the tenant's groups in any window of ``per``
+        seconds (None clears it); a tenant past it sits out of the ring of tenants until its
+        next start is due."""
+        self.queue().set_tenant_rate(tenant, max_jobs, per)
+
+    def set_tenant_max_size(self, tenant: str, max_size: int | None) -> None:
+        """Cap the jobs waiting over all the tenant's groups: an enqueue past it is refused
+        (LaneFull, nothing written); None clears it."""
+        self.queue().set_tenant_max_size(tenant, max_size)
+
     def tenant_shares(self, minutes: int = 5) -> dict[str, Any]:
         """Per tenant over the last ``minutes`` (from the history): its claims, its share of
         them and the share its weight entitles it to; Jain's index per minute
@@ -419,21 +430,25 @@ class App:
 
         return tenants.shares(self.queue(), minutes)
 
-    def set_tenant_defaults(self, limit: int | None = None, weight: int | None = None) -> None:
-        """A limit and/or weight for every tenant without its own, including tenants that do
-        not exist yet; a None argument leaves that default as it is
-        (``clear_tenant_defaults`` clears)."""
+    def set_tenant_defaults(self, limit: int | None = None, weight: int | None = None,
+                            rate: tuple[int, float] | str | None = None,
+                            max_size: int | None = None) -> None:
+        """A limit, weight, rate ((max_jobs, per) or "10/s") and/or max_size for every
+        tenant without its own, including tenants that do not exist yet; a None argument
+        leaves that default as it is (``clear_tenant_defaults`` clears)."""
         q = self.queue()
-        for name, value in (("limit", limit), ("weight", weight)):
+        given: tuple[tuple[str, Any], ...] = (("limit", limit), ("weight", weight),
+                                              ("rate", rate), ("max_size", max_size))
+        for name, value in given:
             if value is not None:
                 q.set_tenant_default(name, value)
 
     def clear_tenant_defaults(self, *names: str) -> None:
-        """Clear the named tenant defaults ("limit", "weight"), or all of them."""
-        for name in names or ("limit", "weight"):
+        """Clear the named tenant defaults ("limit", "weight", "rate", "max_size"), or all."""
+        for name in names or ("limit", "weight", "rate", "max_size"):
             self.queue().set_tenant_default(name, None)
 
-    def tenant_defaults(self) -> dict[str, int]:
+    def tenant_defaults(self) -> dict[str, Any]:
         return self.queue().tenant_defaults()
 
     def pause_tenant(self, tenant: str) -> bool:

@@ -87,22 +87,47 @@ class Admin(QueueCore):
         value = "" if limit is None else integer(limit, "a tenant limit", 1)
         self.scripts.tenant(self._k, ["limit", check_tenant(tenant), value])
 
-    def set_tenant_default(self, name: str, value: int | None) -> None:
-        """The ``limit`` or ``weight`` of every tenant without its own (None clears it);
-        tenants already waiting follow at once."""
-        if name not in ("limit", "weight"):
-            raise InvalidArgument(f"a tenant default is limit or weight, not {name!r}")
-        text = "" if value is None else integer(value, f"a default tenant {name}", 1)
+    def set_tenant_rate(self, tenant: str, max_jobs: int | None, per: float = 1.0) -> None:
+        """At most max_jobs starts over all the tenant's groups in any window of ``per``
+        seconds (None clears its own rate): a tenant past it leaves the ring of tenants until
+        its next start is due."""
+        t = check_tenant(tenant)
+        self.scripts.tenant(self._k, ["rate", t, tenant_rate_arg(max_jobs, per)])
+
+    def set_tenant_max_size(self, tenant: str, max_size: int | None) -> None:
+        """Cap the jobs waiting over all the tenant's groups (an enqueue past it is refused,
+        LaneFull); None clears its own cap."""
+        value = "" if max_size is None else integer(max_size, "a tenant lane cap (max_size)", 1)
+        self.scripts.tenant(self._k, ["max_size", check_tenant(tenant), value])
+
+    def set_tenant_default(self, name: str, value: Any) -> None:
+        """The ``limit``, ``weight``, ``rate`` ((max_jobs, per) or "max_jobs:per_ms") or
+        ``max_size`` of every tenant without its own (None clears it); tenants already
+        waiting follow at once."""
+        if name not in ("limit", "weight", "rate", "max_size"):
+            raise InvalidArgument(
+                f"a tenant default is limit, weight, rate or max_size, not {name!r}")
+        if name == "rate":
+            text = str(default_arg("rate", value))    # (max_jobs, per) or "10/s"
+        else:
+            text = "" if value is None else str(integer(value, f"a default tenant {name}", 1))
         self.scripts.tenant(self._k, [name, "", text])
 
-    def tenant_defaults(self) -> dict[str, int]:
-        """The defaults for every tenant that are set (limit, weight)."""
+    def tenant_defaults(self) -> dict[str, Any]:
+        """The defaults for every tenant that are set (limit, weight, max_size, and rate as
+        (max_jobs, per seconds))."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hget(self.keys.tlimit, "")
         pipe.hget(self.keys.tweight, "")
-        limit, weight = pipe.execute()
-        return {name: int(v) for name, v in (("limit", limit), ("weight", weight))
-                if v is not None}
+        pipe.hget(self.keys.tmax, "")
+        pipe.hget(self.keys.trate, "")
+        limit, weight, max_size, rate = pipe.execute()
+        out: dict[str, Any] = {
+            name: int(v) for name, v in (("limit", limit), ("weight", weight),
+                                         ("max_size", max_size)) if v is not None}
+        if rate is not None:
+            out["rate"] = rate_pair(rate)
+        return out
 
     def pause_tenant(self, tenant: str) -> bool:
         return bool(self.scripts.tenant(self._k, ["pause", check_tenant(tenant), "1"]) == 1)
@@ -126,16 +151,24 @@ class Admin(QueueCore):
         pipe.llen(k.tenant_ring(t))
         pipe.hget(k.tlimit, "")
         pipe.hget(k.tweight, "")
-        *sizes, active, limit, weight, paused, ringed, dlimit, dweight = pipe.execute()
+        for book in (k.trate, k.tmax):
+            pipe.hget(book, t)
+            pipe.hget(book, "")
+        pipe.zscore(k.twait, t)
+        *sizes, active, limit, weight, paused, ringed, dlimit, dweight, rate, drate, cap, dcap, \
+            due = pipe.execute()
         limit = dlimit if limit is None else limit        # its own, else the default
         weight = dweight if weight is None else weight
+        rate = drate if rate is None else rate
+        cap = dcap if cap is None else cap
         standing = TENANT_MARK + t in self.client.lrange(k.ring, 0, -1)
         waiting = sum(sizes)
         info: dict[str, Any] = {
             "tenant": t, "groups": dict(zip(groups, sizes)), "waiting": waiting,
             "active": int(active or 0), "limit": None if limit is None else int(limit),
             "weight": int(weight or 1), "paused": bool(paused), "groups_ready": int(ringed),
-            "on_ring": standing,
+            "on_ring": standing, "rate": None if rate is None else rate_pair(rate),
+            "max_size": None if cap is None else int(cap),
         }
         why = None
         if waiting and not standing:
@@ -143,6 +176,8 @@ class Admin(QueueCore):
                 why = "paused (resume_tenant)"
             elif limit is not None and info["active"] >= int(limit):
                 why = f"at its limit: {info['active']} of {limit} jobs in flight"
+            elif due is not None:
+                why = "rate: its next start is due at server ms " + str(int(float(due)))
             elif self.fairness() == "time":
                 why = None   # time mode serves the groups flat
             elif not ringed:
@@ -298,6 +333,20 @@ def rate_args(max_jobs: int | None, per: float) -> list[Any]:
     count = integer(max_jobs, "a rate's max_jobs", 1)
     window = seconds(per, "a rate's per", above_low=True)
     return [count, max(1, round(window * 1000))]
+
+
+def tenant_rate_arg(max_jobs: int | None, per: float = 1.0) -> str:
+    """The tenant script's "max_jobs:per_ms", or '' to clear."""
+    if max_jobs is None:
+        return ""
+    count, per_ms = rate_args(max_jobs, per)
+    return f"{count}:{per_ms}"
+
+
+def rate_pair(text: str) -> tuple[int, float]:
+    """A stored "max_jobs:per_ms" as (max_jobs, per seconds)."""
+    m, per_ms = text.split(":")
+    return int(m), int(per_ms) / 1000
 
 
 def default_arg(name: str, value: Any) -> Any:

@@ -70,6 +70,7 @@ NAMED_TYPES = {
     "schedules": "hash", "schedstate": "hash", "schedver": "string", "tasks": "hash",
     "workers": "hash", "audit": "stream",
     "gtenant": "hash", "tactive": "hash", "tlimit": "hash", "tweight": "hash", "tpaused": "set",
+    "trate": "hash", "tmax": "hash", "twait": "zset",
 }
 #: The families of keys named by an id or a group: (family, the name's prefix and suffix,
 #: the type). A group's keys are matched by suffix in this order.
@@ -86,6 +87,8 @@ FAMILIES = (
     ("starts", "g:", ":starts", "list"),
     ("group_busy", "g:", ":busy", "hash"),
     ("tenant_ring", "t:", ":ring", "list"),   # a tenant's open groups (lua/lib/ring.lua)
+    ("tenant_starts", "t:", ":starts", "list"),   # a rate-limited tenant's recent starts
+    ("tenant_groups", "t:", ":groups", "set"),    # a tenant's groups (gtenant backwards)
 )
 
 
@@ -224,7 +227,8 @@ class QueueKeys:
     __slots__ = ("name", "base", "fixed", "ring", "active", "delayed", "dead", "wake",
                  "gactive", "glimit", "gweight", "gpaused", "paused", "grate", "gmax",
                  "gdefaults", "gbackoff", "gwait", "fairness", "gvt", "gvrun", "gcost",
-                 "busy", "gtenant", "tactive", "tlimit", "tweight", "tpaused")
+                 "busy", "gtenant", "tactive", "tlimit", "tweight", "tpaused",
+                 "trate", "tmax", "twait")
 
     def __init__(self, name: str) -> None:
         self.name = check_queue_name(name)
@@ -249,6 +253,9 @@ class QueueKeys:
         # limit, weight and pause.
         self.gtenant, self.tactive, self.tlimit = b + "gtenant", b + "tactive", b + "tlimit"
         self.tweight, self.tpaused = b + "tweight", b + "tpaused"
+        # a tenant's rate and lane cap over all its groups, and the tenants waiting out
+        # their rate (zset, score: when they may start again)
+        self.trate, self.tmax, self.twait = b + "trate", b + "tmax", b + "twait"
 
     def named(self, name: str) -> str:
         """The key of a name after the base: a named key (NAMED_TYPES, ``paused``,
@@ -284,6 +291,14 @@ class QueueKeys:
     def tenant_ring(self, tenant: str) -> str:
         """list: the tenant's open groups, turned once per claim of the tenant."""
         return f"{self.base}t:{tenant}:ring"
+
+    def tenant_starts(self, tenant: str) -> str:
+        """list: a rate-limited tenant's recent start times (ms), newest first."""
+        return f"{self.base}t:{tenant}:starts"
+
+    def tenant_groups(self, tenant: str) -> str:
+        """set: the tenant's groups (gtenant read backwards), over which its cap counts."""
+        return f"{self.base}t:{tenant}:groups"
 
     def group_busy(self, group: str) -> str:
         """hash: 10 s slot -> ms of worker time the group's time-mode jobs used (last minute)."""

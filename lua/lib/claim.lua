@@ -16,6 +16,7 @@ do
   local notify, type_of, wait_push, wake, wrong_type = notify, type_of, wait_push, wake, wrong_type
   local K_tactive, TENANT_MARK, tenant_leave, tenant_limit, tenant_of, tring_key =
     K_tactive, TENANT_MARK, tenant_leave, tenant_limit, tenant_of, tring_key
+  local TEN = TEN
   local LEASE_ROW, R_ATTEMPTS, R_EXPIRES, R_FENCE, R_LEASE, R_PAYLOAD, R_STATE, R_TASK, R_TTL =
     LEASE_ROW, R_ATTEMPTS, R_EXPIRES, R_FENCE, R_LEASE, R_PAYLOAD, R_STATE, R_TASK, R_TTL
   local unpack = unpack
@@ -162,8 +163,13 @@ do
             -- in its own ring) until a completion returns it (active_drop)
             local tact = redis.call('HINCRBY', K_tactive, t, 1)
             local tlim = tenant_limit(t)
-            if not tf and tlim and tact >= tlim and redis.call('LLEN', tring_key(t)) > 0 then
+            -- and its rate: a spent budget takes it off the ring into `twait` until its
+            -- next start is due (promote returns it; at its limit too, a completion does)
+            local tat = TEN.charge(t, now)
+            if not tf and ((tlim and tact >= tlim) or tat)
+              and redis.call('LLEN', tring_key(t)) > 0 then
               tenant_leave(t, t_rotated)
+              if tat and not (tlim and tact >= tlim) then TEN.wait_push(t, tat) end
             end
           end
           if (closed or at or t) and ring_size() == 0 then more = 0 end

@@ -103,8 +103,37 @@ local function tenant_claim(g, t, full)
     return false
   end
   if full then return true end
-  if t then redis.call('HSET', K_gtenant, g, t) else redis.call('HDEL', K_gtenant, g) end
+  if t then
+    redis.call('HSET', K_gtenant, g, t)
+    redis.call('SADD', TEN.groups(t), g)
+  else
+    redis.call('HDEL', K_gtenant, g)
+  end
+  if cur then redis.call('SREM', TEN.groups(cur), g) end
   return true
+end
+
+-- A tenant's lane cap (TEN.max_of) over the call: TEN.full(t) says whether a job due now of
+-- tenant t would pass it (its waiting jobs counted over its groups once per call, O(its
+-- groups), only when it has a cap), TEN.took(t) counts a job written into one of its lanes.
+do
+  local counts = {}
+  function TEN.full(t)
+    local cap = TEN.max_of(t)
+    if not cap then return false end
+    if not counts[t] then
+      local c = 0
+      for _, g in ipairs(redis.call('SMEMBERS', TEN.groups(t))) do
+        local n = redis.pcall('ZCARD', lane_key(g))
+        if type(n) == 'number' then c = c + n end
+      end
+      counts[t] = c
+    end
+    return counts[t] >= cap
+  end
+  function TEN.took(t)
+    if counts[t] then counts[t] = counts[t] + 1 end
+  end
 end
 
 -- A unique key of enqueue.lua ('<ms>:<key>' or 'd<ms>:<debounce>:<max>:<key>', checked):

@@ -42,6 +42,14 @@ local K_tactive = BASE .. 'tactive'       -- hash: tenant -> jobs in flight
 local K_tlimit = BASE .. 'tlimit'         -- hash: tenant -> concurrency limit
 local K_tweight = BASE .. 'tweight'       -- hash: tenant -> weight (claims per turn)
 local K_tpaused = BASE .. 'tpaused'       -- set: paused tenants
+-- A tenant's rate and lane cap, in one table (a verb's main chunk is near Lua's 200 locals):
+-- rate / max: hash tenant -> "max:per_ms" / cap on its waiting jobs ('': every tenant's
+-- default); wait: zset tenant -> when its rate lets it start again (its mark is off the
+-- ring meanwhile); starts(t): list, its recent start times; groups(t): set, its groups
+-- (gtenant read backwards: its waiting jobs are counted over them).
+local TEN = {rate = BASE .. 'trate', max = BASE .. 'tmax', wait = BASE .. 'twait'}
+function TEN.starts(t) return BASE .. 't:' .. t .. ':starts' end
+function TEN.groups(t) return BASE .. 't:' .. t .. ':groups' end
 -- The queue's own marks (emqtasks/clock.py, stats()):
 local K_clock = BASE .. 'clock'           -- hash: seen (latest server ms a reap saw), step, at
 local K_tally = BASE .. 'tally'           -- hash: stale_acks (acks the fence refused)

@@ -20,18 +20,51 @@ local function tenant_open(t)
   return not lim or (tonumber(redis.call('HGET', K_tactive, t)) or 0) < lim
 end
 
+-- When the tenant's rate budget allows its next start (ms), or nil when it does now: in
+-- any window of per_ms at most max_jobs starts over all its groups (as rate_ready, a group).
+function TEN.ready(t, now)
+  local m, per = TEN.rate_of(t)
+  if not m then return nil end
+  local oldest = tonumber(redis.call('LINDEX', TEN.starts(t), m - 1))
+  if oldest and oldest + per > now then return oldest + per end
+  return nil
+end
+
+-- Hold a tenant's mark off the ring until `at` (promote brings it back, no polling); a new
+-- earliest return re-times the parked masters.
+function TEN.wait_push(t, at)
+  redis.call('ZADD', TEN.wait, at, t)
+  if redis.call('ZRANGE', TEN.wait, 0, 0)[1] == t then wake('d') end
+end
+
+-- The mark joins the ring, or `twait` while the tenant's rate budget is spent.
 local function tenant_enter(t)
+  local at = TEN.ready(t, now_ms())
+  if at then return TEN.wait_push(t, at) end
   local m = TENANT_MARK .. t
   redis.call('RPUSH', K_ring, m)
   redis.call('HDEL', K_gturn, m)
 end
 
--- from_tail as ring_leave's below.
+-- from_tail as ring_leave's below. A mark waiting out its rate leaves `twait` instead.
 local function tenant_leave(t, from_tail)
   local m, count = TENANT_MARK .. t, 0
   if from_tail == true then count = -1 elseif from_tail == false then count = 1 end
   redis.call('LREM', K_ring, count, m)
   redis.call('HDEL', K_gturn, m)
+  redis.call('ZREM', TEN.wait, t)
+end
+
+-- A claim of tenant t: its start counted when it has a rate; returns when its budget lets
+-- it start again (nil: now).
+function TEN.charge(t, now)
+  local m, per = TEN.rate_of(t)
+  if not m then return nil end
+  local k = TEN.starts(t)
+  redis.call('LPUSH', k, now)
+  redis.call('LTRIM', k, 0, m - 1)
+  redis.call('PEXPIRE', k, per)
+  return TEN.ready(t, now)
 end
 
 local function ring_push(g)

@@ -50,3 +50,15 @@ end
 local function tenant_weight(t)
   return tonumber(redis.call('HGET', K_tweight, t) or redis.call('HGET', K_tweight, '')) or 1
 end
+-- A tenant's rate: max_jobs, per_ms (its own, else every tenant's default), nil for none.
+function TEN.rate_of(t)
+  local r = redis.call('HGET', TEN.rate, t) or redis.call('HGET', TEN.rate, '')
+  if not r then return nil end
+  local m, p = string.match(r, '^(%d+):(%d+)$')
+  if not m then return nil end
+  return tonumber(m), tonumber(p)
+end
+-- A tenant's cap on its waiting jobs (its own, else the default), nil for none.
+function TEN.max_of(t)
+  return tonumber(redis.call('HGET', TEN.max, t) or redis.call('HGET', TEN.max, ''))
+end

@@ -239,15 +239,25 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out, RMS *t) {
         if (th) RedisModule_CloseKey(th);
         sfree(q, tk);
         if (rc < 0) goto out;
+        /* and its rate: a spent budget takes it off the ring into twait until its next
+         * start is due (promote returns it; at its limit too, a completion does) */
+        int twait;
+        double tat = 0;
+        if ((rc = tenant_charge(q, t, &twait, &tat)) < 0) goto out;
         if (!tf) {
             if ((rc = tenant_setting(q, "tlimit", t, &has, &tlim)) < 0) goto out;
-            if (has && (double)tact >= tlim) {
+            int full = has && (double)tact >= tlim;
+            if (full || twait) {
                 RMS *rk = tring_key(q, t);
                 RMK *rh;
-                if ((rc = dk(q, rk, 0, REDISMODULE_KEYTYPE_LIST, &rh)) == 0 && vlen(rh) > 0)
+                int standing = 0;
+                if ((rc = dk(q, rk, 0, REDISMODULE_KEYTYPE_LIST, &rh)) == 0 && vlen(rh) > 0) {
+                    standing = 1;
                     rc = tenant_leave(q, t, t_rotated ? -1 : 1);
+                }
                 if (rh) RedisModule_CloseKey(rh);
                 sfree(q, rk);
+                if (rc == 0 && standing && twait && !full) rc = twait_push(q, t, tat);
                 if (rc < 0) goto out;
             }
         }

@@ -114,6 +114,8 @@ static int enqueue_books(Q *q, RMS **a, long long n, char *refused) {
  * group is its own tenant). *ok 1 when g is t's (passed to t when it is empty: nothing in
  * its lane nor in flight), 0 when it is another tenant's and busy (the job is refused).
  * full: the job will be refused for its lane's cap of 0 (the group stays whose it is). */
+static int set_op(Q *q, const char *op, RMS *t, RMS *g);
+static int tenant_pass(Q *q, RMS *g, RMS *t, RMS *cur_t, int full, int *ok);
 static int tenant_claim(Q *q, RMS *g, RMS *t, int full, int *ok) {
     size_t tl = 0;
     if (t) RedisModule_StringPtrLen(t, &tl);
@@ -122,8 +124,29 @@ static int tenant_claim(Q *q, RMS *g, RMS *t, int full, int *ok) {
     *ok = 1;
     if (tenant_of(q, g, &cur) < 0) return -1;
     int same = (!cur && !t) || (cur && t && eq(cur, t));
+    if (same) {
+        sfree(q, cur);
+        return 0;
+    }
+    int rc = tenant_pass(q, g, t, cur, full, ok);
     sfree(q, cur);
-    if (same) return 0;
+    return rc;
+}
+
+/* SADD/SREM BASE t:<tenant>:groups g, replicated as itself. */
+static int set_op(Q *q, const char *op, RMS *t, RMS *g) {
+    RMS *key = mkname(q, "t:", t, ":groups");
+    RedisModuleCallReply *r = RedisModule_Call(q->ctx, op, "ss", key, g);
+    int ok = r && RedisModule_CallReplyType(r) == REDISMODULE_REPLY_INTEGER;
+    long long changed = ok ? RedisModule_CallReplyInteger(r) : 0;
+    if (r) RedisModule_FreeCallReply(r);
+    if (ok && changed) RedisModule_Replicate(q->ctx, op, "ss", key, g);
+    sfree(q, key);
+    return ok ? 0 : fail(q, WRONGTYPE);
+}
+
+/* tenant_claim's second half: g passes from cur_t to t when it is empty. */
+static int tenant_pass(Q *q, RMS *g, RMS *t, RMS *cur_t, int full, int *ok) {
     RMS *lk = lane_key(q, g);
     RMK *lane = RedisModule_OpenKey(q->ctx, lk, REDISMODULE_READ);
     int lane_ok = type_ok(lane, REDISMODULE_KEYTYPE_ZSET);   /* the wrong type: busy */
@@ -151,7 +174,45 @@ static int tenant_claim(Q *q, RMS *g, RMS *t, int full, int *ok) {
     }
     if (h) RedisModule_CloseKey(h);
     sfree(q, key);
+    /* each tenant's set of its groups follows (a tenant's lane cap counts over it) */
+    if (rc == 0 && t) rc = set_op(q, "SADD", t, g);
+    if (rc == 0 && cur_t) rc = set_op(q, "SREM", cur_t, g);
     return rc;
+}
+
+/* A tenant's lane cap (tmax, its own else the default) over the jobs waiting in all its
+ * groups' lanes (t:<tenant>:groups): *full 1 when a job due now would pass it (lua
+ * TEN.full; O(its groups), only when it has a cap). t NULL or '': none. */
+static int tenant_full(Q *q, RMS *t, int *full) {
+    size_t tl = 0;
+    *full = 0;
+    if (t) RedisModule_StringPtrLen(t, &tl);
+    if (tl == 0) return 0;
+    int has;
+    double cap;
+    if (tenant_setting(q, "tmax", t, &has, &cap) < 0) return -1;
+    if (!has) return 0;
+    RMS *key = mkname(q, "t:", t, ":groups");
+    RedisModuleCallReply *r = RedisModule_Call(q->ctx, "SMEMBERS", "s", key);
+    sfree(q, key);
+    if (!r || RedisModule_CallReplyType(r) != REDISMODULE_REPLY_ARRAY) {
+        if (r) RedisModule_FreeCallReply(r);
+        return fail(q, WRONGTYPE);
+    }
+    double count = 0;
+    size_t n = RedisModule_CallReplyLength(r);
+    for (size_t i = 0; i < n; i++) {
+        RMS *g = RedisModule_CreateStringFromCallReply(RedisModule_CallReplyArrayElement(r, i));
+        RMS *lk = lane_key(q, g);
+        RMK *lane = RedisModule_OpenKey(q->ctx, lk, REDISMODULE_READ);
+        if (type_ok(lane, REDISMODULE_KEYTYPE_ZSET)) count += (double)vlen(lane);
+        if (lane) RedisModule_CloseKey(lane);
+        sfree(q, lk);
+        sfree(q, g);
+    }
+    RedisModule_FreeCallReply(r);
+    *full = count >= cap;
+    return 0;
 }
 
 /* Job id takes unique key uk for ms (SET uk id PX ms). */
@@ -270,7 +331,19 @@ static int enqueue_one(Q *q, RMS **f, RMS *now_s, int refused, RMS *ex, RMS *ten
         sfree(q, ukey);
         return 0;
     }
-    if (countdown <= 0) rc = max_size_of(q, g, &has_cap, &cap);   /* the cap on waiting jobs */
+    if (countdown <= 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) {
+        int tfull;                               /* its tenant's cap over all its groups */
+        if (tenant_full(q, tenant, &tfull) < 0) rc = -1;
+        else if (tfull) {
+            *verdict = 2;
+            RedisModule_CloseKey(job);
+            sfree(q, jk);
+            sfree(q, uk);
+            sfree(q, ukey);
+            return 0;
+        }
+    }
+    if (rc == 0 && countdown <= 0) rc = max_size_of(q, g, &has_cap, &cap);   /* the cap on waiting jobs */
     if (rc == 0 && RedisModule_KeyType(job) == REDISMODULE_KEYTYPE_EMPTY) {
         int ok;
         if (tenant_claim(q, g, tenant, has_cap && cap == 0, &ok) < 0) rc = -1;

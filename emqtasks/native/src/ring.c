@@ -93,7 +93,56 @@ static long long list_rem(Q *q, RMK *h, RMS *key, long long count, RMS *m) {
     return removed;
 }
 
+/* A tenant's recent start times (BASE t:<tenant>:starts), kept while it has a rate. */
+static RMS *tstarts_key(Q *q, RMS *t) { return mkname(q, "t:", t, ":starts"); }
+
+/* When the tenant's rate budget allows its next start (*has 1, *at ms), or *has 0 now: at
+ * most max_jobs starts over all its groups in any window of per_ms (lua TEN.ready). */
+static int tenant_ready(Q *q, RMS *t, int *has, double *at) {
+    int rated;
+    long long m, per;
+    *has = 0;
+    if (tenant_rate(q, t, &rated, &m, &per) < 0) return -1;
+    if (!rated) return 0;
+    RMS *key = tstarts_key(q, t), *o;
+    int rc = lindex(q, key, m - 1, &o);
+    sfree(q, key);
+    if (rc < 0) return -1;
+    double oldest;
+    if (o && RedisModule_StringToDouble(o, &oldest) == REDISMODULE_OK && isfinite(oldest) &&
+        oldest + (double)per > (double)q->now) {
+        *has = 1;
+        *at = oldest + (double)per;
+    }
+    sfree(q, o);
+    return 0;
+}
+
+/* Hold a tenant's mark off the ring until `at` (twait, promote returns it); a new earliest
+ * return re-times the parked masters (lua TEN.wait_push). */
+static int twait_push(Q *q, RMS *t, double at) {
+    RMS *key = book_key(q, "twait");
+    RMK *h;
+    int rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &h);
+    if (rc == 0) rc = zadd(q, h, key, at, t, 0);
+    int first = 0;
+    if (rc == 0) {
+        double s;
+        RMS *f = zfirst(h, &s);
+        first = f && eq(f, t);
+        sfree(q, f);
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    return rc < 0 ? -1 : first ? wake(q, 1) : 0;
+}
+
+/* The mark joins the ring, or twait while the tenant's rate budget is spent. */
 static int tenant_enter(Q *q, RMS *t) {
+    int has;
+    double at;
+    if (tenant_ready(q, t, &has, &at) < 0) return -1;
+    if (has) return twait_push(q, t, at);
     RMS *m = tenant_mark(q, t);
     int rc = rpush(q, fx(q, K_RING, 1), q->k[K_RING], m);
     if (rc == 0) hdel_fx(q, K_GTURN, m);
@@ -101,14 +150,60 @@ static int tenant_enter(Q *q, RMS *t) {
     return rc;
 }
 
-/* count as list_rem's: where the mark is known to stand, or 0 to scan. */
+/* count as list_rem's: where the mark is known to stand, or 0 to scan. A mark waiting out
+ * its rate leaves twait instead. */
 static int tenant_leave(Q *q, RMS *t, long long count) {
     RMS *m = tenant_mark(q, t);
     RMK *r = fx(q, K_RING, 1);
     if (r) list_rem(q, r, q->k[K_RING], count, m);
     if (r) hdel_fx(q, K_GTURN, m);
     sfree(q, m);
-    return r ? 0 : -1;
+    if (!r) return -1;
+    RMS *key = book_key(q, "twait");
+    RMK *h;
+    int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_ZSET, &h);
+    if (rc == 0 && h) {
+        RedisModule_CloseKey(h);
+        rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &h);
+        if (rc == 0) rc = zrem(q, h, key, t) < 0 ? -1 : 0;
+    }
+    if (h) RedisModule_CloseKey(h);
+    sfree(q, key);
+    return rc;
+}
+
+/* A claim of tenant t: its start counted when it has a rate (LPUSH, LTRIM, PEXPIRE); *has,
+ * *at: when its budget lets it start again (lua TEN.charge). */
+static int tenant_charge(Q *q, RMS *t, int *has, double *at) {
+    int rated;
+    long long m, per;
+    *has = 0;
+    if (tenant_rate(q, t, &rated, &m, &per) < 0) return -1;
+    if (!rated) return 0;
+    RMS *skey = tstarts_key(q, t);
+    RMK *sh;
+    int rc = dk(q, skey, 1, REDISMODULE_KEYTYPE_LIST, &sh);
+    if (rc == 0) {
+        RMS *v = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
+        RedisModule_ListPush(sh, REDISMODULE_LIST_HEAD, v);
+        RedisModule_Replicate(q->ctx, "LPUSH", "ss", skey, v);
+        sfree(q, v);
+        if (m >= 1 && (long long)vlen(sh) > m) {
+            while ((long long)vlen(sh) > m)
+                sfree(q, RedisModule_ListPop(sh, REDISMODULE_LIST_TAIL));
+            RedisModule_Replicate(q->ctx, "LTRIM", "sll", skey, 0LL, m - 1);
+        }
+        if (per > 0) {
+            rc = expire_at(q, sh, skey, q->now + per);
+        } else {                                 /* PEXPIRE 0 deletes the key */
+            RedisModule_DeleteKey(sh);
+            RedisModule_Replicate(q->ctx, "DEL", "s", skey);
+        }
+    }
+    if (sh) RedisModule_CloseKey(sh);
+    sfree(q, skey);
+    if (rc < 0) return -1;
+    return tenant_ready(q, t, has, at);
 }
 
 /* An entering group: on the ring or its tenant's (turns), or in gvt at vstart (time). */

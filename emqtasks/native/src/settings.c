@@ -235,3 +235,28 @@ static int book_set_ll(Q *q, const char *book, RMS *field, long long v) {
     sfree(q, key);
     return rc;
 }
+
+/* A tenant's rate "max_jobs:per_ms" in trate (its own, else the default, field ''), parsed
+ * as rate_read parses a group's: *has 0 when none or not that text (lua TEN.rate_of). */
+static int tenant_rate(Q *q, RMS *t, int *has, long long *m, long long *per) {
+    RMS *s;
+    *has = 0;
+    if (book_get(q, "trate", t, &s) < 0) return -1;
+    if (!s && book_get(q, "trate", F_EMPTY, &s) < 0) return -1;
+    if (!s) return 0;
+    size_t len, a, b;
+    const char *p = RedisModule_StringPtrLen(s, &len);
+    long long x, y;
+    int ovf = 0;
+    a = digits_at(p, 0, len, &x, &ovf);
+    if (a > 0 && a < len && p[a] == ':') {
+        b = digits_at(p, a + 1, len, &y, &ovf);
+        if (b > 0 && a + 1 + b == len && !ovf) {
+            *has = 1;
+            *m = x;
+            *per = y;
+        }
+    }
+    sfree(q, s);
+    return 0;
+}

@@ -221,6 +221,44 @@ static int promote_one(Q *q, RMS *id) {
     return rc;
 }
 
+/* Tenants whose wait in twait is over: out of it, their marks back on the ring if still
+ * open and their own ring holds a group (turns mode), with a wake (lua/promote.lua). */
+static int promote_tenants(Q *q, long long limit) {
+    RMS *key = book_key(q, "twait");
+    RMK *h;
+    long long n = 0;
+    if (dk(q, key, 0, REDISMODULE_KEYTYPE_ZSET, &h) < 0) {
+        sfree(q, key);
+        return -1;
+    }
+    RMS **ts = due_in(h, (double)q->now, limit, &n);
+    if (h) RedisModule_CloseKey(h);
+    int rc = 0;
+    for (long long i = 0; rc == 0 && i < n; i++) {
+        if ((rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &h)) == 0)
+            rc = zrem(q, h, key, ts[i]) < 0 ? -1 : 0;
+        if (h) RedisModule_CloseKey(h);
+        int tf = rc == 0 ? time_fair(q) : -1, open = 0;
+        if (tf < 0) rc = -1;
+        if (rc < 0 || tf) continue;
+        RMS *rk = tring_key(q, ts[i]);
+        RMK *rh;
+        rc = dk(q, rk, 0, REDISMODULE_KEYTYPE_LIST, &rh);
+        size_t len = vlen(rh);
+        if (rh) RedisModule_CloseKey(rh);
+        sfree(q, rk);
+        if (rc == 0 && len > 0) rc = tenant_open(q, ts[i], &open);
+        if (rc == 0 && len > 0 && open) {
+            rc = tenant_enter(q, ts[i]);
+            if (rc == 0) rc = wake(q, 0);
+        }
+    }
+    free_ids(q, ts, n);
+    sfree(q, key);
+    return rc;
+}
+
+
 static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
     if (argc != ARGV0 + 1) return RedisModule_WrongArity(ctx);
     Q q;
@@ -256,14 +294,23 @@ static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
         }
     }
     free_ids(&q, groups, ng);
-    if (q.err || dk(&q, wkey, 0, REDISMODULE_KEYTYPE_ZSET, &wh) < 0) {
+    if (q.err || promote_tenants(&q, limit) < 0 ||
+        dk(&q, wkey, 0, REDISMODULE_KEYTYPE_ZSET, &wh) < 0) {
         sfree(&q, wkey);
         return finish(&q);
     }
     long long next_due = -1;
-    for (int k = 0; k < 2; k++) {
+    RMS *tkey = book_key(&q, "twait");
+    RMK *th;
+    if (dk(&q, tkey, 0, REDISMODULE_KEYTYPE_ZSET, &th) < 0) {
+        if (wh) RedisModule_CloseKey(wh);
+        sfree(&q, wkey);
+        sfree(&q, tkey);
+        return finish(&q);
+    }
+    for (int k = 0; k < 3; k++) {
         double score;
-        RMS *head = zfirst(k == 0 ? fx(&q, K_DELAYED, 0) : wh, &score);
+        RMS *head = zfirst(k == 0 ? fx(&q, K_DELAYED, 0) : k == 1 ? wh : th, &score);
         if (head) {
             double d = score - (double)q.now;  /* the script's integer reply truncates */
             long long due = d <= 0 ? 0 : to_ll(d);
@@ -272,7 +319,9 @@ static int cmd_promote(RedisModuleCtx *ctx, RMS **argv, int argc) {
         }
     }
     if (wh) RedisModule_CloseKey(wh);
+    if (th) RedisModule_CloseKey(th);
     sfree(&q, wkey);
+    sfree(&q, tkey);
     /* ring_any: EXISTS ring gvt, without reading the mode */
     RMS *gk = book_key(&q, "gvt");
     RMK *gh = RedisModule_OpenKey(ctx, gk, REDISMODULE_READ);   /* EXISTS: of any type */

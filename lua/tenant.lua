@@ -14,7 +14,8 @@
 -- Side effects: `tweight` (the turn counts restart), `tlimit` or `tpaused`; each tenant
 --   concerned leaves the ring when it is no longer open (paused, at its limit), or joins it
 --   with a wake when it opens while its own ring holds a group. Its groups stay in its
---   ring meanwhile, their own controls untouched. Time mode keeps the books only.
+--   ring meanwhile, their own controls untouched. Time mode the same, with `gvt` for the
+--   ring (a tenant returns at its virtual time or the floor) and its zset for its ring.
 
 local what, t, v = ARGV[1], ARGV[2], ARGV[3]
 if what ~= 'pause' and v ~= '' and not (int_ok(v) and tonumber(v) >= 1) then
@@ -36,7 +37,9 @@ if t == '' then
   end
 end
 local function standing(name)
-  return not time_fair() and redis.call('LLEN', tring_key(name)) > 0 and tenant_open(name)
+  local own = time_fair() and redis.call('ZCARD', tgvt_key(name))
+    or redis.call('LLEN', tring_key(name))
+  return own > 0 and tenant_open(name)
 end
 local was = {}
 for i, name in ipairs(tenants) do was[i] = standing(name) end

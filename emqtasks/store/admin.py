@@ -126,10 +126,13 @@ class Admin(QueueCore):
         pipe.llen(k.tenant_ring(t))
         pipe.hget(k.tlimit, "")
         pipe.hget(k.tweight, "")
-        *sizes, active, limit, weight, paused, ringed, dlimit, dweight = pipe.execute()
+        pipe.zcard(k.tenant_gvt(t))          # time mode: its zset, its mark in gvt
+        pipe.zscore(k.gvt, TENANT_MARK + t)
+        *sizes, active, limit, weight, paused, ringed, dlimit, dweight, tz, tv = pipe.execute()
         limit = dlimit if limit is None else limit        # its own, else the default
         weight = dweight if weight is None else weight
-        standing = TENANT_MARK + t in self.client.lrange(k.ring, 0, -1)
+        standing = tv is not None or TENANT_MARK + t in self.client.lrange(k.ring, 0, -1)
+        ringed = int(ringed) + int(tz)
         waiting = sum(sizes)
         info: dict[str, Any] = {
             "tenant": t, "groups": dict(zip(groups, sizes)), "waiting": waiting,
@@ -143,8 +146,6 @@ class Admin(QueueCore):
                 why = "paused (resume_tenant)"
             elif limit is not None and info["active"] >= int(limit):
                 why = f"at its limit: {info['active']} of {limit} jobs in flight"
-            elif self.fairness() == "time":
-                why = None   # time mode serves the groups flat
             elif not ringed:
                 why = "each of its groups waits for its own reason (see emqtasks lane)"
         info["waits"] = why

@@ -86,6 +86,7 @@ FAMILIES = (
     ("starts", "g:", ":starts", "list"),
     ("group_busy", "g:", ":busy", "hash"),
     ("tenant_ring", "t:", ":ring", "list"),   # a tenant's open groups (lua/lib/ring.lua)
+    ("tenant_gvt", "t:", ":gvt", "zset"),     # the same in time mode (lua/lib/timefair.lua)
 )
 
 
@@ -284,6 +285,10 @@ class QueueKeys:
     def tenant_ring(self, tenant: str) -> str:
         """list: the tenant's open groups, turned once per claim of the tenant."""
         return f"{self.base}t:{tenant}:ring"
+
+    def tenant_gvt(self, tenant: str) -> str:
+        """zset: the tenant's open groups in time mode, by virtual time (lua/lib/timefair.lua)."""
+        return f"{self.base}t:{tenant}:gvt"
 
     def group_busy(self, group: str) -> str:
         """hash: 10 s slot -> ms of worker time the group's time-mode jobs used (last minute)."""

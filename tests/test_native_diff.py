@@ -437,6 +437,8 @@ def _time_field(f: bytes) -> tuple[bytes, bytes] | None:
     counter, _, rest = f.partition(b":")
     if counter in (b"ws", b"rs") or (counter[:1] in (b"w", b"r") and counter[1:].isdigit()):
         return counter, rest
+    if counter[:2] == b"tw" and counter[2:].isdigit():     # a tenant's wait histogram
+        return counter, b"t:" + rest
     return None
 
 
@@ -486,6 +488,7 @@ def compare_history(sa: dict[str, Any], sb: dict[str, Any], tol: int,
             tf = _time_field(f)
             if tf is not None:
                 kind = tf[0] if tf[0] in (b"ws", b"rs") else tf[0][:1]
+                kind = b"w" if kind == b"t" else kind       # tw<i>: scope t:<tenant>
                 out[kind, tf[1]] = out.get((kind, tf[1]), 0) + v
         return out
 

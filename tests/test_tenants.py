@@ -487,3 +487,35 @@ def test_a_queue_without_tenants_claims_as_before_in_time_mode(app: App) -> None
     assert len(replies["now"]) == len(replies["prev"])
     for n, (a, b) in enumerate(zip(replies["prev"], replies["now"])):
         assert a == b, f"step {n}: {a!r} != {b!r}"
+
+
+def test_a_tenants_wait_percentiles_and_oldest_job(path_app: App) -> None:
+    # Given tenant A's jobs that waited about 2 s (their lane scores moved 2 s back) and
+    # 0 s, and tenant B's that waited about 40 s, all claimed
+    q, c = path_app.queue(), path_app.client
+    _send(q, [_job(f"a-{i}", f"a-{i % 2}", "A") for i in range(8)])
+    _send(q, [_job(f"b-{i}", "b", "B") for i in range(3)])
+    secs, micros = c.time()
+    now = int(secs) * 1000 + int(micros) // 1000
+    for i in range(6):
+        c.zadd(q.keys.lane(f"a-{i % 2}"), {f"a-{i}": now - 2_000}, xx=True)
+    for i in range(3):
+        c.zadd(q.keys.lane("b"), {f"b-{i}": now - 40_000}, xx=True)
+    assert len(q.claim(10)) == 10                   # one of A's jobs stays waiting
+    # Then App.tenant gives its wait p50 / p95 / p99 over 1, 5 and 60 minutes: the bulk of
+    # A's starts in the 1-2.5 s bucket, B's in the 30-60 s one; and its oldest job's age
+    a = path_app.tenant("A")
+    assert set(a["wait"]) == {"1m", "5m", "60m"}
+    one = a["wait"]["1m"]
+    assert one["starts"] == 7 and 1_000 <= one["p50_ms"] <= 2_500, one
+    assert one["p99_ms"] is not None and one["p99_ms"] <= 2_500
+    assert a["wait"]["60m"]["starts"] == 7
+    assert a["oldest_age"] is not None and a["oldest_age"] >= 0
+    b = path_app.tenant("B")
+    assert 30_000 <= b["wait"]["5m"]["p50_ms"] <= 60_000 and b["oldest_age"] is None
+    # stats() has them per tenant, the command line says them
+    assert path_app.stats()["tenants"]["B"]["wait"]["1m"]["starts"] == 3
+    out = CliRunner().invoke(main, ["tenant", "A", "--redis-url", path_app.settings.redis_url,
+                                    "--queue", path_app.settings.queue])
+    assert out.exit_code == 0 and "wait  1m:  p50 " in out.output and "(7 starts)" in out.output
+    assert "oldest:" in out.output, out.output

@@ -172,7 +172,7 @@ do
           end
           if (closed or at or t) and ring_size() == 0 then more = 0 end
           -- last: a history counter that cannot be counted fails the call with the books whole
-          hist_started(now, row[R_TASK] or '', g, tonumber(popped[2]))
+          hist_started(now, row[R_TASK] or '', g, tonumber(popped[2]), t)
           -- the lease: emqtasks/store/protocol.py LEASE_REPLY, position by position
           return {id, row[R_TASK], row[R_PAYLOAD], att, nonce, g, lease, more, fence}
         end

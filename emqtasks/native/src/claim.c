@@ -258,7 +258,7 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out, RMS *t, doubl
         if (left == 0) more = 0;
     }
     /* last: a history counter that cannot be counted fails the call with the books whole */
-    if ((rc = hist_started(q, row[R_TASK], g, score)) < 0) goto out;
+    if ((rc = hist_started(q, row[R_TASK], g, score, t)) < 0) goto out;
     out->id = id;
     out->task = row[R_TASK];
     out->payload = row[R_PAYLOAD];

@@ -519,3 +519,14 @@ def test_a_tenants_wait_percentiles_and_oldest_job(path_app: App) -> None:
                                     "--queue", path_app.settings.queue])
     assert out.exit_code == 0 and "wait  1m:  p50 " in out.output and "(7 starts)" in out.output
     assert "oldest:" in out.output, out.output
+
+
+def test_time_mode_target_share_counts_a_tenant_by_its_weight(path_app: App) -> None:
+    # Given a time-fair queue: tenant A of weight 3 (two groups), a group with no tenant
+    path_app.set_fairness("time")
+    path_app.set_tenant_weight("A", 3)
+    q = path_app.queue()
+    _send(q, [_job(f"a-{i}", f"a-{i % 2}", "A") for i in range(4)] + [_job("s-0", "solo")])
+    # Then the lone group's target is its weight over A's and its own: 1 / (3 + 1)
+    assert path_app.lane("solo")["target_share"] == pytest.approx(0.25)
+    assert path_app.lane("a-0")["target_share"] is None     # within its tenant: not read

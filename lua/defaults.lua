@@ -24,10 +24,13 @@ local ring
 if tf then ring = redis.call('ZRANGE', K_gvt, 0, -1)
 else ring = redis.call('LRANGE', K_ring, 0, -1) end
 -- A queue with tenants settles group by group (a tenant's groups stand in its own ring)
-local tenanted = not tf and redis.call('EXISTS', K_gtenant) == 1
+local tenanted = redis.call('EXISTS', K_gtenant) == 1
 if tenanted then
   for _, t in ipairs(redis.call('HVALS', K_gtenant)) do
-    for _, g in ipairs(redis.call('LRANGE', tring_key(t), 0, -1)) do candidate(g) end
+    local own
+    if tf then own = redis.call('ZRANGE', tgvt_key(t), 0, -1)
+    else own = redis.call('LRANGE', tring_key(t), 0, -1) end
+    for _, g in ipairs(own) do candidate(g) end
   end
 end
 for _, g in ipairs(ring) do if string.byte(g, 1) ~= 255 then candidate(g) end end
@@ -43,7 +46,7 @@ if tenanted then
   for _, g in ipairs(candidates) do settle(g, was[g], now) end
   local waiting = redis.call('ZCARD', K_gwait)
   if waiting > 0 then wake('d') end
-  return {redis.call('LLEN', K_ring), waiting}
+  return {tf and redis.call('ZCARD', K_gvt) or redis.call('LLEN', K_ring), waiting}
 end
 local want, at = {}, {}
 for _, g in ipairs(candidates) do

@@ -8,34 +8,41 @@
 -- Side effects: `fairness` set to 'time' (or deleted for turns). To time: every group on the
 --   ring enters `gvt` at its virtual time or the floor (ring_push), the ring and the weighted
 --   turn counts (`gturn`) go. To turns: the groups of `gvt` join the ring in the order of
---   their virtual time (the least served first), `gvt` goes. A tenant's groups leave its
---   ring for `gvt` and come back to it (time mode serves the groups flat). Jobs in flight keep their
+--   their virtual time (the least served first), `gvt` goes. A tenant's groups move between
+--   its ring (turns) and its zset (time: tgvt_key, under its mark in `gvt`). Jobs in flight keep their
 --   charges: whatever the mode, each settles its group's virtual time when it leaves flight.
 
 local to_time = ARGV[1] == 'time'
 if to_time == time_fair() then return 0 end
-local moved
-if to_time then
-  -- the ring's groups, then every tenant's ring (a paused tenant's too: time mode serves
-  -- the groups flat)
-  moved = {}
-  for _, g in ipairs(redis.call('LRANGE', K_ring, 0, -1)) do
-    if string.byte(g, 1) ~= 255 then moved[#moved + 1] = g end
-  end
+-- every tenant's ring (a list in turns, a zset in time) goes; its groups are moved
+local function tenants_drain(moved)
   local seen = {}
   for _, t in ipairs(redis.call('HVALS', K_gtenant)) do
     if not seen[t] then
       seen[t] = true
-      for _, g in ipairs(redis.call('LRANGE', tring_key(t), 0, -1)) do moved[#moved + 1] = g end
-      redis.call('DEL', tring_key(t))
+      local key = to_time and tring_key(t) or tgvt_key(t)
+      local own = to_time and redis.call('LRANGE', key, 0, -1) or redis.call('ZRANGE', key, 0, -1)
+      for _, g in ipairs(own) do moved[#moved + 1] = g end
+      redis.call('DEL', key)
     end
   end
+end
+local moved = {}
+if to_time then
+  -- the ring's groups, then every tenant's ring
+  for _, g in ipairs(redis.call('LRANGE', K_ring, 0, -1)) do
+    if string.byte(g, 1) ~= 255 then moved[#moved + 1] = g end
+  end
+  tenants_drain(moved)
   redis.call('DEL', K_ring, K_gturn)
   redis.call('SET', K_fairness, 'time')
   MODE = true
   for _, g in ipairs(moved) do ring_push(g) end
 else
-  moved = redis.call('ZRANGE', K_gvt, 0, -1)
+  for _, g in ipairs(redis.call('ZRANGE', K_gvt, 0, -1)) do
+    if string.byte(g, 1) ~= 255 then moved[#moved + 1] = g end
+  end
+  tenants_drain(moved)
   redis.call('DEL', K_gvt, K_fairness)
   MODE = false
   if redis.call('EXISTS', K_gtenant) == 1 then

@@ -53,13 +53,16 @@ for _, t in ipairs(redis.call('HVALS', K_gtenant)) do
   if not tenants[t] then
     tenants[t] = true
     for _, g in ipairs(redis.call('LRANGE', tring_key(t), 0, -1)) do candidate(g) end
-    redis.call('DEL', tring_key(t), TEN.groups(t))
+    for _, g in ipairs(redis.call('ZRANGE', tgvt_key(t), 0, -1)) do candidate(g) end
+    redis.call('DEL', tring_key(t), tgvt_key(t), TEN.groups(t))
   end
 end
 -- each tenant's set of groups, read back from gtenant (a tenant's lane cap counts over it)
 local owners = redis.call('HGETALL', K_gtenant)
 for i = 1, #owners, 2 do redis.call('SADD', TEN.groups(owners[i + 1]), owners[i]) end
-for _, g in ipairs(redis.call('ZRANGE', K_gvt, 0, -1)) do candidate(g) end
+for _, g in ipairs(redis.call('ZRANGE', K_gvt, 0, -1)) do
+  if string.byte(g, 1) ~= 255 then candidate(g) end
+end
 for _, g in ipairs(redis.call('ZRANGE', K_gwait, 0, -1)) do candidate(g) end
 redis.call('DEL', K_ring, K_gactive, K_gturn, K_gwait, K_gvt, K_tactive, TEN.wait)
 local restored = 0

@@ -19,7 +19,8 @@
 --   its limit), or joins it with a wake when it opens while its own ring holds a group; a
 --   rate change puts a standing tenant's mark on the ring or in `twait` as its new budget
 --   allows. Its groups stay in its ring meanwhile, their own controls untouched. Time mode
---   keeps the books only.
+--   the same, with `gvt` for the ring (a tenant returns at its virtual time or the floor)
+--   and its zset for its ring; a rate holds no tenant back there (its starts are counted).
 
 local what, t, v = ARGV[1], ARGV[2], ARGV[3]
 if what == 'rate' then
@@ -47,7 +48,9 @@ if t == '' then
   end
 end
 local function standing(name)
-  return not time_fair() and redis.call('LLEN', tring_key(name)) > 0 and tenant_open(name)
+  local own = time_fair() and redis.call('ZCARD', tgvt_key(name))
+    or redis.call('LLEN', tring_key(name))
+  return own > 0 and tenant_open(name)
 end
 local was = {}
 for i, name in ipairs(tenants) do was[i] = standing(name) end
@@ -72,7 +75,7 @@ for i, name in ipairs(tenants) do
   local stands = standing(name)
   if was[i] and not stands then
     tenant_leave(name, nil)
-  elseif stands and was[i] and what == 'rate' then
+  elseif stands and was[i] and what == 'rate' and not time_fair() then
     -- on the ring or in `twait`, as its new budget allows (a mark that moves goes last)
     local waits = redis.call('ZSCORE', TEN.wait, name)
     if waits or TEN.ready(name, now_ms()) then

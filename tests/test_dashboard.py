@@ -351,6 +351,9 @@ def test_the_tenants_page_lists_each_tenant_its_share_and_why_it_waits(app: App,
         assert (cell("acme", "share"), cell("acme", "entitled")) == ("50.0%", "50.0%")
         assert (cell("globex", "share"), cell("initech", "share")) == ("50.0%", "—")
         assert re.search(r'id="jain">1\.000<', body)
+        # Each tenant's wait p50 / p95 / p99 over 5 minutes (issue 30): initech never started
+        assert re.fullmatch(r"\d+ / \d+ / \d+", cell("acme", "waits")), cell("acme", "waits")
+        assert cell("initech", "waits") == "— / — / —"
         # And the chart of the busiest tenant's received vs entitled share, last hour
         assert 'id="chart-tenant">acme<' in body and "<polyline" not in body   # one minute
         assert body.count("<circle") == 2 and 'aria-label="received, entitled per minute"' in body

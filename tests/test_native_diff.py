@@ -437,6 +437,8 @@ def _time_field(f: bytes) -> tuple[bytes, bytes] | None:
     counter, _, rest = f.partition(b":")
     if counter in (b"ws", b"rs") or (counter[:1] in (b"w", b"r") and counter[1:].isdigit()):
         return counter, rest
+    if counter[:2] == b"tw" and counter[2:].isdigit():     # a tenant's wait histogram
+        return counter, b"t:" + rest
     return None
 
 
@@ -486,6 +488,7 @@ def compare_history(sa: dict[str, Any], sb: dict[str, Any], tol: int,
             tf = _time_field(f)
             if tf is not None:
                 kind = tf[0] if tf[0] in (b"ws", b"rs") else tf[0][:1]
+                kind = b"w" if kind == b"t" else kind       # tw<i>: scope t:<tenant>
                 out[kind, tf[1]] = out.get((kind, tf[1]), 0) + v
         return out
 
@@ -1513,6 +1516,65 @@ def test_tenant_paths(server: Server) -> None:
         p.admin("fairness", ["turns"])
         rest = p.verb("claim", [20, "n6"])
         assert len(rest) == 2, ids(rest)
+        p.compare()
+        p.checked()
+    finally:
+        p.close()
+
+
+def test_tenant_time_paths(server: Server) -> None:
+    """Fixed paths of two-level lanes in time mode, in lockstep: tenants' marks in `gvt` and
+    their groups in their own zsets, the charges at both levels, settlements by ack,
+    release and retry, a tenant at its limit leaving `gvt` and a completion returning it, a
+    pause, a group without a tenant standing in `gvt` itself, and the mode flips."""
+    p = Pair(server, "ttl", "ttn")
+    try:
+        def enqueue(jobs: list[tuple[str, str, str]]) -> Any:
+            args: list[Any] = [len(jobs)]
+            for i, g, _ in jobs:
+                args += [i, "t", "p", g, 3, 10**7, 1000, 60, 0, 0]
+            args += ["" for _ in jobs] + [t for _, _, t in jobs]
+            return p.verb("enqueue", args)
+
+        def ids(leases: list[Any]) -> list[str]:
+            return [lease[0].decode() for lease in leases]
+
+        run = Run(p, 30)
+
+        def tok(lease: Any) -> list[Any]:
+            t = (lease[0].decode(), lease[3], lease[4].decode())
+            run._ran_for(t)                # its run time, the same on both queues
+            return list(t)
+
+        p.admin("fairness", ["time"])
+        assert enqueue([(f"a{i}", f"ga{i % 3}", "A") for i in range(12)]) == [1] * 12
+        assert enqueue([(f"b{i}", "gb", "B") for i in range(6)]
+                       + [(f"c{i}", "gc", "") for i in range(3)]) == [1] * 9
+        assert sorted(p.r.zrange(p.ka.gvt, 0, -1)) == sorted(p.r.zrange(p.kb.gvt, 0, -1)) \
+            == sorted(["\udcffA", "\udcffB", "gc"])
+        p.admin("weight", ["ga1", "2"])
+        p.admin("tenant", ["weight", "A", "2"])
+        first = p.verb("claim", [6, "n1"])
+        assert len(first) == 6
+        p.compare()
+        p.verb("ack", [*tok(first[0]), "1", ""])
+        p.verb("release", [*tok(first[1]), "r", "0"])
+        p.verb("retry", [*tok(first[2]), "boom", "0", "0"])
+        p.compare()
+        p.admin("tenant", ["limit", "A", "2"])
+        more = p.verb("claim", [6, "n2"])
+        assert sum(1 for i in ids(more) if i.startswith("a")) <= 2, ids(more)
+        p.compare()
+        for lease in more:
+            p.verb("ack", [*tok(lease), "1", ""])
+        p.admin("tenant", ["pause", "B", "1"])
+        assert not any(i.startswith("b") for i in ids(p.verb("claim", [3, "n3"])))
+        p.admin("tenant", ["pause", "B", "0"])
+        p.admin("tenant", ["limit", "A", ""])
+        p.compare()
+        p.admin("fairness", ["turns"])
+        p.admin("fairness", ["time"])
+        p.verb("claim", [30, "n4"])
         p.compare()
         p.checked()
     finally:

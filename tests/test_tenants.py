@@ -273,6 +273,53 @@ def test_time_mode_serves_a_tenants_groups_and_turns_mode_takes_them_back(
     assert len(_run(q, 100)) == 8
 
 
+def test_time_mode_shares_between_tenants_first_then_their_groups(path_app: App) -> None:
+    # Given a time-fair queue: tenant A spreads its jobs over 100 groups, B keeps one group
+    path_app.set_fairness("time")
+    q = path_app.queue()
+    _send(q, [_job(f"a-{i}", f"a-{i % 100}", "A") for i in range(1_000)])
+    _send(q, [_job(f"b-{i}", "b", "B") for i in range(1_000)])
+    # When 400 jobs (equally short) run, 4 at a time
+    order = _run(q, 400)
+    # Then each tenant had half of them (flat, A's 100 groups would have had 100 of 101),
+    # and A's groups shared A's half
+    a = sum(1 for job_id, _ in order if job_id.startswith("a-"))
+    assert abs(a / (400 - a) - 1) <= 0.1, a
+    assert len({g for _, g in order if g.startswith("a-")}) == 100
+    # and the marks stand in `gvt`, the groups in their tenants' own zsets
+    assert sorted(path_app.client.zrange(q.keys.gvt, 0, -1)) == [TENANT_MARK + "A",
+                                                                  TENANT_MARK + "B"]
+    assert path_app.client.zcard(q.keys.tenant_gvt("A")) == 100
+    assert check(q).ok
+
+
+def test_time_mode_keeps_a_tenants_limit_and_pause(path_app: App) -> None:
+    path_app.set_fairness("time")
+    q = path_app.queue()
+    path_app.set_tenant_limit("A", 2)
+    _send(q, [_job(f"a-{i}", f"a-{i % 3}", "A") for i in range(9)])
+    _send(q, [_job(f"b-{i}", "b", "B") for i in range(9)])
+    leases = q.claim(8)
+    assert [lease.id[0] for lease in leases].count("a") == 2     # its limit, over its groups
+    info = path_app.tenant("A")
+    assert not info["on_ring"] and info["waits"] == "at its limit: 2 of 2 jobs in flight"
+    assert check(q).ok
+    path_app.client.delete(q.keys.wake)
+    q.ack(next(lease for lease in leases if lease.id.startswith("a-")))
+    assert path_app.client.lrange(q.keys.wake, 0, -1) == ["1"]   # a wake: A is back
+    assert path_app.tenant("A")["on_ring"]
+    assert [lease.id[0] for lease in q.claim(2)].count("a") == 1
+    # a pause holds all its groups back, a resume returns them
+    path_app.set_tenant_limit("A", None)
+    assert path_app.pause_tenant("A")
+    assert path_app.tenant("A")["waits"] == "paused (resume_tenant)"
+    assert {lease.id[0] for lease in q.claim(10)} == {"b"}
+    assert check(q).ok
+    assert path_app.resume_tenant("A")
+    assert {lease.id[0] for lease in q.claim(10)} == {"a"}
+    assert check(q).ok
+
+
 def test_a_live_worker_serves_a_quiet_tenant_behind_a_spread_flood(app: App) -> None:
     # Given tenant A's 600 jobs over 200 groups, then tenant B's 5 jobs in one group
     app.pause()
@@ -367,3 +414,119 @@ def test_a_queue_without_tenants_claims_as_before(app: App) -> None:
     assert len(replies["now"]) == len(replies["prev"])
     for n, (a, b) in enumerate(zip(replies["prev"], replies["now"])):
         assert a == b, f"step {n}: {a!r} != {b!r}"
+
+
+def test_a_queue_without_tenants_claims_as_before_in_time_mode(app: App) -> None:
+    # Given the same seeded workload in time mode sent to the previous release's scripts and
+    # this release's, with a clock of the test's own (the scripts' TIME replaced by a key the
+    # test advances: a job's run time, hence its charge, is the same on both sides)
+    try:
+        prev = _previous_lua()
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        pytest.skip("no git history to take the previous scripts from")
+    now = Path(__file__).resolve().parents[1] / "lua"
+    c = app.client
+    clock = f"{app.settings.queue}-clock"
+    fake = f"{{string.match(redis.call('GET', '{clock}'), '(%d+) (%d+)')}}"
+    replies: dict[str, list[Any]] = {}
+    for side, folder in (("prev", prev), ("now", now)):
+        keys = QueueKeys(f"{app.settings.queue}-{side}")
+        texts = {v: compose(folder, v).replace("redis.call('TIME')", fake)
+                 for v in ("enqueue", "claim", "ack", "weight", "limit", "pause_group",
+                           "release", "retry", "fairness")}
+        assert all(fake in texts[v] for v in ("enqueue", "claim", "ack", "release", "retry"))
+        rnd = random.Random(31)
+        held: list[Any] = []
+        out: list[Any] = []
+        ms = 1_700_000_000_000
+
+        def call(verb: str, *args: Any, keys: QueueKeys = keys,
+                 texts: dict[str, str] = texts) -> Any:
+            return c.eval(texts[verb], len(keys.fixed), *keys.fixed, *args)
+
+        c.set(clock, f"{ms // 1000} {ms % 1000 * 1000}")
+        out.append(call("fairness", "time"))
+        for step in range(1_200):
+            ms += rnd.choice((0, 1, 1, 2, 5, 20, 100))
+            c.set(clock, f"{ms // 1000} {ms % 1000 * 1000}")
+            r = rnd.random()
+            g = f"g{rnd.randrange(30)}"
+            if r < 0.35:
+                n = rnd.randrange(1, 4)
+                args: list[Any] = [n]
+                for i in range(n):
+                    args += [f"j{step}-{i}", "t", "{}", g, 3, 60_000, 0, 60, 0,
+                             rnd.choice((0, 0, 0, 5, -5))]
+                out.append(call("enqueue", *args))
+            elif r < 0.65:
+                got = call("claim", rnd.randrange(1, 4), f"n{step}")
+                held += got
+                out.append([row[:4] + row[5:] for row in got])
+            elif r < 0.85 and held:
+                row = held.pop(rnd.randrange(len(held)))
+                out.append(call("ack", row[0], row[3], row[4], "null", ""))
+            elif r < 0.88 and held:
+                row = held.pop(rnd.randrange(len(held)))
+                out.append(call("release", row[0], row[3], row[4], "r", 0))
+            elif r < 0.9 and held:
+                row = held.pop(rnd.randrange(len(held)))
+                out.append(call("retry", row[0], row[3], row[4], "boom", 0, 0))
+            elif r < 0.95:
+                out.append(call("weight", g, rnd.choice(("", "1", "2", "3"))))
+            elif r < 0.98:
+                out.append(call("limit", g, rnd.choice(("", "1", "2"))))
+            else:
+                out.append(call("pause_group", g, rnd.choice(("0", "1"))))
+        replies[side] = out
+        for k in c.scan_iter(match=keys.base + "*"):
+            c.delete(k)
+    c.delete(clock)
+    # Then every reply matches, claim by claim (the leases' order included)
+    assert sum(1 for r in replies["now"] if isinstance(r, list) and r and
+               isinstance(r[0], list)) > 150
+    assert len(replies["now"]) == len(replies["prev"])
+    for n, (a, b) in enumerate(zip(replies["prev"], replies["now"])):
+        assert a == b, f"step {n}: {a!r} != {b!r}"
+
+
+def test_a_tenants_wait_percentiles_and_oldest_job(path_app: App) -> None:
+    # Given tenant A's jobs that waited about 2 s (their lane scores moved 2 s back) and
+    # 0 s, and tenant B's that waited about 40 s, all claimed
+    q, c = path_app.queue(), path_app.client
+    _send(q, [_job(f"a-{i}", f"a-{i % 2}", "A") for i in range(8)])
+    _send(q, [_job(f"b-{i}", "b", "B") for i in range(3)])
+    secs, micros = c.time()
+    now = int(secs) * 1000 + int(micros) // 1000
+    for i in range(6):
+        c.zadd(q.keys.lane(f"a-{i % 2}"), {f"a-{i}": now - 2_000}, xx=True)
+    for i in range(3):
+        c.zadd(q.keys.lane("b"), {f"b-{i}": now - 40_000}, xx=True)
+    assert len(q.claim(10)) == 10                   # one of A's jobs stays waiting
+    # Then App.tenant gives its wait p50 / p95 / p99 over 1, 5 and 60 minutes: the bulk of
+    # A's starts in the 1-2.5 s bucket, B's in the 30-60 s one; and its oldest job's age
+    a = path_app.tenant("A")
+    assert set(a["wait"]) == {"1m", "5m", "60m"}
+    one = a["wait"]["1m"]
+    assert one["starts"] == 7 and 1_000 <= one["p50_ms"] <= 2_500, one
+    assert one["p99_ms"] is not None and one["p99_ms"] <= 2_500
+    assert a["wait"]["60m"]["starts"] == 7
+    assert a["oldest_age"] is not None and a["oldest_age"] >= 0
+    b = path_app.tenant("B")
+    assert 30_000 <= b["wait"]["5m"]["p50_ms"] <= 60_000 and b["oldest_age"] is None
+    # stats() has them per tenant, the command line says them
+    assert path_app.stats()["tenants"]["B"]["wait"]["1m"]["starts"] == 3
+    out = CliRunner().invoke(main, ["tenant", "A", "--redis-url", path_app.settings.redis_url,
+                                    "--queue", path_app.settings.queue])
+    assert out.exit_code == 0 and "wait  1m:  p50 " in out.output and "(7 starts)" in out.output
+    assert "oldest:" in out.output, out.output
+
+
+def test_time_mode_target_share_counts_a_tenant_by_its_weight(path_app: App) -> None:
+    # Given a time-fair queue: tenant A of weight 3 (two groups), a group with no tenant
+    path_app.set_fairness("time")
+    path_app.set_tenant_weight("A", 3)
+    q = path_app.queue()
+    _send(q, [_job(f"a-{i}", f"a-{i % 2}", "A") for i in range(4)] + [_job("s-0", "solo")])
+    # Then the lone group's target is its weight over A's and its own: 1 / (3 + 1)
+    assert path_app.lane("solo")["target_share"] == pytest.approx(0.25)
+    assert path_app.lane("a-0")["target_share"] is None     # within its tenant: not read

@@ -209,12 +209,14 @@ def fairness(redis_url: str | None, queue: str | None, mode: str | None) -> None
 @click.option("--json", "as_json", is_flag=True, help="the tenant as a JSON object")
 def tenant(redis_url: str | None, queue: str | None, name: str, as_json: bool) -> None:
     """Why is tenant NAME waiting: its groups, backlog, jobs in flight and controls."""
-    view = run_admin(redis_url, queue, lambda q: q.tenant(name))
+    from ..observe.tenants import tenant_view
+
+    view = run_admin(redis_url, queue, lambda q: tenant_view(q, name))
     if as_json:
         click.echo(json.dumps(view, indent=2))
         return
     state = ("empty" if not view["waiting"] else f"waits: {view['waits']}" if view["waits"]
-             else "ready" if view["on_ring"] else "ready (time mode: its groups served flat)")
+             else "ready")
     click.echo(f"tenant {name}: {state}")
     click.echo(f"  {len(view['groups'])} groups, {view['waiting']} jobs waiting, "
                f"{view['active']} in flight, {view['groups_ready']} groups ready")
@@ -223,6 +225,15 @@ def tenant(redis_url: str | None, queue: str | None, name: str, as_json: bool) -
     click.echo(f"  rate:      {describe_rate(view['rate'])}")
     click.echo(f"  max size:  {'-' if view['max_size'] is None else view['max_size']}")
     click.echo(f"  paused:    {'yes' if view['paused'] else 'no'}")
+    age = view["oldest_age"]
+    click.echo(f"  oldest:    {'-' if age is None else f'{age:.1f} s waiting'}")
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v:.0f}"
+
+    for window, w in view["wait"].items():
+        click.echo(f"  wait {window:>3}:  p50 {ms(w['p50_ms'])} ms, p95 {ms(w['p95_ms'])} ms, "
+                   f"p99 {ms(w['p99_ms'])} ms ({w['starts']} starts)")
 
 
 COMMANDS = (fairness, rate, maxsize, defaults, lane, tenant)

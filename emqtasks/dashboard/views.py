@@ -23,6 +23,7 @@ from ..observe import history
 from ..observe.lanetable import LaneTable
 from ..observe.tenants import shares as tenant_shares
 from ..observe.tenants import timeline
+from ..observe.tenants import waits as tenant_waits
 from ..store.keys import check_job_id
 from ..store.queue import Queue, job_view
 from ..store.replies import readable
@@ -66,6 +67,7 @@ class QueueView:
         self.five = Cached(lambda: history.report(queue, 5), 5.0)
         self.shares = Cached(lambda: tenant_shares(queue, TENANT_MINUTES), 5.0)
         self.hour_shares = Cached(lambda: tenant_shares(queue, 60), 10.0)
+        self.tenant_waits = Cached(lambda: tenant_waits(queue), 5.0)
 
     def overview(self) -> dict[str, Any]:
         stats = self.stats.get()
@@ -131,13 +133,17 @@ class QueueView:
         per minute over the last hour."""
         stats = self.stats.get()
         shares = self.shares.get()
+        waited = self.tenant_waits.get()
         rows = []
         for t, r in stats["tenants"].items():
             got = shares["tenants"].get(t)
+            w = waited.get(t, {}).get("5m", {})
             rows.append({"tenant": t, **r, "why": tenant_why(r, stats["paused"]),
                          "share": got["share"] if got else None,
                          "entitled": got["entitled"] if got else None,
-                         "claims": got["claims"] if got else 0})
+                         "claims": got["claims"] if got else 0,
+                         "wait_p50": w.get("p50_ms"), "wait_p95": w.get("p95_ms"),
+                         "wait_p99": w.get("p99_ms")})
         rows.sort(key=lambda row: (-row["pending"], -row["active"], row["tenant"]))
         pages = page_count(len(rows))
         page = min(max(page, 1), pages)

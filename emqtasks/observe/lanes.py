@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .. import clock
 from ..store import settings
 from ..store.core import clock_plan, groups_plan, server_ms
-from ..store.keys import PRIO_SPAN, QueueKeys, check_group
+from ..store.keys import PRIO_SPAN, TENANT_MARK, QueueKeys, check_group
 from ..store.plan import Pipe, Recorder, Steps, cmd, run
 from ..store.replies import int_or, readable, readable_plan
 from ..store.settings import SETTINGS, int_ok, parse_rate
@@ -150,12 +150,22 @@ def shares(books: dict[str, Any], g: str, weight: int, pending: int) -> dict[str
     total = books["busy_total"]
     busy = books["busy"][g]
     target = None
-    if books["fairness"] == "time" and pending:
+    if books["fairness"] == "time" and pending and g not in books["gtenant"]:
+        # (a tenant's group: its share of its tenant's, left None here: its tenant's set
+        # of groups is not among the books read)
         competing = set(books["gvt"]) | {g}
-        weights = sum(settings.weight(books, h) for h in competing)
+        weights = sum(_member_weight(books, h) for h in competing)
         target = weight / weights
     return {"busy_s": busy / 1000, "busy_share": busy / total if total else None,
             "target_share": target}
+
+
+def _member_weight(books: dict[str, Any], m: str) -> int:
+    """The weight of a member of time mode's `gvt`: a group's, or a tenant's for its mark."""
+    if m.startswith(TENANT_MARK):
+        t = m[len(TENANT_MARK):]
+        return _int(books["tweight"].get(t, books["tweight"].get(""))) or 1
+    return settings.weight(books, m)
 
 
 def effective_weight(books: dict[str, Any], g: str) -> int:

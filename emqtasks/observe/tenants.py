@@ -18,6 +18,10 @@ from typing import Any
 
 from ..store import minutes as history
 from ..store.queue import Queue
+from .history import quantile
+
+#: The windows of waits(): minutes back from the server's current one (included).
+WAIT_WINDOWS = (1, 5, 60)
 
 
 def jain(xs: list[float]) -> float | None:
@@ -81,3 +85,53 @@ def timeline(shares_read: dict[str, Any], tenant: str) -> list[dict[str, Any]]:
                     "received": mine[0] / total if mine else None,
                     "entitled": mine[1] if mine else None})
     return out
+
+
+def waits(queue: Queue, tenants: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Per tenant (all those with a histogram in the last hour, or ``tenants``): its wait
+    time (start - due, ms) p50 / p95 / p99 and its starts over the last 1, 5 and 60
+    minutes, keyed "1m", "5m", "60m" (None quantiles when it started nothing there).
+
+    From the history's per-tenant wait histograms (tw<i>:<tenant>, one HINCRBY per claim of
+    a tenant's job, lua/lib/history.lua): the history kept per group counts starts but no
+    waits, so a tenant's cannot be summed from its groups'. A group without a tenant has no
+    such histogram (its task's wait histograms hold its waits); a tenant past the history's
+    cap of tenants in a minute (``hgroups``) has none that minute."""
+    rows = history.read(queue.client, queue.keys, max(WAIT_WINDOWS))
+    names = set(tenants) if tenants is not None else {
+        t for m in rows for t in m.tenant_waits}
+    out: dict[str, dict[str, Any]] = {}
+    for t in sorted(names):
+        per: dict[str, Any] = {}
+        for w in WAIT_WINDOWS:
+            buckets = [0] * history.NBUCKETS
+            for m in rows[-w:]:
+                for i, n in enumerate(m.tenant_waits.get(t, ())):
+                    buckets[i] += n
+            per[f"{w}m"] = {"starts": sum(buckets), "p50_ms": quantile(buckets, 0.5),
+                            "p95_ms": quantile(buckets, 0.95),
+                            "p99_ms": quantile(buckets, 0.99)}
+        out[t] = per
+    return out
+
+
+def tenant_view(queue: Queue, tenant: str) -> dict[str, Any]:
+    """Queue.tenant (its groups, backlog, controls, why it waits) with ``wait``: its wait
+    percentiles over the last 1, 5 and 60 minutes (waits()), and ``oldest_age``: the age
+    (s) of its oldest waiting job, the oldest of its groups' (None when none waits)."""
+    from .lanes import lane
+
+    info = queue.tenant(tenant)
+    info["wait"] = waits(queue, [info["tenant"]])[info["tenant"]]
+    ages = [lane(queue, g)["oldest_age"] for g, n in info["groups"].items() if n]
+    ages = [a for a in ages if a is not None]
+    info["oldest_age"] = max(ages) if ages else None
+    return info
+
+
+def with_waits(queue: Queue, stats: dict[str, Any]) -> dict[str, Any]:
+    """stats() with each tenant's row given its ``wait`` (waits())."""
+    got = waits(queue, list(stats["tenants"]))
+    for t, row in stats["tenants"].items():
+        row["wait"] = got[t]
+    return stats

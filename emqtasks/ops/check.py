@@ -39,7 +39,8 @@ REBUILT = frozenset({"ring", "active", "gactive", "gturn", "delayed", "dead", "w
                      "schedver", "tactive", "twait"})
 #: The families of keys (store/keys.py FAMILIES) repair deletes when of the wrong type.
 _REBUILT_FAMILIES = frozenset({"minute", "done", "worker", "lane", "starts", "group_busy",
-                               "tenant_ring", "unique", "tenant_starts", "tenant_groups"})
+                               "tenant_ring", "tenant_gvt", "unique", "tenant_starts",
+                               "tenant_groups"})
 #: The states of a job that has ended: its unique key (if any) is no longer held.
 _ENDED = frozenset({"done", "dead", "cancelled", "expired", "aborted", "skipped"})
 #: Settings the rebuild reads (a group's openness, its books): of the wrong type, they stop it.
@@ -134,18 +135,22 @@ def _snapshot(queue: Queue, report: Report, lanes: set[str]) -> dict[str, Any]:
     for (name, cmd), reply in zip(reads, replies):
         books[name] = _EMPTY[cmd] if reply is None else reply
     books["lanes"] = {g: r or [] for g, r in zip(readable, replies[len(reads):])}
-    # each tenant's ring (lua/lib/ring.lua): its open groups
+    # each tenant's ring (lua/lib/ring.lua): its open groups; in time mode its zset, and
+    # the tenants' marks stand in `gvt` (lua/lib/timefair.lua)
+    books["time_mode"] = books.pop("fairness") == "time"
     tenants = sorted(set(books["gtenant"].values()))
     pipe = queue.client.pipeline(transaction=False)
     for t in tenants:
-        pipe.lrange(k.tenant_ring(t), 0, -1)
+        if books["time_mode"]:
+            pipe.zrange(k.tenant_gvt(t), 0, -1)
+        else:
+            pipe.lrange(k.tenant_ring(t), 0, -1)
         pipe.smembers(k.tenant_groups(t))     # gtenant backwards (a tenant's lane cap)
     replies = pipe.execute(raise_on_error=False)
     books["trings"] = {t: r if isinstance(r, list) else []
                        for t, r in zip(tenants, replies[0::2])}
     books["tgroups"] = {t: r if isinstance(r, set) else set()
                         for t, r in zip(tenants, replies[1::2])}
-    books["time_mode"] = books.pop("fairness") == "time"
     return books
 
 
@@ -265,16 +270,13 @@ def _check_ring(report: Report, groups: list[str], lanes: dict[str, list[str]],
     if b[idle]:
         report.add(f"the queue is in {'time' if b['time_mode'] else 'turns'} mode but "
                    f"{len(b[idle])} groups are on its {idle}")
-    marks = [m for m in b["ring"] if m.startswith(TENANT_MARK)]
     ring_groups = [g for g in b[live] if not g.startswith(TENANT_MARK)]
     others = [g for g in b[idle] if not g.startswith(TENANT_MARK)]
     tenanted = [g for t, members in b["trings"].items() for g in members]
     on_ring = Counter(ring_groups) + Counter(others) + Counter(tenanted)
     waiting = set(b["gwait"])
-    if marks and b["time_mode"]:
-        report.add(f"the queue is in time mode but {len(marks)} tenants are on its ring")
     for g in ring_groups:
-        if g in b["gtenant"] and not b["time_mode"]:
+        if g in b["gtenant"]:
             report.add(f"group {g} of tenant {b['gtenant'][g]} is on the queue's ring, "
                        f"not its tenant's")
     for g, n in on_ring.items():
@@ -310,7 +312,8 @@ def _check_tenants(report: Report, b: dict[str, Any], in_flight: Counter[str | N
         if int_ok(booked) and int(booked) != per_tenant.get(t, 0):
             report.add(f"tactive of tenant {t} is {booked} but {per_tenant.get(t, 0)} of its "
                        f"jobs are active")
-    marks = Counter(m[len(TENANT_MARK):] for m in b["ring"] if m.startswith(TENANT_MARK))
+    live = b["gvt"] if b["time_mode"] else b["ring"]
+    marks = Counter(m[len(TENANT_MARK):] for m in live if m.startswith(TENANT_MARK))
     for t, members in b["trings"].items():
         for g in members:
             if b["gtenant"].get(g) != t:
@@ -322,8 +325,6 @@ def _check_tenants(report: Report, b: dict[str, Any], in_flight: Counter[str | N
             report.add(f"the set of groups of tenant {t} differs from gtenant "
                        f"({len(members)} against {len(owned)})")
     waits = set(b["twait"])          # tenants whose rate is spent: their marks wait there
-    if b["time_mode"]:
-        return
     for t in set(marks) | set(b["trings"]):
         limit = b["tlimit"].get(t, b["tlimit"].get(""))
         active = b["tactive"].get(t, "0")

@@ -459,8 +459,12 @@ class App:
         return self.queue().resume_tenant(tenant)
 
     def tenant(self, tenant: str) -> dict[str, Any]:
-        """A tenant's groups, backlog, jobs in flight, controls, and why it waits."""
-        return self.queue().tenant(tenant)
+        """A tenant's groups, backlog, jobs in flight, controls, and why it waits; ``wait``:
+        its wait p50 / p95 / p99 (ms) and starts over the last 1, 5 and 60 minutes (keys
+        "1m", "5m", "60m"), ``oldest_age``: its oldest waiting job's age (s)."""
+        from ..observe import tenants
+
+        return tenants.tenant_view(self.queue(), tenant)
 
     def set_fairness(self, mode: str) -> int:
         """"turns" (the default: one claim per backlogged group per turn of the ring) or
@@ -504,7 +508,11 @@ class App:
         return lanes.lane(self.queue(), group)
 
     def stats(self) -> dict[str, Any]:
-        return lanes.stats(self.queue())
+        """Queue totals, groups, tenants (each with its ``wait`` percentiles: App.tenant)."""
+        from ..observe import tenants
+
+        q = self.queue()
+        return tenants.with_waits(q, lanes.stats(q))
 
     def dead_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         return self.queue().dead_jobs(limit)

@@ -155,13 +155,16 @@ class Admin(QueueCore):
             pipe.hget(book, t)
             pipe.hget(book, "")
         pipe.zscore(k.twait, t)
+        pipe.zcard(k.tenant_gvt(t))          # time mode: its zset, its mark in gvt
+        pipe.zscore(k.gvt, TENANT_MARK + t)
         *sizes, active, limit, weight, paused, ringed, dlimit, dweight, rate, drate, cap, dcap, \
-            due = pipe.execute()
+            due, tz, tv = pipe.execute()
         limit = dlimit if limit is None else limit        # its own, else the default
         weight = dweight if weight is None else weight
         rate = drate if rate is None else rate
         cap = dcap if cap is None else cap
-        standing = TENANT_MARK + t in self.client.lrange(k.ring, 0, -1)
+        standing = tv is not None or TENANT_MARK + t in self.client.lrange(k.ring, 0, -1)
+        ringed = int(ringed) + int(tz)
         waiting = sum(sizes)
         info: dict[str, Any] = {
             "tenant": t, "groups": dict(zip(groups, sizes)), "waiting": waiting,
@@ -178,8 +181,6 @@ class Admin(QueueCore):
                 why = f"at its limit: {info['active']} of {limit} jobs in flight"
             elif due is not None:
                 why = "rate: its next start is due at server ms " + str(int(float(due)))
-            elif self.fairness() == "time":
-                why = None   # time mode serves the groups flat
             elif not ringed:
                 why = "each of its groups waits for its own reason (see emqtasks lane)"
         info["waits"] = why

@@ -89,6 +89,7 @@ FAMILIES = (
     ("tenant_ring", "t:", ":ring", "list"),   # a tenant's open groups (lua/lib/ring.lua)
     ("tenant_starts", "t:", ":starts", "list"),   # a rate-limited tenant's recent starts
     ("tenant_groups", "t:", ":groups", "set"),    # a tenant's groups (gtenant backwards)
+    ("tenant_gvt", "t:", ":gvt", "zset"),     # the same in time mode (lua/lib/timefair.lua)
 )
 
 
@@ -299,6 +300,10 @@ class QueueKeys:
     def tenant_groups(self, tenant: str) -> str:
         """set: the tenant's groups (gtenant read backwards), over which its cap counts."""
         return f"{self.base}t:{tenant}:groups"
+
+    def tenant_gvt(self, tenant: str) -> str:
+        """zset: the tenant's open groups in time mode, by virtual time (lua/lib/timefair.lua)."""
+        return f"{self.base}t:{tenant}:gvt"
 
     def group_busy(self, group: str) -> str:
         """hash: 10 s slot -> ms of worker time the group's time-mode jobs used (last minute)."""

@@ -62,6 +62,8 @@ class Minute:
     tasks: dict[str, Counts] = field(default_factory=dict)
     groups: dict[str, Counts] = field(default_factory=dict)
     other: Counts = field(default_factory=Counts)
+    #: per tenant its wait histogram (tw<i>:<tenant>, lua/lib/history.lua htenant)
+    tenant_waits: dict[str, list[int]] = field(default_factory=dict)
 
 
 def parse(minute: int, raw: dict[str, str]) -> Minute:
@@ -79,6 +81,13 @@ def parse(minute: int, raw: dict[str, str]) -> Minute:
             continue
         if counter in ("a", "b"):
             _unpack(m.groups.setdefault(name, Counts()), counter, n)
+            continue
+        if counter == "tn":
+            continue
+        if counter[:2] == "tw" and counter[2:].isdigit():
+            i = int(counter[2:]) - 1
+            if 0 <= i < NBUCKETS:
+                m.tenant_waits.setdefault(name, [0] * NBUCKETS)[i] += n
             continue
         c = m.tasks.setdefault(name, Counts())
         if counter == "ws":

@@ -14,8 +14,8 @@ do
   local ring_leave, ring_size, ring_turn, row_fault, starts_key, time_charge, time_fair =
     ring_leave, ring_size, ring_turn, row_fault, starts_key, time_charge, time_fair
   local notify, type_of, wait_push, wake, wrong_type = notify, type_of, wait_push, wake, wrong_type
-  local K_tactive, TENANT_MARK, tenant_leave, tenant_limit, tenant_of, tring_key =
-    K_tactive, TENANT_MARK, tenant_leave, tenant_limit, tenant_of, tring_key
+  local K_tactive, TENANT_MARK, tenant_leave, tenant_limit, tenant_of, tgvt_key, tring_key =
+    K_tactive, TENANT_MARK, tenant_leave, tenant_limit, tenant_of, tgvt_key, tring_key
   local TEN = TEN
   local LEASE_ROW, R_ATTEMPTS, R_EXPIRES, R_FENCE, R_LEASE, R_PAYLOAD, R_STATE, R_TASK, R_TTL =
     LEASE_ROW, R_ATTEMPTS, R_EXPIRES, R_FENCE, R_LEASE, R_PAYLOAD, R_STATE, R_TASK, R_TTL
@@ -63,8 +63,8 @@ do
     if ttl > 0 then redis.call('EXPIRE', jk, ttl) else redis.call('DEL', jk) end
   end
 
-  -- Claim one job: turn the ring one step (in time mode: take the group of least virtual time
-  -- and charge it, time_charge), pop the head of that lane, lease it.
+  -- Claim one job: turn the ring one step (in time mode: take the least virtual time of
+  -- `gvt`, for a tenant's mark the least of its groups, and charge it, time_charge), pop the head of that lane, lease it.
   -- Returns {id, task, payload, attempts, nonce, group, lease_ms, more, fence}, or nil when
   -- nothing is serviceable, or nil and an error text when a queue-wide key a claim writes is
   -- of the wrong type (claim_books: nothing was written). Ghosts (ids whose row is gone),
@@ -74,13 +74,17 @@ do
   function claim_one(nonce, now)
     local tf = time_fair()
     for _ = 1, 64 do
-      local g, vs
-      -- t: the group's tenant, false for none (in time mode its tenant is read for the
-      -- books of jobs in flight only: the groups are served flat)
+      local g, vs, tvs
+      -- t: the group's tenant, false for none (time mode: tvs, the tenant's virtual time)
       local t = false
       if tf then
         local h = redis.call('ZRANGE', K_gvt, 0, 0, 'WITHSCORES')
         g, vs = h[1], tonumber(h[2])
+        if g and byte(g, 1) == 255 then          -- a tenant's mark: its least-served group
+          t, tvs = sub(g, 2), vs
+          h = redis.call('ZRANGE', tgvt_key(t), 0, 0, 'WITHSCORES')
+          g, vs = h[1] or '', tonumber(h[2])
+        end
       else
         g = redis.call('LINDEX', K_ring, 0)
         if g and byte(g, 1) == 255 then          -- a tenant's mark: its ring's head group
@@ -129,8 +133,7 @@ do
         else
           local rotated, t_rotated = true, true
           if tf then
-            time_charge(g, vs, jk, seat.est, seat.w)
-            t = tenant_of(g) or false
+            time_charge(g, vs, jk, seat.est, seat.w, t, tvs)
           else
             rotated, t_rotated = ring_turn(g, seat.w, t)
           end
@@ -164,17 +167,19 @@ do
             local tact = redis.call('HINCRBY', K_tactive, t, 1)
             local tlim = tenant_limit(t)
             -- and its rate: a spent budget takes it off the ring into `twait` until its
-            -- next start is due (promote returns it; at its limit too, a completion does)
+            -- next start is due (promote returns it; at its limit too, a completion does);
+            -- in time mode starts are counted, and a tenant at its limit leaves gvt
             local tat = TEN.charge(t, now)
-            if not tf and ((tlim and tact >= tlim) or tat)
-              and redis.call('LLEN', tring_key(t)) > 0 then
+            local full = tlim and tact >= tlim
+            if (tf and full) or (not tf and (full or tat)
+                and redis.call('LLEN', tring_key(t)) > 0) then
               tenant_leave(t, t_rotated)
-              if tat and not (tlim and tact >= tlim) then TEN.wait_push(t, tat) end
+              if tat and not full and not tf then TEN.wait_push(t, tat) end
             end
           end
           if (closed or at or t) and ring_size() == 0 then more = 0 end
           -- last: a history counter that cannot be counted fails the call with the books whole
-          hist_started(now, row[R_TASK] or '', g, tonumber(popped[2]))
+          hist_started(now, row[R_TASK] or '', g, tonumber(popped[2]), t)
           -- the lease: emqtasks/store/protocol.py LEASE_REPLY, position by position
           return {id, row[R_TASK], row[R_PAYLOAD], att, nonce, g, lease, more, fence}
         end

@@ -9,6 +9,8 @@
 -- dead. Per group, two packed fields: a:<g> = enqueued + started * 2^32, b:<g> = succeeded
 -- + retried * 2^32 + dead * 2^48. At most `hgroups` (default 1000) groups a minute get
 -- fields of each kind (na / nb count them); the rest are counted together in oa / ob.
+-- Per tenant (a group's, when it names one): tn:<t> its starts, tw<i>:<t> its wait
+-- histogram; at most `hgroups` tenants a minute (nt counts them), the rest in otn.
 -- Bucket i of HB, 16 the rest. Every write that creates a field (the minute's first of
 -- each kind) sets the hash's expiry. Per job: 7 HINCRBY (1 at enqueue, 3 at the claim, 3
 -- at the ack), on 2 fields per group: see README "History in the server".
@@ -62,19 +64,37 @@ do   -- in a block: a script has 200 local slots for every file it includes
     end
   end
 
+  -- A start of tenant t's, wait bucket i: tn:<t> + 1, created against the cap (nt) as a
+  -- group's field is; a tenant past it counts in otn, with no histogram that minute.
+  local function htenant(h, t, i)
+    local f = 'tn:' .. t
+    if redis.call('HINCRBY', h[1], f, 1) == 1 then
+      redis.call('EXPIRE', h[1], h[2])
+      if redis.call('HINCRBY', h[1], 'nt', 1) > h[3] then
+        redis.call('HDEL', h[1], f)
+        redis.call('HINCRBY', h[1], 'otn', 1)
+        return
+      end
+    end
+    redis.call('HINCRBY', h[1], 'tw' .. i .. ':' .. t, 1)
+  end
+
   function hist_enqueued(now, g)
     local h = hist(now)
     if h then hgroup(h, 'a', g, 1) end
   end
 
   -- A claim: the wait is the start time less the time the job became due (its lane score's).
-  function hist_started(now, task, g, score)
+  -- t: the group's tenant (false or nil: none).
+  function hist_started(now, task, g, score, t)
     local h = hist(now)
     if not h then return end
     local wait = hclamp(now - (score - math.floor(score / PRIO_SPAN) * PRIO_SPAN))
-    hcount(h, 'w' .. hbucket(wait) .. ':' .. task)
+    local i = hbucket(wait)
+    hcount(h, 'w' .. i .. ':' .. task)
     redis.call('HINCRBY', h[1], 'ws:' .. task, wait)
     hgroup(h, 'a', g, H_STARTED)
+    if t then htenant(h, t, i) end
   end
 
   -- A success, with its run time when the row knows its start.

@@ -65,6 +65,8 @@ local function unique_key(k) return BASE .. 'u:' .. k end
 local function lane_score(prio, t) return (tonumber(prio) or 0) * PRIO_SPAN + t end
 -- A tenant's ring: its open groups, turned once per claim of the tenant.
 local function tring_key(t) return BASE .. 't:' .. t .. ':ring' end
+-- Time mode's twin (lib/timefair.lua): a zset of the tenant's open groups by virtual time.
+local function tgvt_key(t) return BASE .. 't:' .. t .. ':gvt' end
 local function busy_key(g) return BASE .. 'g:' .. g .. ':busy' end
 -- A key of the queue by its name after the base (repair deletes derived keys by name).
 local function queue_key(name) return BASE .. name end

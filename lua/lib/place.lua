@@ -69,8 +69,9 @@ local function active_drop(g, now)
     local tact = redis.call('HINCRBY', K_tactive, t, -1)
     if tact <= 0 then redis.call('HDEL', K_tactive, t) end
     local tlim = tenant_limit(t)
-    if tlim and tact + 1 >= tlim and tact < tlim and not time_fair()
-      and redis.call('LLEN', tring_key(t)) > 0
+    if tlim and tact + 1 >= tlim and tact < tlim
+      and (time_fair() and redis.call('ZCARD', tgvt_key(t))
+           or redis.call('LLEN', tring_key(t))) > 0
       and redis.call('SISMEMBER', K_tpaused, t) == 0 then
       tenant_enter(t)
       wake()

@@ -2,18 +2,19 @@
 -- tenant's ring, or `gwait`; and the rings' turns (deficit round robin by weight).
 -- Includes: keys, core, settings, wake
 
--- A group entering time mode's ring starts at its own virtual time or the floor, whichever
--- is later (lib/timefair.lua explains the floor).
-local function vstart(g)
-  local floor = tonumber(redis.call('HGET', K_gvrun, '')) or 0
+-- A group (or a tenant's mark) entering time mode's ring starts at its own virtual time or
+-- the floor, whichever is later (lib/timefair.lua explains the floor): the queue's floor,
+-- gvrun[''], or for a tenant's group its tenant's, gvrun[fl] (fl: mark .. tenant .. mark).
+local function vstart(g, fl)
+  local floor = tonumber(redis.call('HGET', K_gvrun, fl or '')) or 0
   local own = tonumber(redis.call('HGET', K_gvrun, g))
   if own and own > floor then return own end
   return floor
 end
 
--- Tenants (turns mode; time mode serves the groups flat, whatever their tenant): a
--- tenant's mark stands on the ring exactly while its own ring holds a group and the tenant
--- is open (not paused, under its limit), as a group stands on it while it is open.
+-- Tenants: a tenant's mark stands on the ring (time mode: in `gvt`, at the tenant's virtual
+-- time) exactly while its own ring (time mode: its zset, tgvt_key) holds a group and the
+-- tenant is open (not paused, under its limit), as a group stands on it while it is open.
 local function tenant_open(t)
   if redis.call('SISMEMBER', K_tpaused, t) == 1 then return false end
   local lim = tenant_limit(t)
@@ -39,18 +40,30 @@ end
 
 -- The mark joins the ring, or `twait` while the tenant's rate budget is spent.
 local function tenant_enter(t)
-  local at = TEN.ready(t, now_ms())
+  local tf = time_fair()
+  -- time mode counts a tenant's starts but holds none back for its rate
+  local at = not tf and TEN.ready(t, now_ms())
   if at then return TEN.wait_push(t, at) end
   local m = TENANT_MARK .. t
-  redis.call('RPUSH', K_ring, m)
+  if tf then
+    local v = int_text(vstart(m))
+    redis.call('ZADD', K_gvt, v, m)
+    redis.call('HSET', K_gvrun, m, v)
+  else
+    redis.call('RPUSH', K_ring, m)
+  end
   redis.call('HDEL', K_gturn, m)
 end
 
 -- from_tail as ring_leave's below. A mark waiting out its rate leaves `twait` instead.
 local function tenant_leave(t, from_tail)
   local m, count = TENANT_MARK .. t, 0
-  if from_tail == true then count = -1 elseif from_tail == false then count = 1 end
-  redis.call('LREM', K_ring, count, m)
+  if time_fair() then
+    redis.call('ZREM', K_gvt, m)
+  else
+    if from_tail == true then count = -1 elseif from_tail == false then count = 1 end
+    redis.call('LREM', K_ring, count, m)
+  end
   redis.call('HDEL', K_gturn, m)
   redis.call('ZREM', TEN.wait, t)
 end
@@ -68,12 +81,21 @@ function TEN.charge(t, now)
 end
 
 local function ring_push(g)
+  local t = tenant_of(g)
   if time_fair() then
-    local v = int_text(vstart(g))
-    redis.call('ZADD', K_gvt, v, g)
-    redis.call('HSET', K_gvrun, g, v)
+    if not t then
+      local v = int_text(vstart(g))
+      redis.call('ZADD', K_gvt, v, g)
+      redis.call('HSET', K_gvrun, g, v)
+    else
+      local v, tz = int_text(vstart(g, TENANT_MARK .. t .. TENANT_MARK)), tgvt_key(t)
+      redis.call('HSET', K_gvrun, g, v)
+      if redis.call('ZADD', tz, v, g) == 1 and redis.call('ZCARD', tz) == 1
+        and tenant_open(t) then
+        tenant_enter(t)
+      end
+    end
   else
-    local t = tenant_of(g)
     if not t then
       redis.call('RPUSH', K_ring, g)
     elseif redis.call('RPUSH', tring_key(t), g) == 1 and tenant_open(t) then
@@ -112,10 +134,18 @@ end
 -- in the queue's; t: its tenant, false for none, nil to read it. A claim knows the mark
 -- stands (it just served the tenant): there the tenant's last group takes it out unread.
 local function ring_leave(g, from_tail, t_tail, t)
+  if t == nil then t = tenant_of(g) end
   if time_fair() then
-    redis.call('ZREM', K_gvt, g)
+    if not t then
+      redis.call('ZREM', K_gvt, g)
+    else
+      local tz = tgvt_key(t)
+      redis.call('ZREM', tz, g)
+      if redis.call('ZCARD', tz) == 0 and (t_tail ~= nil or tenant_open(t)) then
+        tenant_leave(t, t_tail)
+      end
+    end
   else
-    if t == nil then t = tenant_of(g) end
     local count = 0
     if from_tail == true then count = -1 elseif from_tail == false then count = 1 end
     if not t then

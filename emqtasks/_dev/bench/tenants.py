@@ -5,7 +5,10 @@ few jobs in one group; the claims are driven in one process with the pool's numb
 in flight (claim until that many are leased, ack the oldest, again), so the figure is a
 count of claims, free of timing noise. Then the claim cost per job at many groups under
 many tenants against a few groups in one tenant (Redis CPU per job of a claim ->
-ack-and-claim-next loop, as --controls measures it).
+ack-and-claim-next loop, as --controls measures it). Then time mode with tenants (a real
+worker): tenant A's jobs 20 times longer than B's, A's spread over 10 groups, both
+backlogged; each tenant's worker time as the server measures it (claim to ack), the goal
+1:1 within 10%.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ import time
 from collections import deque
 from typing import Any
 
+from ...producer.app import App
 from ...store.queue import NewJob, Queue
+from . import tasks as bench_tasks
+from .core import CHUNK as SEND_CHUNK
 from .core import Bench, median, say
 from .scenarios import Row
 
@@ -87,6 +93,61 @@ def claim_cost(b: Bench, groups: int, tenants: int, jobs: int) -> float:
     return float(d["cpu"] * 1e6 / max(done, 1))
 
 
+#: Time mode with tenants: A's jobs (over A_GROUPS groups) and B's (one group), ms each.
+A_MS, B_MS, A_GROUPS = 100.0, 5.0, 10
+
+
+def _tenant_of_call(counter: str, group: str = "default", ms: float = 1.0) -> str:
+    """A bench job's tenant in the time-mode measurement: its group's first letter."""
+    return group[:1].upper()
+
+
+def time_shares(b: Bench, window: float) -> dict[str, float]:
+    """Server-measured worker seconds of tenants A and B over ``window`` s (after a first
+    second the estimates learn in), in time mode, POOL children, both backlogged; and
+    ``dry``: 1.0 when a tenant ran out of jobs in the window."""
+    with b.queue() as (app, _):
+        app.set_fairness("time")
+        # the same task name as the worker's, with a tenant by the call (this App only)
+        own = App(redis_url=b.url, queue=app.settings.queue)
+        try:
+            work = own.task(bench_tasks.work, name=f"{bench_tasks.__name__}.work",
+                            group=bench_tasks._group_arg, tenant=_tenant_of_call,
+                            max_attempts=3, retry_delay=1.0)
+            counter = b.key(app, "twork")
+            app.pause()
+            n = {"A": int(window * POOL * 1000 / A_MS) + 100,
+                 "B": int(window * POOL * 1000 / B_MS) + 1000}
+            ids: dict[str, list[str]] = {"A": [], "B": []}
+            calls = {"A": [(counter, f"a{i % A_GROUPS}", A_MS) for i in range(n["A"])],
+                     "B": [(counter, "b", B_MS)] * n["B"]}
+            for t in ("A", "B"):
+                for i in range(0, n[t], SEND_CHUNK):
+                    ids[t] += [h.id for h in work.map(calls[t][i:i + SEND_CHUNK])]
+            with b.worker(app, concurrency=POOL):
+                app.resume()
+                time.sleep(1.0)
+                secs, micros = b.client.time()
+                start = int(secs) * 1000 + int(micros) // 1000
+                time.sleep(window)
+                secs, micros = b.client.time()
+                end = int(secs) * 1000 + int(micros) // 1000
+                left = {t: app.tenant(t)["waiting"] for t in ids}
+            out: dict[str, float] = {"dry": 0.0 if all(left.values()) else 1.0}
+            for t, tids in ids.items():
+                pipe = b.client.pipeline(transaction=False)
+                for job_id in tids:
+                    pipe.hmget(app.queue().keys.job(job_id), "started", "finished")
+                held = 0
+                for started, finished in pipe.execute():
+                    if started and finished and int(started) < end and int(finished) > start:
+                        held += min(int(finished), end) - max(int(started), start)
+                out[t] = held / 1000
+        finally:
+            own.close()
+    return out
+
+
 def measure(b: Bench, quick: bool) -> tuple[list[Row], list[str]]:
     a_jobs, a_groups = (2_000, 200) if quick else (10_000, 1_000)
     table = [f"tenant A: {a_jobs:,} jobs over {a_groups:,} groups; then tenant B: 10 jobs in "
@@ -119,4 +180,16 @@ def measure(b: Bench, quick: bool) -> tuple[list[Row], list[str]]:
     lo, hi = costs["few"], costs["many"]
     rows.append(Row("tenant_claim_cost_ratio", f"3    {many:,} groups / 10 (goal <= 1.2)",
                     hi / lo if lo and hi else None, "x", [hi / lo if lo and hi else None], 2))
+    window = 3.0 if quick else 10.0
+    say(f"  time mode with tenants, {window:g} s")
+    got = time_shares(b, window)
+    ratio = got["A"] / got["B"] if got["B"] else None
+    met = ratio is not None and abs(ratio - 1) <= 0.10 and not got["dry"]
+    table += ["", f"time mode, {POOL} in flight over {window:g} s: tenant A's jobs {A_MS:g} ms "
+              f"over {A_GROUPS} groups, tenant B's {B_MS:g} ms in one (20x shorter)",
+              f"worker time (server: claim to ack): A {got['A']:.2f} s, B {got['B']:.2f} s, "
+              f"A:B {'-' if ratio is None else f'{ratio:.2f}'} (goal 1:1 within 10%: "
+              f"{'met' if met else 'not met'}{', a tenant ran dry' if got['dry'] else ''})"]
+    rows.append(Row("tenant_time_ratio", "3  time mode: worker time A:B, A's jobs 20x longer "
+                    "(goal 1.00 +-0.10)", ratio, "x", [ratio], 2))
     return rows, table

@@ -91,12 +91,12 @@ static int expire(Q *q, RMS *id, RMK *h, RMS *jkey, RMS *ttl) {
 /* One turn at the ring's head group g: 1 claimed into *out, 0 look again (the group's
  * books unreadable, its lane empty or not a zset, its head a ghost or a buried row), -1
  * error. */
-static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out, RMS *t) {
+static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out, RMS *t, double tvs) {
     RMS *lkey = lane_key(q, g), *id = NULL, *jkey = NULL, *row[NROW] = {0};
     RMK *lane = NULL, *job = NULL;
     double score;
     long long act, more = 1;
-    int rotated = 1, t_rotated = 1, rc, tf = time_fair(q), own_t = 0;
+    int rotated = 1, t_rotated = 1, rc, tf = time_fair(q);
     Seat s;
     if (tf < 0 || (rc = group_seat(q, g, tf, &s)) < 0) {
         sfree(q, lkey);
@@ -151,9 +151,7 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out, RMS *t) {
 
     zrem(q, lane, lkey, id);
     if (tf) {                                    /* time mode: charge the estimate */
-        if ((rc = time_charge(q, g, vs, s.w, s.est, job, jkey)) < 0) goto out;
-        if ((rc = tenant_of(q, g, &t)) < 0) goto out;   /* for its books of jobs in flight */
-        own_t = 1;
+        if ((rc = time_charge(q, g, vs, s.w, s.est, job, jkey, t, tvs)) < 0) goto out;
     } else if (t) {                              /* a tenant's group: both rings turn */
         if ((rc = tenant_turn(q, g, (long long)s.w, t, &rotated, &t_rotated)) < 0) goto out;
     } else if (s.w > 1) {                        /* ring_turn: a weighted group keeps the head */
@@ -240,13 +238,16 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out, RMS *t) {
         sfree(q, tk);
         if (rc < 0) goto out;
         /* and its rate: a spent budget takes it off the ring into twait until its next
-         * start is due (promote returns it; at its limit too, a completion does) */
+         * start is due (promote returns it; at its limit too, a completion does); in time
+         * mode starts are counted, and a tenant at its limit leaves gvt */
         int twait;
         double tat = 0;
         if ((rc = tenant_charge(q, t, &twait, &tat)) < 0) goto out;
-        if (!tf) {
-            if ((rc = tenant_setting(q, "tlimit", t, &has, &tlim)) < 0) goto out;
-            int full = has && (double)tact >= tlim;
+        if ((rc = tenant_setting(q, "tlimit", t, &has, &tlim)) < 0) goto out;
+        int full = has && (double)tact >= tlim;
+        if (tf) {
+            if (full && (rc = tenant_leave(q, t, 0)) < 0) goto out;   /* gone already: no-op */
+        } else {
             if (full || twait) {
                 RMS *rk = tring_key(q, t);
                 RMK *rh;
@@ -268,7 +269,7 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out, RMS *t) {
         if (left == 0) more = 0;
     }
     /* last: a history counter that cannot be counted fails the call with the books whole */
-    if ((rc = hist_started(q, row[R_TASK], g, score)) < 0) goto out;
+    if ((rc = hist_started(q, row[R_TASK], g, score, t)) < 0) goto out;
     out->id = id;
     out->task = row[R_TASK];
     out->payload = row[R_PAYLOAD];
@@ -282,7 +283,6 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out, RMS *t) {
 out:
     if (lane) RedisModule_CloseKey(lane);
     if (job) RedisModule_CloseKey(job);
-    if (own_t) sfree(q, t);
     sfree(q, lkey); sfree(q, jkey); sfree(q, id);
     for (int i = 0; i < NROW; i++) sfree(q, row[i]);
     return rc;
@@ -305,7 +305,7 @@ static int claim_one(Q *q, RMS *nonce, Job *out) {
     int tf = time_fair(q);
     if (tf < 0) return -1;
     for (int iter = 0; iter < CLAIM_SKIP_MAX; iter++) {
-        double vs = 0;
+        double vs = 0, tvs = 0;
         RMS *g = NULL;
         if (tf) {                                /* ZRANGE gvt 0 0 WITHSCORES */
             RMS *key = book_key(q, "gvt");
@@ -323,12 +323,24 @@ static int claim_one(Q *q, RMS *nonce, Job *out) {
         RMS *t = NULL;
         size_t hl;
         const char *hp = RedisModule_StringPtrLen(g, &hl);
-        if (!tf && hl > 0 && (unsigned char)hp[0] == 0xff) {
+        if (hl > 0 && (unsigned char)hp[0] == 0xff) {
             t = RedisModule_CreateString(q->ctx, hp + 1, hl - 1);
             sfree(q, g);
-            RMS *tk = tring_key(q, t);
-            int lr = lindex(q, tk, 0, &g);
-            sfree(q, tk);
+            g = NULL;
+            int lr = 0;
+            if (tf) {                            /* its zset's least-served group */
+                RMS *tk = tgvt_key(q, t);
+                RMK *h;
+                tvs = vs;
+                lr = dk(q, tk, 0, REDISMODULE_KEYTYPE_ZSET, &h);
+                if (lr == 0 && h) g = zfirst(h, &vs);
+                if (h) RedisModule_CloseKey(h);
+                sfree(q, tk);
+            } else {
+                RMS *tk = tring_key(q, t);
+                lr = lindex(q, tk, 0, &g);
+                sfree(q, tk);
+            }
             if (lr < 0) {
                 sfree(q, t);
                 return -1;
@@ -338,7 +350,7 @@ static int claim_one(Q *q, RMS *nonce, Job *out) {
         if (rc == 1 && !g) {                      /* a stale mark (its ring is empty) */
             rc = tenant_leave(q, t, 1);
         } else if (rc == 1) {
-            rc = claim_at(q, g, vs, nonce, out, t);
+            rc = claim_at(q, g, vs, nonce, out, t, tvs);
         }
         sfree(q, t);
         if (rc == 1) {

@@ -157,16 +157,46 @@ static int hist_enqueued(Q *q, RMS *g) {
 }
 
 /* A claim: the wait is the start time less the time the job became due (its lane score's). */
-static int hist_started(Q *q, RMS *task, RMS *g, double score) {
+/* A start of tenant t's, wait bucket i (the script's htenant): tn:<t> + 1, created against
+ * the cap (nt); past it the minute counts it in otn, with no histogram. */
+static int htenant(Q *q, RMS *t, int i) {
+    long long v, n;
+    RMS *f = hfield(q, "tn:", t);
+    if (hadd(q, RedisModule_CreateStringFromString(q->ctx, f), 1, &v) < 0) {
+        sfree(q, f);
+        return -1;
+    }
+    int rc = 0, over = 0;
+    if (v == 1) {
+        rc = hexpire(q);
+        if (rc == 0) rc = hadd(q, mk_tmp(q, "nt"), 1, &n);
+        if (rc == 0 && (double)n > q->hcap) {
+            hist_flush(q);                        /* the HSET of f before its HDEL */
+            hdel(q, q->hh, q->hkey, f);
+            rc = hadd(q, mk_tmp(q, "otn"), 1, NULL);
+            over = 1;
+        }
+    }
+    sfree(q, f);
+    if (rc < 0 || over) return rc;
+    char c[8];
+    snprintf(c, sizeof c, "tw%d:", i);
+    return hadd(q, hfield(q, c, t), 1, NULL);
+}
+
+/* t: the group's tenant (NULL: none). */
+static int hist_started(Q *q, RMS *task, RMS *g, double score, RMS *t) {
     int on = hist_open(q);
     if (on <= 0) return on;
     double wait = hclamp((double)q->now - (score - floor(score / PRIO_SPAN) * PRIO_SPAN));
     char c[8];
-    snprintf(c, sizeof c, "w%d:", hbucket(wait));
+    int i = hbucket(wait);
+    snprintf(c, sizeof c, "w%d:", i);
     if (hcount(q, hfield(q, c, task)) < 0 ||
         hadd(q, hfield(q, "ws:", task), (long long)wait, NULL) < 0)
         return -1;
-    return hgroup(q, "a", g, H_STARTED);
+    if (hgroup(q, "a", g, H_STARTED) < 0) return -1;
+    return t ? htenant(q, t, i) : 0;
 }
 
 /* A success, with its run time when the row knows its start (as the script's tonumber). */

@@ -145,10 +145,9 @@ static int tenant_drop(Q *q, RMS *t) {
     if (tenant_setting(q, "tlimit", t, &has, &lim) < 0) return -1;
     if (!has || !((double)act + 1 >= lim && (double)act < lim)) return 0;
     if ((tf = time_fair(q)) < 0) return -1;
-    if (tf) return 0;
-    RMS *rk = tring_key(q, t);
+    RMS *rk = tf ? tgvt_key(q, t) : tring_key(q, t);
     RMK *rh;
-    rc = dk(q, rk, 0, REDISMODULE_KEYTYPE_LIST, &rh);
+    rc = dk(q, rk, 0, tf ? REDISMODULE_KEYTYPE_ZSET : REDISMODULE_KEYTYPE_LIST, &rh);
     size_t n = vlen(rh);
     if (rh) RedisModule_CloseKey(rh);
     sfree(q, rk);

@@ -2,44 +2,21 @@
  * lua/lib/ring.lua).
  * Included once by emq.c (a unity build), after the files before it there; never alone. */
 
-/* vstart: the later of the group's virtual time and the floor gvrun['']. */
-static int vstart(Q *q, RMS *g, double *v) {
+/* vstart: the later of the virtual time of g (a group or a tenant's mark) and the floor
+ * gvrun[fl] (NULL: the queue's, gvrun['']). */
+static int vstart(Q *q, RMS *g, RMS *fl, double *v) {
     int hf, ho;
     double floor_v = 0, own = 0;
-    if (book_num(q, "gvrun", F_EMPTY, &hf, &floor_v) < 0) return -1;
+    if (book_num(q, "gvrun", fl ? fl : F_EMPTY, &hf, &floor_v) < 0) return -1;
     if (!hf) floor_v = 0;
     if (book_num(q, "gvrun", g, &ho, &own) < 0) return -1;
     *v = ho && own > floor_v ? own : floor_v;
     return 0;
 }
 
-/* Tenants (lua/lib/ring.lua; turns mode only, time mode serves the groups flat): a tenant's
- * mark (0xff then its name: no group name starts so, they are UTF-8) stands on the ring
- * exactly while its own ring (BASE t:<tenant>:ring) holds a group and it is open. */
-static RMS *tring_key(Q *q, RMS *t) { return mkname(q, "t:", t, ":ring"); }
-
-static RMS *tenant_mark(Q *q, RMS *t) {
-    size_t l;
-    const char *p = RedisModule_StringPtrLen(t, &l);
-    char stackbuf[300];
-    char *buf = l + 1 <= sizeof stackbuf ? stackbuf : RedisModule_Alloc(l + 1);
-    buf[0] = (char)0xff;
-    memcpy(buf + 1, p, l);
-    RMS *m = RedisModule_CreateString(q->ctx, buf, l + 1);
-    if (buf != stackbuf) RedisModule_Free(buf);
-    return m;
-}
-
-/* The group's tenant (HGET gtenant g), NULL for none; *t the caller's to free. */
-static int tenant_of(Q *q, RMS *g, RMS **t) { return book_get(q, "gtenant", g, t); }
-
-static int tenant_weight(Q *q, RMS *t, long long *w) {
-    int has;
-    double v;
-    if (tenant_setting(q, "tweight", t, &has, &v) < 0) return -1;
-    *w = has ? (long long)v : 1;
-    return 0;
-}
+/* Tenants (lua/lib/ring.lua): a tenant's mark stands on the ring (time: in gvt at the
+ * tenant's virtual time) exactly while its own ring (BASE t:<tenant>:ring; time: its zset
+ * t:<tenant>:gvt) holds a group and it is open. Names: timefair.c. */
 
 /* Not paused and under its limit (tlimit, tactive). */
 static int tenant_open(Q *q, RMS *t, int *open) {
@@ -139,12 +116,23 @@ static int twait_push(Q *q, RMS *t, double at) {
 
 /* The mark joins the ring, or twait while the tenant's rate budget is spent. */
 static int tenant_enter(Q *q, RMS *t) {
-    int has;
-    double at;
-    if (tenant_ready(q, t, &has, &at) < 0) return -1;
-    if (has) return twait_push(q, t, at);
+    int tf = time_fair(q), rc;
+    if (tf < 0) return -1;
+    if (!tf) {      /* time mode counts a tenant's starts but holds none back for its rate */
+        int has;
+        double at;
+        if (tenant_ready(q, t, &has, &at) < 0) return -1;
+        if (has) return twait_push(q, t, at);
+    }
     RMS *m = tenant_mark(q, t);
-    int rc = rpush(q, fx(q, K_RING, 1), q->k[K_RING], m);
+    if (tf) {
+        double v;
+        rc = vstart(q, m, NULL, &v);
+        if (rc == 0) rc = gvt_add(q, m, (double)(long long)v, 0);
+        if (rc == 0) rc = book_set_ll(q, "gvrun", m, (long long)v);
+    } else {
+        rc = rpush(q, fx(q, K_RING, 1), q->k[K_RING], m);
+    }
     if (rc == 0) hdel_fx(q, K_GTURN, m);
     sfree(q, m);
     return rc;
@@ -153,15 +141,22 @@ static int tenant_enter(Q *q, RMS *t) {
 /* count as list_rem's: where the mark is known to stand, or 0 to scan. A mark waiting out
  * its rate leaves twait instead. */
 static int tenant_leave(Q *q, RMS *t, long long count) {
+    int tf = time_fair(q), rc = 0;
+    if (tf < 0) return -1;
     RMS *m = tenant_mark(q, t);
-    RMK *r = fx(q, K_RING, 1);
-    if (r) list_rem(q, r, q->k[K_RING], count, m);
-    if (r) hdel_fx(q, K_GTURN, m);
+    if (tf) {
+        rc = gvt_rem(q, m);
+    } else {
+        RMK *r = fx(q, K_RING, 1);
+        if (r) list_rem(q, r, q->k[K_RING], count, m);
+        else rc = -1;
+    }
+    if (rc == 0) hdel_fx(q, K_GTURN, m);
     sfree(q, m);
-    if (!r) return -1;
+    if (rc < 0) return -1;
     RMS *key = book_key(q, "twait");
     RMK *h;
-    int rc = dk(q, key, 0, REDISMODULE_KEYTYPE_ZSET, &h);
+    rc = dk(q, key, 0, REDISMODULE_KEYTYPE_ZSET, &h);
     if (rc == 0 && h) {
         RedisModule_CloseKey(h);
         rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &h);
@@ -206,6 +201,27 @@ static int tenant_charge(Q *q, RMS *t, int *has, double *at) {
     return tenant_ready(q, t, has, at);
 }
 
+/* Time mode: a tenant's group g leaves its tenant's zset; the tenant's mark leaves gvt with
+ * its last group (check_open: only if the tenant is open, as a scan's; a claim knows). */
+static int tgvt_leave(Q *q, RMS *g, RMS *t, int check_open) {
+    RMS *key = tgvt_key(q, t);
+    int rc = zkey_rem(q, key, g), open = 1;
+    RMK *h;
+    size_t n = 0;
+    if (rc == 0) {
+        rc = dk(q, key, 0, REDISMODULE_KEYTYPE_ZSET, &h);
+        n = vlen(h);
+        if (h) RedisModule_CloseKey(h);
+    }
+    sfree(q, key);
+    if (rc == 0 && n == 0) {
+        if (check_open) rc = tenant_open(q, t, &open);
+        if (rc == 0 && open) rc = tenant_leave(q, t, 0);
+    }
+    if (rc == 0) hdel_fx(q, K_GTURN, g);
+    return rc;
+}
+
 /* An entering group: on the ring or its tenant's (turns), or in gvt at vstart (time). */
 static int ring_push(Q *q, RMS *g) {
     int tf = time_fair(q);
@@ -226,11 +242,34 @@ static int ring_push(Q *q, RMS *g) {
         sfree(q, t);
         return rc;
     }
+    RMS *t;
     double v;
-    if (vstart(q, g, &v) < 0) return -1;
+    if (tenant_of(q, g, &t) < 0) return -1;
+    if (!t) {
+        if (vstart(q, g, NULL, &v) < 0) return -1;
+        long long vi = (long long)v;
+        if (gvt_add(q, g, (double)vi, 0) < 0) return -1;
+        return book_set_ll(q, "gvrun", g, vi);
+    }
+    RMS *fl = tenant_floor(q, t), *key = tgvt_key(q, t);
+    RMK *h = NULL;
+    size_t n0 = 0;
+    int rc = vstart(q, g, fl, &v), open = 0;
     long long vi = (long long)v;
-    if (gvt_add(q, g, (double)vi, 0) < 0) return -1;
-    return book_set_ll(q, "gvrun", g, vi);
+    if (rc == 0) rc = book_set_ll(q, "gvrun", g, vi);
+    if (rc == 0) rc = dk(q, key, 1, REDISMODULE_KEYTYPE_ZSET, &h);
+    if (rc == 0) {
+        n0 = vlen(h);
+        double s;
+        int had = RedisModule_ZsetScore(h, g, &s) == REDISMODULE_OK;
+        rc = zadd(q, h, key, (double)vi, g, 0);
+        if (had) n0 = 1;                            /* ZADD replied 0: no entry */
+    }
+    if (h) RedisModule_CloseKey(h);
+    if (rc == 0 && n0 == 0 && (rc = tenant_open(q, t, &open)) == 0 && open)
+        rc = tenant_enter(q, t);
+    sfree(q, fl); sfree(q, key); sfree(q, t);
+    return rc;
 }
 
 /* ring_size(): the serviceable groups of the queue's mode. */
@@ -302,6 +341,7 @@ static int ring_leave(Q *q, RMS *g, int from_tail, int t_tail, RMS *t) {
     int tf = time_fair(q);
     if (tf < 0) return -1;
     if (tf) {
+        if (t) return tgvt_leave(q, g, t, 0);
         if (gvt_rem(q, g) < 0) return -1;
         hdel_fx(q, K_GTURN, g);
         return 0;
@@ -327,11 +367,11 @@ static int ring_leave(Q *q, RMS *g, int from_tail, int t_tail, RMS *t) {
 static int ring_leave_scan(Q *q, RMS *g) {
     int tf = time_fair(q);
     if (tf < 0) return -1;
-    if (tf) return ring_leave(q, g, 0, 0, NULL);
     RMS *t;
     if (tenant_of(q, g, &t) < 0) return -1;
+    if (tf && !t) return ring_leave(q, g, 0, 0, NULL);
     if (t) {
-        int rc = tring_leave(q, g, t, 0, 0);
+        int rc = tf ? tgvt_leave(q, g, t, 1) : tring_leave(q, g, t, 0, 0);
         sfree(q, t);
         return rc;
     }

@@ -56,19 +56,19 @@ local was = {}
 for i, name in ipairs(tenants) do was[i] = standing(name) end
 local reply = 1
 if what == 'weight' then
-  if v == '' or (v == '1' and t ~= '' and not redis.call('HGET', K_tweight, '')) then
-    redis.call('HDEL', K_tweight, t)
+  if v == '' or (v == '1' and t ~= '' and not redis.call('HGET', TEN.weight, '')) then
+    redis.call('HDEL', TEN.weight, t)
   else
-    redis.call('HSET', K_tweight, t, v)
+    redis.call('HSET', TEN.weight, t, v)
   end
   for _, name in ipairs(tenants) do redis.call('HDEL', K_gturn, TENANT_MARK .. name) end
 elseif what == 'limit' or what == 'rate' or what == 'max_size' then
-  local book = K_tlimit
+  local book = TEN.limit
   if what == 'rate' then book = TEN.rate elseif what == 'max_size' then book = TEN.max end
   if v == '' then redis.call('HDEL', book, t) else redis.call('HSET', book, t, v) end
 else
-  if v == '1' then reply = redis.call('SADD', K_tpaused, t)
-  else reply = redis.call('SREM', K_tpaused, t) end
+  if v == '1' then reply = redis.call('SADD', TEN.paused, t)
+  else reply = redis.call('SREM', TEN.paused, t) end
 end
 local woke = false
 for i, name in ipairs(tenants) do

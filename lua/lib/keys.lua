@@ -39,15 +39,14 @@ local K_busy = BASE .. 'busy'             -- hash: 10 s slot -> busy ms of the w
 local TENANT_MARK = '\255'
 local K_gtenant = BASE .. 'gtenant'       -- hash: group -> its tenant (absent: its own)
 local K_tactive = BASE .. 'tactive'       -- hash: tenant -> jobs in flight
-local K_tlimit = BASE .. 'tlimit'         -- hash: tenant -> concurrency limit
-local K_tweight = BASE .. 'tweight'       -- hash: tenant -> weight (claims per turn)
-local K_tpaused = BASE .. 'tpaused'       -- set: paused tenants
--- A tenant's rate and lane cap, in one table (a verb's main chunk is near Lua's 200 locals):
--- rate / max: hash tenant -> "max:per_ms" / cap on its waiting jobs ('': every tenant's
--- default); wait: zset tenant -> when its rate lets it start again (its mark is off the
--- ring meanwhile); starts(t): list, its recent start times; groups(t): set, its groups
--- (gtenant read backwards: its waiting jobs are counted over them).
-local TEN = {rate = BASE .. 'trate', max = BASE .. 'tmax', wait = BASE .. 'twait'}
+-- A tenant's controls, in one table (a verb's main chunk is near Lua's 200 locals):
+-- limit / weight: hash tenant -> concurrency limit / claims per turn; paused: set of paused
+-- tenants; rate / max: hash tenant -> "max:per_ms" / cap on its waiting jobs ('': every
+-- tenant's default, for all but paused); wait: zset tenant -> when its rate lets it start
+-- again (its mark is off the ring meanwhile); starts(t): list, its recent start times;
+-- groups(t): set, its groups (gtenant read backwards: its waiting jobs are counted over them).
+local TEN = {limit = BASE .. 'tlimit', weight = BASE .. 'tweight', paused = BASE .. 'tpaused',
+             rate = BASE .. 'trate', max = BASE .. 'tmax', wait = BASE .. 'twait'}
 function TEN.starts(t) return BASE .. 't:' .. t .. ':starts' end
 function TEN.groups(t) return BASE .. 't:' .. t .. ':groups' end
 -- The queue's own marks (emqtasks/clock.py, stats()):

@@ -72,7 +72,7 @@ local function active_drop(g, now)
     if tlim and tact + 1 >= tlim and tact < tlim
       and (time_fair() and redis.call('ZCARD', tgvt_key(t))
            or redis.call('LLEN', tring_key(t))) > 0
-      and redis.call('SISMEMBER', K_tpaused, t) == 0 then
+      and redis.call('SISMEMBER', TEN.paused, t) == 0 then
       tenant_enter(t)
       wake()
     end

@@ -16,7 +16,7 @@ end
 -- time) exactly while its own ring (time mode: its zset, tgvt_key) holds a group and the
 -- tenant is open (not paused, under its limit), as a group stands on it while it is open.
 local function tenant_open(t)
-  if redis.call('SISMEMBER', K_tpaused, t) == 1 then return false end
+  if redis.call('SISMEMBER', TEN.paused, t) == 1 then return false end
   local lim = tenant_limit(t)
   return not lim or (tonumber(redis.call('HGET', K_tactive, t)) or 0) < lim
 end

@@ -45,10 +45,10 @@ end
 -- own, else the default for every tenant (field '' of the same hash: no tenant is named '').
 local function tenant_of(g) return redis.call('HGET', K_gtenant, g) or nil end
 local function tenant_limit(t)
-  return tonumber(redis.call('HGET', K_tlimit, t) or redis.call('HGET', K_tlimit, ''))
+  return tonumber(redis.call('HGET', TEN.limit, t) or redis.call('HGET', TEN.limit, ''))
 end
 local function tenant_weight(t)
-  return tonumber(redis.call('HGET', K_tweight, t) or redis.call('HGET', K_tweight, '')) or 1
+  return tonumber(redis.call('HGET', TEN.weight, t) or redis.call('HGET', TEN.weight, '')) or 1
 end
 -- A tenant's rate: max_jobs, per_ms (its own, else every tenant's default), nil for none.
 function TEN.rate_of(t)

@@ -1,12 +1,14 @@
 """The abort listener of a master: the aborts asked of it (lua/abort.lua), taken as they come.
 
 An abort is pushed on the abort list of every master of the queue (``aborts:<worker id>``).
-The listener blocks on its master's lists only while some child runs a job: an idle pool
-sends nothing for aborts (a job that is not running is cancelled, never aborted). Each token
-(job id, nonce of the attempt) is handed to the master's main loop, which finds the attempt
-in its slots, asks its child to stop it (SIGUSR1) and kills the child after the grace; a
-token for an attempt this master does not run is dropped there. On a Redis Cluster there
-is one listener per queue, as there is one park thread (one BLPOP cannot span slots).
+The listener blocks on its master's lists only while some child claims or runs a job (from
+the go that sends it to claim, so an abort of a job just started is taken at once, not a
+turn of the master's loop later): an idle pool sends nothing for aborts (a job that is not
+running is cancelled, never aborted). Each token (job id, nonce of the attempt) is handed to
+the master's main loop, which finds the attempt in its slots, asks its child to stop it
+(SIGUSR1) and kills the child after the grace; a token for an attempt this master does not
+run is dropped there. On a Redis Cluster there is one listener per queue, as there is one
+park thread (one BLPOP cannot span slots).
 """
 
 from __future__ import annotations

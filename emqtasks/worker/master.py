@@ -35,7 +35,7 @@ from ..store.cluster import is_cluster
 from ..store.keys import WAKE_DUE
 from ..store.queue import Lease, Queue
 from ..verdicts import AbortedVerdict, RetryVerdict
-from . import aborts, logs, park, settled
+from . import aborts, logs, park, settled, threads
 from .child import Child, ChildConfig
 from .pipe import GO, GOT_WORK, HELD, IDLE, STOP
 from .resilience import TRANSIENT, FullServer, Outage
@@ -149,9 +149,9 @@ class Master:
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self.selector.register(self._abort_r, selectors.EVENT_READ, "aborts")
         self.parkers = self._parkers(first_due)
-        parkers = park.start(self.parkers)
+        parkers = threads.start(self.parkers, "park")
         self.listeners = self._listeners()
-        parkers += aborts.start(self.listeners)
+        parkers += threads.start(self.listeners, "aborts")
         self._fan()  # work may already be waiting: a restarted pool must not need a wake
         try:
             while self._alive_children():

@@ -6,6 +6,7 @@ the module, EMQ_NATIVE=require), with real workers (tests/tasks/abort_tasks.py).
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -18,8 +19,12 @@ from workerproc import WorkerProc
 
 from emqtasks import App, AsyncResult, chain, states
 from emqtasks.cli import main
+from emqtasks.config import WorkerSettings
 from emqtasks.errors import InvalidArgument, TaskFailed, UnknownJob
 from emqtasks.ops.check import check
+from emqtasks.producer.registry import Registry
+from emqtasks.worker.master import ChildHandle, Master, _ctx
+from emqtasks.worker.pipe import IDLE
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -318,22 +323,62 @@ def test_cli_abort(path_app: App) -> None:
     assert result.output.strip() == f"cancelled job {h.id}"
 
 
+#: The benchmark's size and target (issue 32): the p99 of abort() to stopped over this many
+#: running jobs, within this many seconds (printed, never asserted: a speed target).
+ABORTS, TARGET = 50, 1.0
+
+
 def test_abort_time_to_stop(path_app: App, capsys: pytest.CaptureFixture[str]) -> None:
-    # A benchmark figure: 20 running jobs aborted one after another, each timed from the
-    # abort() call to get() reporting it aborted (asserted only as stopped)
+    # A benchmark figure: ABORTS running jobs aborted one after another, each timed from
+    # the abort() call to get() reporting it aborted (asserted only as stopped)
     app = path_app
     times = []
     with _worker(app, concurrency=2):
-        for i in range(20):
+        for i in range(ABORTS):
             h = app.send_task(at.busy, (f"m{i}",))
             _started(app, f"m{i}")
             times.append(_stop_time(app, h))
             assert h.status() == "aborted"
     times.sort()
-    p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
+
+    def pct(p: float) -> float:
+        return times[min(len(times) - 1, int(len(times) * p))]
+
+    p99 = pct(0.99)
     with capsys.disabled():
-        print(f"\nabort to stopped, {len(times)} jobs ({Path(__file__).name}): "
-              f"p50 {times[len(times) // 2] * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms")
+        print(f"\nabort to stopped, {len(times)} running jobs, "
+              f"EMQ_NATIVE={os.environ.get('EMQ_NATIVE', '')} ({Path(__file__).name}): "
+              f"p50 {pct(0.5) * 1000:.0f} ms, p95 {pct(0.95) * 1000:.0f} ms, "
+              f"p99 {p99 * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms: target p99 within "
+              f"{TARGET:g} s {'met' if p99 <= TARGET else 'NOT MET'}")
+
+
+def test_the_listener_listens_from_a_childs_go(app: App) -> None:
+    # Given a master of one child (a stand-in process: the rule is the master's own)
+    master = Master(lambda: [app.queue()], WorkerSettings(concurrency=1), Registry())
+    mine, theirs = _ctx.Pipe(duplex=True)
+    child = _ctx.Process(target=time.sleep, args=(30,), daemon=True)
+    child.start()
+    try:
+        master.children[0] = ChildHandle(0, child, mine)
+        assert not master.jobs_running.is_set()
+        # When the child is sent to claim: the abort listener blocks from then on, before
+        # the child's slot shows a job (so an abort of the job it starts is taken at once,
+        # not when the master's loop turns next)
+        assert master._fan()
+        assert master.jobs_running.is_set()
+        master._supervise_running()
+        assert master.jobs_running.is_set()
+        # and until the child says it is idle again
+        theirs.send_bytes(IDLE)
+        master._on_message(0)
+        master._supervise_running()
+        assert not master.jobs_running.is_set()
+    finally:
+        child.kill()
+        child.join(5)
+        mine.close()
+        theirs.close()
 
 
 def test_a_bad_abort_grace_is_refused_at_decoration(app: App) -> None:

@@ -471,7 +471,8 @@ def check_command(redis_url: str | None, queue: str | None, repair: bool, as_jso
                        f"restored, {mended.buried} unreadable jobs moved to dead, "
                        f"{len(mended.rebuilt)} keys of the wrong type rebuilt, "
                        f"{mended.workflows_failed} workflows failed at a lost step, "
-                       f"{mended.uniques_freed} unique keys of ended jobs freed")
+                       f"{mended.uniques_freed} unique keys of ended jobs freed, "
+                       f"{mended.aborts_dropped} stale abort tokens deleted")
             for line in mended.not_repaired:
                 click.echo(f"not repaired: {line}")
         for line in report.violations:
@@ -479,6 +480,11 @@ def check_command(redis_url: str | None, queue: str | None, repair: bool, as_jso
         if report.stale_uniques and mended is None:
             click.echo(f"note: {len(report.stale_uniques)} unique keys name a job gone or "
                        f"ended (free for the next enqueue; --repair deletes them)")
+        stale = sum(len(tokens) for tokens in report.stale_aborts.values())
+        if stale and mended is None:
+            click.echo(f"note: {stale} abort tokens no master will act on "
+                       f"({len(report.dead_abort_lists)} lists of masters not alive; "
+                       f"--repair deletes them)")
         click.echo(f"{'ok' if report.ok else 'BROKEN'}: {report.jobs} job rows, "
                    f"{report.groups} groups, {len(report.violations)} violations")
     if not report.ok:

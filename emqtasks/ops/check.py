@@ -40,7 +40,7 @@ REBUILT = frozenset({"ring", "active", "gactive", "gturn", "delayed", "dead", "w
 #: The families of keys (store/keys.py FAMILIES) repair deletes when of the wrong type.
 _REBUILT_FAMILIES = frozenset({"minute", "done", "worker", "lane", "starts", "group_busy",
                                "tenant_ring", "tenant_gvt", "unique", "tenant_starts",
-                               "tenant_groups"})
+                               "tenant_groups", "aborts"})
 #: The states of a job that has ended: its unique key (if any) is no longer held.
 _ENDED = frozenset({"done", "dead", "cancelled", "expired", "aborted", "skipped"})
 #: Settings the rebuild reads (a group's openness, its books): of the wrong type, they stop it.
@@ -75,6 +75,13 @@ class Report:
     #: unique key -> the job it names, gone or ended: not a violation (the next enqueue of the
     #: key takes it over, and it expires at its unique_for), but repair frees it now
     stale_uniques: dict[str, str] = field(default_factory=dict)
+    #: master id -> the tokens of its abort list no master will act on: all of them when
+    #: the master is not alive (its id in ``dead_abort_lists``: repair deletes the list),
+    #: else those aimed at attempts that are over. Not a violation (a list expires ABORT_TTL
+    #: s after its last push; a master drops a token for an attempt it does not run), but
+    #: repair deletes them now.
+    stale_aborts: dict[str, list[str]] = field(default_factory=dict)
+    dead_abort_lists: set[str] = field(default_factory=set)
 
     @property
     def ok(self) -> bool:
@@ -84,10 +91,10 @@ class Report:
         self.violations.append(message)
 
 
-def _types(queue: Queue, report: Report) -> tuple[set[str], set[str], set[str]]:
+def _types(queue: Queue, report: Report) -> tuple[set[str], set[str], set[str], set[str]]:
     """Every key of the queue by name: the job ids, the group names of its lanes, the unique
-    keys, and each key of the wrong type noted in the report (job rows are checked as they
-    are read)."""
+    keys, the masters with an abort list, and each key of the wrong type noted in the report
+    (job rows are checked as they are read)."""
     k = queue.keys
     names = [k.name_of(key) for key in queue.scan(k.all_pattern)]
     others = [n for n in names if kind_of(n) != "job" and expected_type(n)]
@@ -102,7 +109,9 @@ def _types(queue: Queue, report: Report) -> tuple[set[str], set[str], set[str]]:
     lanes = {ident_of(n) for n in names if kind_of(n) == "lane"}
     uniques = {ident_of(n) for n in names
                if kind_of(n) == "unique" and n not in report.wrong_types}
-    return ids, lanes, uniques
+    aborts = {ident_of(n) for n in names
+              if kind_of(n) == "aborts" and n not in report.wrong_types}
+    return ids, lanes, uniques, aborts
 
 
 #: What the snapshot reads of each structure and book: (key after the base, command).
@@ -180,7 +189,7 @@ def _rows(queue: Queue, report: Report, ids: set[str]) -> dict[str, dict[str, st
 def check(queue: Queue) -> Report:
     """Every violation of the invariants on this queue, as readable lines."""
     report = Report()
-    ids, lane_groups, uniques = _types(queue, report)
+    ids, lane_groups, uniques, aborts = _types(queue, report)
     b = _snapshot(queue, report, lane_groups)
     rows = _rows(queue, report, ids)
     lanes: dict[str, list[str]] = b["lanes"]
@@ -241,9 +250,25 @@ def check(queue: Queue) -> Report:
     for key, holder in zip(keys, queue.unique_holders(keys)):
         if holder is not None and (holder not in rows or rows[holder]["state"] in _ENDED):
             report.stale_uniques[key] = holder
+    _check_aborts(queue, report, sorted(aborts))
     if b["wake"] > WAKE_CAP:
         report.add(f"the wake list holds {b['wake']} tokens (bound {WAKE_CAP})")
     return report
+
+
+def _check_aborts(queue: Queue, report: Report, masters: list[str]) -> None:
+    """The abort lists (lua/abort.lua) no master will take from, or tokens no master will
+    act on: the list of a master that is not alive (abort.lua pushes to every master the
+    index lists, a dead one's too until a reader drops it), and tokens whose attempt is
+    over (the master that ran it is gone, or it never listens again for that attempt)."""
+    for wid, (alive, tokens) in zip(masters, queue.abort_lists(masters)):
+        if not alive:
+            report.dead_abort_lists.add(wid)
+            report.stale_aborts[wid] = tokens
+            continue
+        over = queue.attempts_over(tokens) if tokens else []
+        if over:
+            report.stale_aborts[wid] = over
 
 
 def _check_books(report: Report, b: dict[str, Any], groups: list[str], queue: Queue) -> None:
@@ -382,6 +407,7 @@ class Repaired(NamedTuple):
     rebuilt: tuple[str, ...] = ()       # keys of the wrong type deleted and rebuilt
     not_repaired: tuple[str, ...] = ()  # what an operator must mend (then repair again)
     uniques_freed: int = 0  # unique keys whose job was gone or ended, deleted
+    aborts_dropped: int = 0  # abort tokens of masters gone or of attempts over, deleted
 
 
 def repair(queue: Queue) -> Repaired:
@@ -406,5 +432,7 @@ def repair(queue: Queue) -> Repaired:
     ringed, restored = queue.repair(groups, rebuild, bury, report.lost)
     failed = sum(queue.fail_workflow(wf, parent, step) for wf, step, parent in report.orphans)
     freed = sum(queue.drop_unique(key, holder) for key, holder in report.stale_uniques.items())
+    dropped = sum(queue.drop_aborts(wid, tokens, wid in report.dead_abort_lists)
+                  for wid, tokens in report.stale_aborts.items())
     return Repaired(int(ringed), int(restored), failed, len(report.unreadable),
-                    tuple(k.named(n) for n in rebuild), not_repaired, freed)
+                    tuple(k.named(n) for n in rebuild), not_repaired, freed, dropped)

@@ -300,6 +300,53 @@ class Admin(QueueCore):
             except WatchError:
                 return False
 
+    def abort_lists(self, worker_ids: Sequence[str]) -> list[tuple[bool, list[str]]]:
+        """Per master id: whether its heartbeat is there (it is alive), and the tokens
+        ``<job id> <nonce>`` of its abort list (lua/abort.lua): the checker's read."""
+        pipe = self.client.pipeline(transaction=False)
+        for wid in worker_ids:
+            pipe.exists(self.keys.worker(wid))
+            pipe.lrange(self.keys.aborts(wid), 0, -1)
+        got = pipe.execute(raise_on_error=False)
+        return [(alive == 1, tokens if isinstance(tokens, list) else [])
+                for alive, tokens in zip(got[::2], got[1::2])]
+
+    def attempts_over(self, tokens: Sequence[str]) -> list[str]:
+        """The abort tokens whose attempt is not running (its row is gone, not active, or
+        holds another claim's nonce): no master has anything to stop for them."""
+        pipe = self.client.pipeline(transaction=False)
+        for token in tokens:
+            pipe.hmget(self.keys.job(token.partition(" ")[0]), "state", "nonce")
+        got = pipe.execute(raise_on_error=False)
+        return [token for token, row in zip(tokens, got)
+                if not isinstance(row, list) or row[0] != "active"
+                or (row[1] or "") != token.partition(" ")[2]]
+
+    def drop_aborts(self, worker_id: str, tokens: Sequence[str], whole: bool) -> int:
+        """Repair of an abort list: ``whole``, the list of a master that is not alive is
+        deleted (fenced by WATCH: not if its heartbeat came back meanwhile), else the
+        ``tokens`` (attempts over: a nonce is never claimed again) are removed from it.
+        Returns the tokens dropped."""
+        name = self.keys.aborts(worker_id)
+        if not whole:
+            pipe = self.client.pipeline(transaction=False)
+            for token in tokens:
+                pipe.lrem(name, 0, token)
+            return sum(int(n) for n in pipe.execute())
+        beat = self.keys.worker(worker_id)
+        with self.client.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(name, beat)
+                if pipe.exists(beat):
+                    return 0
+                held = int(pipe.llen(name))
+                pipe.multi()
+                pipe.delete(name)
+                pipe.execute()
+                return held
+            except WatchError:
+                return 0
+
     # -- history (history.py; the verbs count, lua/lib/history.lua) ---------------------
     def set_history(self, hours: int = DEFAULT_HOURS,
                     max_groups: int = DEFAULT_MAX_GROUPS) -> None:

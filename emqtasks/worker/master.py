@@ -4,11 +4,11 @@ Three threads (or one park thread and one abort listener per queue on a Redis Cl
 park thread (park.py) reaps and promotes on the tick, and while some child is idle it parks
 on BLPOP of the wake keys of its queues for as long as nothing is due; a token it takes
 becomes a byte (the queue's index) on the wake pipe. The abort listener (aborts.py) blocks
-on this master's abort lists while some child runs a job; an abort it takes becomes a byte
-on the abort pipe. The main thread never blocks on Redis: it selects over the children's
-pipes and sentinels, the wake, abort and signal pipes, fans readiness to idle children,
-renews leases, enforces time limits and aborts (SIGUSR1 to the child, SIGKILL past the
-grace), fails the job of a dead child and replaces it, and runs the shutdown.
+on this master's abort lists from a child's go until no child claims or runs a job; an abort
+it takes becomes a byte on the abort pipe. The main thread never blocks on Redis: it selects
+over the children's pipes and sentinels, the wake, abort and signal pipes, fans readiness to
+idle children, renews leases, enforces time limits and aborts (SIGUSR1 to the child, SIGKILL
+past the grace), fails the job of a dead child and replaces it, and runs the shutdown.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from ..store.cluster import is_cluster
 from ..store.keys import WAKE_DUE
 from ..store.queue import Lease, Queue
 from ..verdicts import AbortedVerdict, RetryVerdict
-from . import aborts, logs, park, settled
+from . import aborts, logs, park, settled, threads
 from .child import Child, ChildConfig
 from .pipe import GO, GOT_WORK, HELD, IDLE, STOP
 from .resilience import TRANSIENT, FullServer, Outage
@@ -124,7 +124,8 @@ class Master:
         self._taken_lock = threading.Lock()
         #: Aborts not matched to a slot yet: (id, nonce) -> when taken (monotonic).
         self._unmatched: dict[tuple[str, str], float] = {}
-        #: Set while some child runs a job: the abort listeners block only then.
+        #: Set from a child's go (its claim may start a job) while some child claims or runs
+        #: a job: the abort listeners block only then.
         self.jobs_running = threading.Event()
         #: Set when the pool is gone: aborts are heard through a warm stop's grace too.
         self.listen_stop = threading.Event()
@@ -148,9 +149,9 @@ class Master:
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self.selector.register(self._abort_r, selectors.EVENT_READ, "aborts")
         self.parkers = self._parkers(first_due)
-        parkers = park.start(self.parkers)
+        parkers = threads.start(self.parkers, "park")
         self.listeners = self._listeners()
-        parkers += aborts.start(self.listeners)
+        parkers += threads.start(self.listeners, "aborts")
         self._fan()  # work may already be waiting: a restarted pool must not need a wake
         try:
             while self._alive_children():
@@ -425,6 +426,9 @@ class Master:
                     self.has_idle.set()   # more idle children: keep listening for wakes
                     return True
                 h.idle = False
+                # The abort listener blocks from here, before the child's claim: an abort
+                # of the job it starts is taken at once, not a loop turn (0.1 s) later.
+                self.jobs_running.set()
                 _send(h.pipe, GO)
                 woken = True
         self.has_idle.clear()
@@ -603,7 +607,9 @@ class Master:
         for h in self.children:
             if h is None or not h.process.is_alive():
                 continue   # a dead child's jobs are settled by _on_exit, never renewed
-            if h.idle and self.slots.per_child == 1:
+            if not h.idle:
+                any_running = True   # sent to claim: it may be starting a job (see _fan)
+            elif self.slots.per_child == 1:
                 continue
             renewed: dict[tuple[str, str], float] = {}
             jobs = self.slots.running(h.index)

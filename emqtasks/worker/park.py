@@ -20,11 +20,11 @@ import redis.exceptions as rex
 from .. import clock
 from ..clock import ClockWatch
 from ..observe.heartbeat import BEAT_TICKS, Beat
-from ..store.connection import interrupt
 from ..store.keys import WAKE_DUE
 from ..store.queue import Queue
 from .resilience import TRANSIENT, FullServer, Outage
 from .scheduler import Scheduler
+from .threads import ServerThread
 
 log = logging.getLogger("emqtasks.worker")
 #: Seconds a park may outlast its timeout before it is given up (see _park): past a round
@@ -33,7 +33,7 @@ log = logging.getLogger("emqtasks.worker")
 PARK_SLACK = 3.0
 
 
-class Parker:
+class Parker(ServerThread):
     """Reap, promote and park for the queues ``indexes`` of a master's -Q list."""
 
     def __init__(self, make_queues: Callable[[], list[Queue]], indexes: list[int],
@@ -42,11 +42,9 @@ class Parker:
                  scheduler: Scheduler | None = None,
                  beat: Callable[[], Beat] | None = None,
                  full: FullServer | None = None) -> None:
-        self.make_queues = make_queues
-        self.indexes = indexes
+        super().__init__(make_queues, indexes, stop)
         self.tick = tick
         self.has_idle = has_idle
-        self.stop = stop
         self.wake = wake
         now = time.monotonic()
         # The first promote ran at the master's start: trust the next-due time it gave.
@@ -67,7 +65,6 @@ class Parker:
         self.watches = [ClockWatch() for _ in indexes]
         #: A full server refuses the heartbeat and schedules' jobs: said once (resilience.py)
         self.full = full if full is not None else FullServer(log, "park")
-        self._queues: list[Queue] = []   # its own connections, once run() made them
 
     def due_to_hand_on(self) -> list[int]:
         """The master's queue indexes whose 'd' token this Parker may be holding."""
@@ -75,13 +72,9 @@ class Parker:
 
     def run(self) -> None:
         outage = Outage(log, "park", stop=self.stop.is_set)
-        try:
-            # Its own connection (BLPOP holds it), through the outage: a server down just
-            # now must not end the thread (a cluster client connects as it is made).
-            every = outage.call(self.make_queues)
-        except TRANSIENT:
+        queues = self.connect(outage)
+        if queues is None:
             return   # stopped before the server came back
-        queues = self._queues = [every[i] for i in self.indexes]
         while not self.stop.is_set():
             try:
                 self._round(queues, outage)
@@ -113,7 +106,7 @@ class Parker:
                       - time.monotonic(), 0.001)
         if not self.has_idle.wait(horizon) or self.stop.is_set():
             return
-        got = outage.call(self._pop, queues, horizon)
+        got = outage.call(self.pop, _park, queues, horizon)
         if got is None:
             return
         j, token = got
@@ -125,21 +118,6 @@ class Parker:
         else:
             self.has_idle.clear()
             self.wake(self.indexes[j])
-
-    def interrupt(self) -> None:
-        """At a stop, after ``stop`` is set: cut the park short instead of letting the
-        master wait out its timeout (up to the tick). A token popped in that instant is
-        lost with the reply: tokens are hints, the other masters' promote finds the work."""
-        for q in self._queues:
-            interrupt(q.client)
-
-    def _pop(self, queues: list[Queue], horizon: float) -> tuple[int, str] | None:
-        try:
-            return _park(queues, horizon)
-        except rex.ConnectionError:
-            if self.stop.is_set():
-                return None   # interrupt() cut it: the master is stopping
-            raise
 
     def _promote(self, j: int, q: Queue, now: float, outage: Outage) -> bool:
         """Promote queue j; True when work waits on its ring while a child idles (its wake
@@ -204,14 +182,3 @@ def wake_byte(fd: int) -> Callable[[int], None]:
     def wake(index: int) -> None:
         os.write(fd, bytes([index]))
     return wake
-
-
-def start(parkers: list[Parker]) -> list[threading.Thread]:
-    threads = []
-    for n, parker in enumerate(parkers):
-        t = threading.Thread(target=parker.run, name=f"emq-park-{n}", daemon=True)
-        t.start()
-        threads.append(t)
-    return threads
-
-

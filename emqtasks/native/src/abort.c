@@ -64,41 +64,15 @@ out:
  * attempts, nonce, error. 1 aborted, 0 stale, -1 error. */
 static int abort_end(Q *q, RMS **a) {
     Row r;
-    int f = fenced(q, a[0], a[1], a[2], &r);
+    long long ttl;
+    int f = fenced_end(q, a, &r, &ttl);
     if (f <= 0) return f;
-    if (need_group(q, &r) < 0) return -1;
-    long long ttl = 0;
-    if ((r.ttl && integer(q, r.ttl, &ttl, "ERR emq: a job row's ttl is not an integer") < 0) ||
-        (ttl > 0 && ttl > (LLONG_MAX - q->now) / 1000 && fail(q, "ERR invalid expire time") < 0)) {
-        row_free(q, &r);
-        return -1;
-    }
-    char why[320];                               /* read before the first write, as retry */
-    int books = group_books(q, r.group, 1, 0, r.vcharge, why, sizeof why);
     RMS *into[1] = {q->k[K_ACTIVE]};
     const int types[1] = {REDISMODULE_KEYTYPE_ZSET};
-    if (books >= 0 && types_fit(q, into, types, 1) == -2) {
-        row_free(q, &r);
-        return fail(q, q->errbuf);
-    }
-    if (books < 0 ||
-        (!books && time_settle(q, r.group, a[0], r.h, r.key, r.started, r.vcharge, 1) < 0)) {
-        row_free(q, &r);
-        return -1;
-    }
+    int books = end_books(q, &r, a[0], into, types, 1);
+    if (books < 0) return -1;
     zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], a[0]);
-    if (ttl > 0) {
-        RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
-        RedisModule_HashSet(r.h, REDISMODULE_HASH_NONE, F_STATE, S_ABORTED, F_ERROR, a[3],
-                            F_FINISHED, now_s, NULL);
-        RedisModule_Replicate(q->ctx, "HSET", "sssssss", r.key, F_STATE, S_ABORTED, F_ERROR,
-                              a[3], F_FINISHED, now_s);
-        sfree(q, now_s);
-        expire_at(q, r.h, r.key, q->now + ttl * 1000);
-    } else {
-        RedisModule_DeleteKey(r.h);
-        RedisModule_Replicate(q->ctx, "DEL", "s", r.key);
-    }
+    row_ended(q, &r, ttl, S_ABORTED, F_ERROR, a[3], NULL);
     int rc = books ? 0 : active_drop(q, r.group);
     if (rc == 0) rc = hist_failed(q, r.task, r.group, 1);
     if (rc == 0) rc = notify(q, a[0], r.waiters);

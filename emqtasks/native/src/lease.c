@@ -79,39 +79,14 @@ static int acked_before(Q *q, RMS **a) {
  * the steps it releases (ack.lua). */
 static int ack_done(Q *q, RMS **a, RMS *tp) {
     Row r;
-    int f = fenced(q, a[0], a[1], a[2], &r);
+    long long ttl;
+    int f = fenced_end(q, a, &r, &ttl);
     if (f == 0) return acked_before(q, a);
     if (f < 0) return f;
-    long long ttl = 0;
-    if (need_group(q, &r) < 0) return -1;
-    if ((r.ttl && integer(q, r.ttl, &ttl, "ERR emq: a job row's ttl is not an integer") < 0) ||
-        (ttl > 0 && ttl > (LLONG_MAX - q->now) / 1000 && fail(q, "ERR invalid expire time") < 0)) {
-        row_free(q, &r);
-        return -1;
-    }
-    /* read before the first write: books that cannot be read are left as they are (the
-     * job's outcome is written all the same: it ran) */
-    char why[320];
-    int books = group_books(q, r.group, 1, 0, r.vcharge, why, sizeof why);
-    if (books < 0 ||
-        (!books && time_settle(q, r.group, a[0], r.h, r.key, r.started, r.vcharge, 1) < 0)) {
-        row_free(q, &r);
-        return -1;
-    }
+    int books = end_books(q, &r, a[0], NULL, NULL, 0);
+    if (books < 0) return -1;
     zrem(q, fx(q, K_ACTIVE, 1), q->k[K_ACTIVE], a[0]);
-    if (ttl > 0) {
-        RMS *now_s = RedisModule_CreateStringFromLongLong(q->ctx, q->now);
-        RedisModule_HashSet(r.h, REDISMODULE_HASH_NONE, F_STATE, S_DONE, F_RESULT, a[3],
-                            F_FINISHED, now_s, NULL);
-        RedisModule_Replicate(q->ctx, "HSET", "sssssss", r.key, F_STATE, S_DONE, F_RESULT, a[3],
-                              F_FINISHED, now_s);
-        sfree(q, now_s);
-        hdel(q, r.h, r.key, F_PAYLOAD);
-        expire_at(q, r.h, r.key, q->now + ttl * 1000);
-    } else {
-        RedisModule_DeleteKey(r.h);
-        RedisModule_Replicate(q->ctx, "DEL", "s", r.key);
-    }
+    row_ended(q, &r, ttl, S_DONE, F_RESULT, a[3], F_PAYLOAD);
     int rc = books ? 0 : active_drop(q, r.group);
     if (rc == 0) rc = hist_succeeded(q, r.task, r.group, r.started);
     if (rc == 0) rc = notify(q, a[0], r.waiters);
@@ -184,22 +159,13 @@ static int retry(Q *q, RMS **a, RMS *link) {
         }
         dead = att >= max;
     }
-    char why[320];                               /* read before the first write, as ack */
-    int books = group_books(q, r.group, 1, 0, r.vcharge, why, sizeof why);
     /* the queue-wide keys the job leaves and goes into, as retry.lua */
     RMS *into[3] = {q->k[K_ACTIVE], dead ? q->k[K_DEAD] : q->k[K_DELAYED],
                     dead ? NULL : q->k[K_WAKE]};
     const int types[3] = {REDISMODULE_KEYTYPE_ZSET, REDISMODULE_KEYTYPE_ZSET,
                           REDISMODULE_KEYTYPE_LIST};
-    if (books >= 0 && types_fit(q, into, types, 3) == -2) {
-        row_free(q, &r);
-        return fail(q, q->errbuf);
-    }
-    if (books < 0 ||
-        (!books && time_settle(q, r.group, a[0], r.h, r.key, r.started, r.vcharge, 1) < 0)) {
-        row_free(q, &r);
-        return -1;
-    }
+    int books = end_books(q, &r, a[0], into, types, 3);
+    if (books < 0) return -1;
     if (link && slen(link) > 0) {
         RedisModule_HashSet(r.h, REDISMODULE_HASH_NONE, F_TLINK, link, NULL);
         RedisModule_Replicate(q->ctx, "HSET", "sss", r.key, F_TLINK, link);

@@ -23,7 +23,7 @@ from cluster import ClusterServers
 from drill_tasks import noop as drill_noop
 from workerproc import WorkerProc
 
-from emqtasks import App, ConfigError, Durable, NotDurable, SentinelUrlError, UnknownService
+from emqtasks import App, Durable, NotDurable, SentinelUrlError, UnknownService
 from emqtasks._dev.localserver import find_binary
 from emqtasks._dev.sentinels import SERVICE, Sentinels
 from emqtasks.cli import main
@@ -76,11 +76,9 @@ def test_a_url_without_a_service_is_one_line_on_the_cli() -> None:
 # -- a live setup ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def setup() -> Iterator[Sentinels]:
-    """One Sentinel setup for the module (its start and the sentinels' discovery of each other
-    cost seconds): two replicas, as the failover drills need, which fail it over in turn."""
     if find_binary("redis-server") is None:
         pytest.skip("no redis-server")
-    with Sentinels(2) as s:
+    with Sentinels(1) as s:
         yield s
 
 
@@ -156,44 +154,15 @@ class Producer(threading.Thread):
 
 
 class SentinelRig:
-    """The drill's servers: a primary, two replicas, three sentinels, shared by the module's
-    drills (``setup``); each drill gets a queue of its own, and the server the
-    previous one killed rejoins first as a replica (two replicas to stop again)."""
-
-    def __init__(self, shared: Sentinels) -> None:
-        self.s = shared
+    """The drill's servers: a primary, two replicas, three sentinels."""
 
     def __enter__(self) -> SentinelRig:
-        try:
-            self.adopt()
-            self.s.rejoin(timeout=5.0)   # the previous drill's primary (none before the first)
-        except (ConfigError, AssertionError, redis.RedisError):
-            # the sentinels still moving after the previous failover (a loaded machine): a
-            # fresh setup in the shared object's place, as each drill had before it was shared
-            self.s.close()
-            self.s.__init__(2)  # type: ignore[misc]
-            self.s.start()
+        self.s = Sentinels(2).start()
         self.queue = f"drill-{uuid.uuid4().hex[:8]}"
         return self
 
     def __exit__(self, *exc: object) -> None:
-        # the drill's jobs are checked: dropped, so the next rejoin's full sync is small
-        with contextlib.suppress(AssertionError, redis.RedisError):
-            self.adopt()
-            client = self.s.primary.client()
-            client.flushall()
-            client.close()
-
-    def adopt(self, timeout: float = 20.0) -> None:
-        """The roles the sentinels name now: on a loaded machine they may fail a drill's new
-        primary over again after the drill followed it (down after 400 ms without an answer)."""
-        started = time.monotonic()
-        live = [self.s.primary, *self.s.replicas]
-        while (port := self.s.named_primary()) not in {n.port for n in live}:
-            assert time.monotonic() - started < timeout, "the sentinels name no live primary"
-            time.sleep(0.05)
-        self.s.primary = next(n for n in live if n.port == port)
-        self.s.replicas = [n for n in live if n is not self.s.primary]
+        self.s.close()
 
     @property
     def url(self) -> str:
@@ -306,20 +275,18 @@ def drill(rig: SentinelRig | ClusterRig, durable: bool) -> tuple[int, int, float
 
 @needs_server
 @pytest.mark.parametrize("round_", [1, 2, 3])
-def test_the_failover_drill_loses_no_acknowledged_enqueue_when_durable(
-        round_: int, setup: Sentinels) -> None:
-    acked, lost, promoted, errors = drill(SentinelRig(setup), durable=True)
+def test_the_failover_drill_loses_no_acknowledged_enqueue_when_durable(round_: int) -> None:
+    acked, lost, promoted, errors = drill(SentinelRig(), durable=True)
     print(f"drill {round_} durable: {acked} acknowledged, {lost} lost, promoted after "
           f"{promoted:.1f}s, producer errors {errors}")
     assert acked > 0 and lost == 0
 
 
 @needs_server
-def test_the_failover_drill_loses_acknowledged_enqueues_when_not_durable(
-        setup: Sentinels) -> None:
+def test_the_failover_drill_loses_acknowledged_enqueues_when_not_durable() -> None:
     figures = []
     for _ in range(3):        # on loopback the window may close by chance: up to 3 tries
-        acked, lost, promoted, errors = drill(SentinelRig(setup), durable=False)
+        acked, lost, promoted, errors = drill(SentinelRig(), durable=False)
         figures.append((acked, lost))
         print(f"drill not durable: {acked} acknowledged, {lost} lost, promoted after "
               f"{promoted:.1f}s, producer errors {errors}")

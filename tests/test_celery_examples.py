@@ -5,7 +5,8 @@ docstring says, with the broker in CELERY_BROKER_URL as Celery reads it: the cod
 
 Each test copies its project to a temporary folder (the Django one writes its SQLite file
 there), gives it a queue of its own (EMQ_QUEUE), and calls its tasks from a separate Python
-process, as the project's shell would.
+process, as the project's shell would. myapp's ``add`` sleeps 10 s (as in Celery): its worker
+and call start with the module (``myapp_run``), so the other tests overlap that sleep.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ docstring says, with the broker in CELERY_BROKER_URL as Celery reads it: the cod
 
 Each test copies its project to a temporary folder (the Django one writes its SQLite file
 there), gives it a queue of its own (EMQ_QUEUE), and calls its tasks from a separate Python
-process, as the project's shell would.
+process, as the project's shell would. myapp's ``add`` sleeps 10 s (as in Celery): its worker
+and call start with the module (``myapp_run``), so the other tests overlap that sleep.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -160,17 +162,51 @@ class ScriptWorker(WorkerProcess):
                                      stderr=subprocess.STDOUT, start_new_session=True)
 
 
+class MyappRun:
+    """myapp's worker and its client's ``add.delay(16, 16).get()``, started as the module
+    starts: ``add`` sleeps 10 s, which the module's other tests overlap."""
+
+    def __init__(self, tmp: Path, redis_url: str) -> None:
+        self.project = Project("app", tmp, redis_url, f"t-{uuid.uuid4().hex[:12]}")
+        # (window1)$ python myapp.py worker -l INFO  -- app.start(): the script is -A
+        self.worker = ScriptWorker(self.project, "myapp.py", "worker", "-l", "INFO", "-c", "2")
+        self.client: subprocess.Popen[str] | None = None
+
+    def call(self) -> None:
+        """(window2)$ python  >>> from myapp import add; add.delay(16, 16).get()"""
+        self.client = subprocess.Popen(
+            [sys.executable, "-c", "from myapp import add; print(add.delay(16, 16).get())"],
+            cwd=self.project.folder, env=self.project.env, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def close(self) -> None:
+        if self.client is not None and self.client.poll() is None:
+            self.client.kill()
+            self.client.communicate()
+        self.worker.__exit__()
+        self.project.app.purge()
+        self.project.app.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def myapp_run(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[MyappRun]:
+    run = MyappRun(tmp_path_factory.mktemp("myapp"), redis_url)
+    try:
+        run.call()    # queued until the worker is up: its start overlaps the tests' too
+        yield run
+    finally:
+        run.close()
+
+
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("project", ["app"], indirect=True)
-def test_app_myapp_runs_as_its_docstring_says(project: Project) -> None:
-    # (window1)$ python myapp.py worker -l INFO  -- app.start(): the script is -A
-    with ScriptWorker(project, "myapp.py", "worker", "-l", "INFO", "-c", "2") as w:
-        w.wait_ready()
-        assert "1 tasks registered (myapp.add)" in w.output()
-        # (window2)$ python  >>> from myapp import add; add.delay(16, 16).get()  (add sleeps 10 s)
-        out = project.run(code="from myapp import add; print(add.delay(16, 16).get())")
-        assert out.strip() == "32", w.output()
-        assert w.stop() == 0
+def test_app_myapp_runs_as_its_docstring_says(myapp_run: MyappRun) -> None:
+    w, client = myapp_run.worker, myapp_run.client
+    assert client is not None
+    w.wait_ready()
+    assert "1 tasks registered (myapp.add)" in w.output()
+    out, _ = client.communicate(timeout=40)   # add sleeps 10 s, from the module's start
+    assert client.returncode == 0 and out.strip() == "32", out + w.output()
+    assert w.stop() == 0
 
 
 # -- what the ports needed of emqtasks.celery, in this process ------------------------------

@@ -163,12 +163,15 @@ def test_catch_up_after_downtime_latest_all_none(redis_url: str, app: App) -> No
 def test_overlap_false_never_has_two_jobs_of_a_schedule_in_flight(redis_url: str,
                                                                   app: App) -> None:
     app.schedule("slow", "s.slow", every=1, args=("slow", 2.2), overlap=False)
+    key = f"t:{app.settings.queue}:spans:slow"
     workers = _started(redis_url, app.settings.queue, concurrency=3)
     try:
-        time.sleep(7.0)
+        # two runs of 2.2 s ended, and two slots skipped meanwhile (~5 s): three children
+        # free, each second's slot refused while a run is in flight
+        _wait("two runs and two skipped slots", lambda: app.queue().client.llen(key) >= 2
+              and sum(r["state"] == "skipped" for r in _slots(app, "slow").values()) >= 2, 20)
     finally:
         _stop(workers)   # a warm stop lets the running job finish
-    key = f"t:{app.settings.queue}:spans:slow"
     spans = sorted(tuple(map(float, s.split())) for s in app.queue().client.lrange(key, 0, -1))
     assert len(spans) >= 2
     for (_, end), (start, _) in zip(spans, spans[1:]):

@@ -65,7 +65,8 @@ def test_short_jobs_finish_while_a_long_one_runs_on_two_children(app, queue):
     with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=2,
                     modules=("batch_tasks",)) as w:
         w.wait_ready()
-            def shorts(n: int, base: int) -> list[NewJob]:
+
+        def shorts(n: int, base: int) -> list[NewJob]:
             return [NewJob(f"s-{base + i}", "bt.short",
                            f'{{"v":1,"a":["s:{base + i}"],"k":{{}}}}', "s", 3, 30_000, 50,
                            3600) for i in range(n)]

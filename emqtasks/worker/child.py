@@ -268,11 +268,17 @@ class Child:
         index = slots.of_child(self.index).start
         if not self.may_claim():
             return
-        held = self._claim_batch(BATCH if self.short else 1)
+        held = self._claim_batch(self._batch())
         if held and held[-1].more:
             self.got_work(0)   # as _drain: once a drain, the master recruits a sibling
         finished: list[Finished] = []
         while held:
+            if len(held) > 1 and (self.terminating or self.slots.stopping):
+                # a warm stop runs the job in hand; the ones held behind it go back
+                for spare in held[1:]:
+                    self.outage.call(self.queues.queues[0].release, spare,
+                                     "released by a stopping worker")
+                del held[1:]
             lease = held.pop(0)
             plan = runner.plan(lease)
             slots.start(index, lease, plan.time_limit, plan.kind, 0, plan.retry_delay,
@@ -291,11 +297,17 @@ class Child:
             if held:
                 continue
             more = self.may_claim()
-            held = self._settle(finished, (BATCH if self.short else 1) if more else 0)
+            held = self._settle(finished, self._batch() if more else 0)
             finished = []
             if not more:
                 slots.clear(index)
         slots.clear(index)
+
+    def _batch(self) -> int:
+        """How many to claim next: BATCH while jobs run short, else one; never past the
+        child's --max-tasks-per-child."""
+        n = BATCH if self.short else 1
+        return min(n, self.max_tasks - self.done) if self.max_tasks > 0 else n
 
     def _claim_batch(self, n: int) -> list[Lease]:
         """Up to n jobs (a refused claim is none, as ``claim``)."""

@@ -61,31 +61,26 @@ def test_a_batch_never_exceeds_a_group_limit(app, queue):
 
 
 def test_short_jobs_finish_while_a_long_one_runs_on_two_children(app, queue):
-    # Given a pool of 2 whose children run short jobs (so they claim in batches)
+    def shorts(group: str, n: int) -> list[NewJob]:
+        return [NewJob(f"{group}-{i}", "bt.short", f'{{"v":1,"a":["{group}:{i}"],"k":{{}}}}',
+                       group, 3, 30_000, 50, 3600) for i in range(n)]
+
+    # Given a pool of 2 draining short jobs (so its children claim them in batches)
     with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=2,
                     modules=("batch_tasks",)) as w:
         w.wait_ready()
-
-        def shorts(n: int, base: int) -> list[NewJob]:
-            return [NewJob(f"s-{base + i}", "bt.short",
-                           f'{{"v":1,"a":["s:{base + i}"],"k":{{}}}}', "s", 3, 30_000, 50,
-                           3600) for i in range(n)]
-
-        queue.enqueue_many(shorts(40, 0))
-        _wait_order(app, 40)
-        # When a 5 s job and 100 short ones of another group arrive at once (paused, so
-        # one child's batch holds short ones behind the long one)
-        app.pause()
+        queue.enqueue_many(shorts("s", 300))
+        _wait_order(app, 60)
+        # When a 5 s job and 100 short ones of another group arrive mid-drain (a batch
+        # claims the long one with short ones behind it)
         queue.enqueue_many([NewJob("long-1", "bt.long", '{"v":1,"a":[5],"k":{}}', "long", 3,
                                    30_000, 50, 3600)])
-        queue.enqueue_many(shorts(100, 40))
-        app.resume()
-        # Then all the short ones finish while the long one runs
-        order = _wait_order(app, 140 + 2)
+        queue.enqueue_many(shorts("t", 100))
+        # Then every short one finishes while the long one runs: none waits behind it
+        order = _wait_order(app, 400 + 2)
         w.stop()
-    after = order[order.index("long:start"):]
-    assert after[-1] == "long:end", after[-5:]
-    assert sum(1 for x in order if x.startswith("s:")) == 140
+    assert order[-1] == "long:end", order[-5:]
+    assert sum(1 for x in order if x.startswith(("s:", "t:"))) == 400
 
 
 def _wait_order(app: App, n: int) -> list[str]:

@@ -129,6 +129,7 @@ class Child:
         # Batches of short jobs: one plain queue (the order of several is per claim)
         self.batches = self.queues.single and queues[0].durable is None
         self.short = False     # the last job ran under SHORT
+        self.size = 1          # the next batch's size: doubles while jobs run short
         self.holding = Holding(HAND_ON_AFTER, self._release_held, self._ack_finished)
         self.runner.fire("child_started")
         if self.config.runs_async:
@@ -268,7 +269,10 @@ class Child:
         index = slots.of_child(self.index).start
         if not self.may_claim():
             return
-        held = self._claim_batch(self._batch())
+        # Each drain starts at one job and doubles: the first claims of a wake take the
+        # ring's first turns one at a time (a quiet group's job is not held behind a batch)
+        self.size = 1
+        held = self._claim_batch(1)
         if held and held[-1].more:
             self.got_work(0)   # as _drain: once a drain, the master recruits a sibling
         finished: list[Finished] = []
@@ -304,9 +308,10 @@ class Child:
         slots.clear(index)
 
     def _batch(self) -> int:
-        """How many to claim next: BATCH while jobs run short, else one; never past the
-        child's --max-tasks-per-child."""
-        n = BATCH if self.short else 1
+        """How many to claim next: 2, 4, then BATCH while jobs run short, else one; never
+        past the child's --max-tasks-per-child."""
+        self.size = min(2 * self.size, BATCH) if self.short else 1
+        n = self.size
         return min(n, self.max_tasks - self.done) if self.max_tasks > 0 else n
 
     def _claim_batch(self, n: int) -> list[Lease]:

@@ -142,6 +142,46 @@ class HotPath(QueueCore):
         # refuses a sixth argument before it writes anything: the ack, without it
         return self._ack(lease, args, durable)
 
+    def ack_claim(self, done: Sequence[tuple[Lease, str, str | None]], n: int
+                  ) -> tuple[list[AckVerdict | ResponseError], list[Lease]]:
+        """Acknowledge finished jobs (each fenced, as ``ack``: (lease, result JSON, span))
+        and lease up to n more (``claim``: each its own turn of the ring, its own lease and
+        fence), in one round trip: a worker child's batch of short jobs. Per ack its
+        verdict, or the error the server answered it with (the other acks and the claim
+        are made all the same: the caller settles that one alone); then the leases (an
+        error of the claim is raised). A queue with ``durable`` acks each with its wait,
+        then claims (no batch: the wait is per write)."""
+        n = integer(n, "the number of jobs to claim", low=0)
+        if self.durable is not None or not done:
+            verdicts: list[AckVerdict | ResponseError] = [
+                self.ack(lease, result, span=span).verdict for lease, result, span in done]
+            return verdicts, self.claim(n) if n > 0 else []
+        calls: list[tuple[str, Sequence[str], Sequence[Any]]] = [
+            ("ack", self._k, [lease.id, lease.attempts, lease.nonce, result, "",
+                              *((_sendable(span),) if span else ())])
+            for lease, result, span in done]
+        if n > 0:
+            calls.append(("claim", self._k, [n, _nonce()]))
+        replies = self.hot.call_many(calls)
+        verdicts = []
+        for (lease, result, span), reply in zip(done, replies, strict=False):
+            if isinstance(reply, ResponseError) and span \
+                    and "wrong number of arguments" in str(reply):
+                verdicts.append(self.ack(lease, result).verdict)   # a module without spans
+            elif isinstance(reply, ResponseError):
+                verdicts.append(reply)
+            elif isinstance(reply, Exception):
+                raise reply   # the connection: the caller rides it out and sends again
+            else:
+                verdicts.append(AckVerdict(reply[0]))
+        leases: list[Lease] = []
+        if n > 0:
+            got = replies[-1]
+            if isinstance(got, Exception):
+                raise got
+            leases = [Lease.from_reply(r) for r in got]
+        return verdicts, leases
+
     def _ack(self, lease: Lease, args: list[Any], durable: Durable | None) -> Acked:
         if durable is None:
             verdict, nxt = self.hot.call("ack", self._k, args)

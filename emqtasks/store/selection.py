@@ -181,6 +181,39 @@ class HotVerbs(Route):
             raise first
         return first
 
+    def call_many(self, calls: Sequence[tuple[str, Sequence[str], Sequence[Any]]]
+                  ) -> list[Any]:
+        """Several verb calls in one round trip on a single-connection client (a worker
+        child's batch); per call its reply or its error (an exception, not raised). A verb
+        whose path is not known yet, or a client the wire cannot batch on, pays a round
+        trip for each; a call refused for a missing script or module is sent again alone
+        (``call`` copes), the others are not (every verb here is fenced: acks of one holder
+        are answered DONE again, a claim is never sent twice)."""
+        if not (self.wire.usable and self.wire.single) or any(
+                self.serves[v] is None for v, _, _ in calls):
+            return [self._one(v, k, a) for v, k, a in calls]
+        packed = [(COMMANDS[v], k, a) if self.serves[v] else
+                  ("EVALSHA", (getattr(self.scripts, v).sha, len(k), *k), a)
+                  for v, k, a in calls]
+        try:
+            replies = self.wire.call_many(packed)
+        except WireBroken:
+            return [self._one(v, k, a) for v, k, a in calls]
+        out: list[Any] = []
+        for (verb, keys, args), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, NoScriptError) or (
+                    self.serves[verb] and isinstance(reply, RedisError)
+                    and _module_missing(reply)):
+                reply = self._one(verb, keys, args)
+            out.append(reply)
+        return out
+
+    def _one(self, verb: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return self.call(verb, keys, args)
+        except RedisError as exc:
+            return exc
+
     def _send(self, command: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         if self.wire.usable:
             try:

@@ -117,6 +117,29 @@ class Wire:
                     conn.disconnect()   # may be left unread, which no later call may get
                 self.pool.release(conn)
 
+    def call_many(self, calls: Sequence[tuple[str, Sequence[Any], Sequence[Any]]]
+                  ) -> list[Any]:
+        """Several calls in one write and one round trip (a worker child's batch: its
+        finished jobs' acks and the claim of the next ones); per call its reply, or the
+        error reply as a ResponseError (the others are applied all the same). Only on a
+        single-connection client; a broken connection is WireBroken (closed), as ``call``."""
+        assert self.single
+        conn = self.client.connection
+        packed = [self.packer.pack(c, k, a) for c, k, a in calls]
+        out: list[Any] = []
+        try:
+            conn.send_packed_command([b"".join(packed)], check_health=False)
+            for _ in calls:
+                try:
+                    out.append(conn.read_response())
+                except redis.exceptions.ResponseError as exc:
+                    out.append(exc)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                OSError) as exc:
+            conn.disconnect()
+            raise WireBroken(str(exc)) from exc
+        return out
+
     def _take(self) -> Any:
         try:
             return self._kept.pop()   # type: ignore[union-attr]

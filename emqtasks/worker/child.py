@@ -15,16 +15,20 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from redis.exceptions import ResponseError
 
 from ..errors import Aborted, TimeLimitExceeded
 from ..observe import tracing
 from ..producer.context import install_log_fields
 from ..producer.hooks import Hooks
 from ..producer.registry import Registry
-from ..store.queue import Queue
+from ..store.queue import Lease, Queue
+from ..verdicts import AckVerdict
+from .holding import Finished, Holding
 from .pipe import GO, GOT_WORK, HELD, IDLE, STOP
 from .queues import Claimed, QueueSet
 from .resilience import Outage, Refusals
@@ -35,6 +39,14 @@ __all__ = ["GO", "STOP", "GOT_WORK", "HELD", "IDLE", "LOG_TEXT_MAX", "Child", "C
            "Outcome", "Runner", "every_hook", "every_task"]
 
 log = logging.getLogger("emqtasks.child")
+
+#: A job that ran under this many seconds is short: the child then claims BATCH jobs at a
+#: time (each its own turn of the ring, lease and fence) and acks the finished ones with
+#: the next claim, one round trip per batch (issue 31 item 5). One job over it: back to one.
+SHORT = 0.001
+BATCH = 8
+#: A job still running after this long hands the jobs held behind it on (holding.py).
+HAND_ON_AFTER = 0.1
 
 
 @dataclass
@@ -114,6 +126,11 @@ class Child:
         self.outage.probe = queues[0].ping
         self.runner.noting = functools.partial(self.slots.failing, self.index)
         self.outage.call(queues[0].ping)   # connect now: the first wake pays no handshake
+        # Batches of short jobs: one plain queue (the order of several is per claim)
+        self.batches = self.queues.single and queues[0].durable is None
+        self.short = False     # the last job ran under SHORT
+        self.size = 1          # the next batch's size: doubles while jobs run short
+        self.holding = Holding(HAND_ON_AFTER, self._release_held, self._ack_finished)
         self.runner.fire("child_started")
         if self.config.runs_async:
             from .async_child import AsyncDrain
@@ -208,6 +225,9 @@ class Child:
         return self.refusals.claim(lambda: self.outage.call(self.queues.claim))
 
     def _drain(self) -> None:
+        if self.batches:
+            self._drain_batches()
+            return
         runner, slots, qs = self.runner, self.slots, self.queues
         index = slots.of_child(self.index).start
         if not self.may_claim():
@@ -239,3 +259,123 @@ class Child:
             else:
                 claimed = None
         slots.clear(index)
+
+    # -- batches of short jobs (one plain queue) ----------------------------------------
+    def _drain_batches(self) -> None:
+        """The drain of a child of one queue: as ``_drain`` while jobs run long; while they
+        run short, BATCH claimed at once and acked with the next batch's claim. The jobs
+        held behind the running one are handed on when it runs long (holding.py)."""
+        runner, slots = self.runner, self.slots
+        index = slots.of_child(self.index).start
+        if not self.may_claim():
+            return
+        # Each drain starts at one job and doubles: the first claims of a wake take the
+        # ring's first turns one at a time (a quiet group's job is not held behind a batch)
+        self.size = 1
+        held = self._claim_batch(1)
+        if held and held[-1].more:
+            self.got_work(0)   # as _drain: once a drain, the master recruits a sibling
+        finished: list[Finished] = []
+        while held:
+            if len(held) > 1 and (self.terminating or self.slots.stopping):
+                # a warm stop runs the job in hand; the ones held behind it go back
+                for spare in held[1:]:
+                    self.outage.call(self.queues.queues[0].release, spare,
+                                     "released by a stopping worker")
+                del held[1:]
+            lease = held.pop(0)
+            plan = runner.plan(lease)
+            slots.start(index, lease, plan.time_limit, plan.kind, 0, plan.retry_delay,
+                        plan.abort_grace)
+            watched = bool(held or finished)
+            if watched:
+                self.holding.begin(held, finished)
+            began = time.perf_counter()
+            result, outcome, ctx = runner.execute(lease, 0, plan)
+            self.short = time.perf_counter() - began < SHORT
+            if watched:
+                held, finished = self.holding.end()
+            self.done += 1
+            if outcome is None:
+                finished.append((lease, result or "null", tracing.span_of(ctx), (ctx, plan)))
+            if held:
+                continue
+            more = self.may_claim()
+            held = self._settle(finished, self._batch() if more else 0)
+            finished = []
+            if not more:
+                slots.clear(index)
+        slots.clear(index)
+
+    def _batch(self) -> int:
+        """How many to claim next: 2, 4, then BATCH while jobs run short, else one; never
+        past the child's --max-tasks-per-child."""
+        self.size = min(2 * self.size, BATCH) if self.short else 1
+        n = self.size
+        return min(n, self.max_tasks - self.done) if self.max_tasks > 0 else n
+
+    def _claim_batch(self, n: int) -> list[Lease]:
+        """Up to n jobs (a refused claim is none, as ``claim``)."""
+        if n == 1:
+            claimed = self.claim()
+            held = [claimed[1]] if claimed is not None else []
+        else:
+            q = self.queues.queues[0]
+            held = self.refusals.claim(lambda: self.outage.call(q.claim, n)) or []
+        return held
+
+    def _settle(self, finished: list[Finished], n: int) -> list[Lease]:
+        """Ack the finished jobs and claim up to n next, in one round trip (the acks the
+        watchdog made meanwhile reported too); the jobs claimed."""
+        runner, q = self.runner, self.queues.queues[0]
+        held: list[Lease] = []
+        if len(finished) <= 1 and n <= 1:   # a long job's pace: today's ack-and-claim-next
+            for lease, result, span, (ctx, plan) in finished:
+                settled = runner.ack(functools.partial(
+                    self.queues.ack, 0, lease, result, n == 1, span), ctx, 0, plan)
+                if settled is not None:
+                    acked, claimed = settled
+                    runner.acked(lease, 0, acked, ctx)
+                    if claimed is not None:
+                        held = [claimed[1]]
+                    n = 0
+        else:
+            verdicts: Sequence[AckVerdict | ResponseError | None]
+            try:
+                verdicts, held = self.outage.call(
+                    q.ack_claim, [(f[0], f[1], f[2]) for f in finished], n)
+                n = 0
+            except ResponseError:   # the claim refused: every ack again alone, below
+                verdicts = [None] * len(finished)
+            for (lease, result, span, (ctx, plan)), verdict in zip(finished, verdicts,
+                                                                    strict=True):
+                if verdict is None or isinstance(verdict, ResponseError):
+                    # this ack alone again: a refusal for good fails the attempt
+                    got = runner.ack(functools.partial(q.ack, lease, result, False, span=span),
+                                     ctx, 0, plan)
+                    if got is not None:
+                        runner.acked(lease, 0, bool(got.verdict), ctx)
+                else:
+                    runner.acked(lease, 0, bool(verdict), ctx)
+        for (lease, _, _, (ctx, _)), ok in self.holding.take_acked():
+            runner.acked(lease, 0, ok, ctx)
+        if n > 0 and not held:
+            held = self._claim_batch(n)
+        return held
+
+    def _release_held(self, held: list[Lease]) -> None:
+        """The watchdog's: jobs held behind a long one go back to the head of their lanes."""
+        for lease in held:
+            self._spare_queue().release(lease, "handed on: held behind a long job")
+
+    def _ack_finished(self, finished: list[Finished]) -> list[bool]:
+        """The watchdog's: the finished jobs held behind a long one acked now."""
+        verdicts, _ = self._spare_queue().ack_claim([(f[0], f[1], f[2]) for f in finished], 0)
+        return [v is AckVerdict.DONE for v in verdicts]
+
+    def _spare_queue(self) -> Queue:
+        """A queue on a connection of the watchdog's own (made when first needed)."""
+        spare: Queue | None = getattr(self, "_spare", None)
+        if spare is None:
+            spare = self._spare = self.config.make_queues()[0]
+        return spare

@@ -337,7 +337,7 @@ def report(b: Bench, pr: PeersRun, as_json: bool) -> None:
                    *dramatiq_shape(concurrency))}
     idle_windows = {n: (pr.sizes.idle_seconds if n in ("emqtasks", LUA) else pr.peer_idle)
                     for n in names}
-    targets = producer_targets(pr, figures)
+    targets = producer_targets(pr, figures) + drain_targets(pr, figures)
     if as_json:
         click.echo(json.dumps({
             "mode": "peers", "floor_round_trips_s": floor_of(pr), "targets": targets,
@@ -397,6 +397,25 @@ def producer_targets(pr: PeersRun, figures: dict[str, dict[str, float | None]]
             out.append({"what": f"{n} enqueue from {producers.THREADS} threads / Huey's",
                         "value": value, "target": producers.THREADS_TARGET,
                         "verdict": producers.verdict(value, producers.THREADS_TARGET)})
+    return out
+
+
+#: Issue 31 item 1: drain jobs/s over Huey's, on the module and on the scripts.
+DRAIN_TARGETS = {"emqtasks": 2.5, LUA: 2.0}
+
+
+def drain_targets(pr: PeersRun, figures: dict[str, dict[str, float | None]]
+                  ) -> list[dict[str, Any]]:
+    """Issue 31's drain targets (emqtasks / Huey, each path), "met" / "not met"."""
+    if "huey" not in pr.names:
+        return []
+    out: list[dict[str, Any]] = []
+    for n in (x for x in ("emqtasks", LUA) if x in pr.names):
+        # the emqtasks column runs the scripts when the server has no module
+        target = DRAIN_TARGETS[n if LUA in pr.names else LUA]
+        value = _ratio(figures[n].get("drain_jobs_s"), figures["huey"].get("drain_jobs_s"))
+        out.append({"what": f"{n} drain / Huey's", "value": value, "target": target,
+                    "verdict": producers.verdict(value, target)})
     return out
 
 

@@ -150,7 +150,11 @@ def test_quick_fairness_bench_prints_the_share_table_and_claim_costs() -> None:
     # Then turns gives the light group a sliver of the pool and time about half
     assert figures["light_share_turns"] < 0.2, report
     assert 0.3 < figures["light_share_time"] < 0.7, report
-    assert len(report["shares"]) == 11   # the share table, then the tenant flood's
+    # the share table, then the tenant flood's, then time mode's with tenants
+    shares = report["shares"]
+    assert len(shares) == 14, shares
+    assert any(line.startswith("time mode,") for line in shares), shares
+    assert figures["tenant_time_ratio"] is not None, report
     # And the tenant flood: B's jobs all start within its first 30 claims with two levels
     assert figures["tenant_flood_last_b_two_level"] <= 30, report
     assert figures["tenant_flood_last_b_groups_only"] > figures["tenant_flood_last_b_two_level"]

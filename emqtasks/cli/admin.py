@@ -28,10 +28,12 @@ from ..observe import history, lanes
 from ..producer.abort import abort as abort_job
 from ..store.queue import Queue
 from .common import (
+    TENANT_OPTION,
     AdminCommand,
     CliError,
     Refused,
     Seconds,
+    group_or_tenant,
     last_line,
     open_queue,
     positive_int,
@@ -99,31 +101,17 @@ def _where(group: str | None, tenant: str | None = None) -> str:
 
 # -- limit / weight ----------------------------------------------------------------------
 
-def _target(words: tuple[str, ...], tenant: str | None, value: str) -> tuple[str, str]:
-    """(group or tenant, the value's text) of ``GROUP VALUE`` or ``--tenant T VALUE``."""
-    if len(words) != (1 if tenant is not None else 2):
-        ctx = click.get_current_context()
-        what = "Missing argument" if len(words) < (1 if tenant is not None else 2) else \
-            "Got unexpected extra argument"
-        raise CliError(f"{ctx.info_name}: {what}: give "
-                       f"{'--tenant TENANT ' if tenant is not None else 'GROUP '}{value} "
-                       f"(see '{ctx.command_path} --help')")
-    return (tenant, words[0]) if tenant is not None else (words[0], words[1])
-
-
-_TENANT = click.option("--tenant", "-t", default=None, metavar="TENANT",
-                       help="the tenant's, over all its groups, instead of a group's")
 
 
 @click.command(cls=AdminCommand)
 @click.argument("words", nargs=-1, metavar="[GROUP] N|none")
-@_TENANT
+@TENANT_OPTION
 @queue_options
 def limit(redis_url: str | None, queue: str | None, words: tuple[str, ...],
           tenant: str | None) -> None:
     """Set a group's (or with --tenant a tenant's) concurrency limit to N (>= 1), or clear
     it with 'none'."""
-    name, text = _target(words, tenant, "N|none")
+    name, text = group_or_tenant(words, tenant, "N|none")
     kind = "tenant" if tenant is not None else "group"
     value = None if text.strip().lower() == "none" else positive_int(text, f"a {kind} limit")
     run_admin(redis_url, queue, lambda q: (q.set_tenant_limit if tenant is not None
@@ -135,13 +123,13 @@ def limit(redis_url: str | None, queue: str | None, words: tuple[str, ...],
 
 @click.command(cls=AdminCommand)
 @click.argument("words", nargs=-1, metavar="[GROUP] W")
-@_TENANT
+@TENANT_OPTION
 @queue_options
 def weight(redis_url: str | None, queue: str | None, words: tuple[str, ...],
            tenant: str | None) -> None:
     """Give a group W (>= 1) consecutive turns per rotation of its ring (default 1); with
     --tenant, a tenant W turns of the ring of tenants."""
-    name, text = _target(words, tenant, "W")
+    name, text = group_or_tenant(words, tenant, "W")
     kind = "tenant" if tenant is not None else "group"
     value = positive_int(text, f"a {kind} weight")
     run_admin(redis_url, queue, lambda q: (q.set_tenant_weight if tenant is not None

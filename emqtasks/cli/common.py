@@ -139,3 +139,20 @@ def positive_int(text: str, what: str) -> int:
 def last_line(error: str | None) -> str:
     lines = (error or "").strip().splitlines()
     return lines[-1].strip() if lines else ""
+
+
+#: --tenant on limit, weight, rate and maxsize: the tenant's control instead of a group's.
+TENANT_OPTION = click.option("--tenant", "-t", default=None, metavar="TENANT",
+                             help="the tenant's, over all its groups, instead of a group's")
+
+
+def group_or_tenant(words: tuple[str, ...], tenant: str | None, value: str) -> tuple[str, str]:
+    """(group or tenant, the value's text) of ``GROUP VALUE`` or ``--tenant T VALUE``."""
+    if len(words) != (1 if tenant is not None else 2):
+        ctx = click.get_current_context()
+        what = "Missing argument" if len(words) < (1 if tenant is not None else 2) else \
+            "Got unexpected extra argument"
+        raise CliError(f"{ctx.info_name}: {what}: give "
+                       f"{'--tenant TENANT ' if tenant is not None else 'GROUP '}{value} "
+                       f"(see '{ctx.command_path} --help')")
+    return (tenant, words[0]) if tenant is not None else (words[0], words[1])

@@ -11,7 +11,15 @@ import click
 
 from ..observe import lanes
 from ..store.queue import FAIRNESS_MODES, Queue
-from .common import AdminCommand, CliError, positive_int, queue_options, run_admin
+from .common import (
+    TENANT_OPTION,
+    AdminCommand,
+    CliError,
+    group_or_tenant,
+    positive_int,
+    queue_options,
+    run_admin,
+)
 
 _RATE = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]*\.?[0-9]+)\s*")
 _COUNT = re.compile(r"[0-9]+")
@@ -37,27 +45,20 @@ def parse_count(text: str, what: str) -> int | None:
     return int(text)
 
 
-#: --tenant on rate and maxsize, as on limit and weight (cli/admin.py, which imports this
-#: module: its _target is imported at the call).
-_TENANT = click.option("--tenant", "-t", default=None, metavar="TENANT",
-                       help="the tenant's, over all its groups, instead of a group's")
-
-
 def describe_rate(rate: Any) -> str:
     return "-" if not rate else f"{rate[0]}/{rate[1]:g}s"
 
 
 @click.command(cls=AdminCommand)
 @click.argument("words", nargs=-1, metavar="[GROUP] MAX/SECONDS|none")
-@_TENANT
+@TENANT_OPTION
 @queue_options
 def rate(redis_url: str | None, queue: str | None, words: tuple[str, ...],
          tenant: str | None) -> None:
     """At most MAX of GROUP's jobs (or with --tenant, of all a tenant's groups) start in any
     window of SECONDS; 'none' clears it. A tenant past its rate sits out of the ring of
     tenants until its next start is due."""
-    from .admin import _target
-    name, text = _target(words, tenant, "MAX/SECONDS|none")
+    name, text = group_or_tenant(words, tenant, "MAX/SECONDS|none")
     kind = "tenant" if tenant is not None else "group"
     value = parse_rate(text)
     args = value if value else (None, 1.0)
@@ -70,14 +71,13 @@ def rate(redis_url: str | None, queue: str | None, words: tuple[str, ...],
 
 @click.command(cls=AdminCommand)
 @click.argument("words", nargs=-1, metavar="[GROUP] N|none")
-@_TENANT
+@TENANT_OPTION
 @queue_options
 def maxsize(redis_url: str | None, queue: str | None, words: tuple[str, ...],
             tenant: str | None) -> None:
     """Cap GROUP's waiting jobs at N (enqueues into a full lane are refused); with --tenant,
     the jobs waiting over all a tenant's groups (N >= 1); 'none' clears."""
-    from .admin import _target
-    name, text = _target(words, tenant, "N|none")
+    name, text = group_or_tenant(words, tenant, "N|none")
     kind = "tenant" if tenant is not None else "group"
     if tenant is not None:
         value = None if text.strip().lower() == "none" else \

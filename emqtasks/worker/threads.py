@@ -53,6 +53,12 @@ class ServerThread:
             if self.stop.is_set():
                 return None
             raise
+        except rex.ResponseError as exc:
+            # a primary demoted to a replica answers its blocked clients UNBLOCKED (the park
+            # sees the connection closed): nothing was popped; the next pop rides the outage
+            if str(exc).startswith("UNBLOCKED"):
+                return None
+            raise
 
     def interrupt(self) -> None:
         """At a stop, after ``stop`` is set: cut the blocking pop short instead of letting

@@ -29,7 +29,7 @@ from ..errors import ConfigError, NativeUnavailable, ServerFull
 from ..native import module_path
 from .cluster import is_cluster
 from .commands import COMMANDS
-from .scripts import out_of_memory
+from .scripts import FALLBACK, out_of_memory
 from .wire import Wire, WireBroken
 
 MODES = ("auto", "off", "require")
@@ -140,6 +140,18 @@ class HotVerbs(Route):
         NOSCRIPT, a broken connection or a client the wire cannot serve go through the
         scripts' own call (scripts.Verb: EVAL of the source, redis-py's retries)."""
         script = getattr(self.scripts, verb)
+        functions = getattr(self.scripts, "functions", None)
+        if self.wire.usable and functions is not None and functions.usable is not False:
+            try:   # FCALL of the library where the server runs it (functions.py)
+                reply = functions.call(self.client, self.wire.call, verb, keys, args)
+                if reply is not FALLBACK:
+                    return reply
+            except WireBroken:
+                return script(keys, args)   # redis-py's reconnect and retries
+            except ResponseError as exc:
+                if out_of_memory(exc):
+                    raise ServerFull.of(exc) from None
+                raise
         if self.wire.usable:
             try:
                 return self.wire.call("EVALSHA", (script.sha, len(keys), *keys), args)

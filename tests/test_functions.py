@@ -187,3 +187,26 @@ def test_the_library_loads_with_local_slots_to_spare(private_redis):
     keys = list(QueueKeys("fn-spare").fixed)
     assert admin.fcall(function_name("claim"), len(keys), *keys, 1, "w") == []
     admin.close()
+
+
+def test_a_user_granted_functions_loads_and_calls_the_library(private_redis, on_scripts):
+    # Given a worker's user with the functions' rules (acl.worker_rules(functions=True))
+    from emqtasks.ops import acl
+
+    admin = private_redis.client()
+    _functions_server(admin)
+    rules = acl.worker_rules("fn-acl2", functions=True)
+    admin.execute_command(*acl.setuser("w2", rules, "pw").split())
+    app = App(redis_url=f"redis://w2:pw@127.0.0.1:{private_redis.port}/0", queue="fn-acl2")
+    try:
+        # When it enqueues and claims on a server that has no library yet
+        job = make_task(app, name="fn_acl2_task", group="A").delay(1)
+        assert [l.id for l in app.queue().claim(1)] == [job.id]
+        # Then it loaded the library and ran the verbs as FCALL, nothing refused
+        assert _libraries(admin) == {library()[0]}
+        assert _calls(admin, "evalsha") == 0
+        assert admin.execute_command("ACL", "LOG") == []
+    finally:
+        app.close()
+        admin.execute_command("ACL", "DELUSER", "w2")
+        admin.close()

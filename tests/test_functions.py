@@ -218,3 +218,25 @@ def test_a_user_granted_functions_loads_and_calls_the_library(private_redis, on_
         app.close()
         admin.execute_command("ACL", "DELUSER", "w2")
         admin.close()
+
+
+def test_the_masters_piped_tick_goes_as_fcall_once_it_is_known(private_redis, on_scripts):
+    # Given a queue on the scripts, on a server that runs the library
+    admin = private_redis.client()
+    _functions_server(admin)
+    app = App(redis_url=private_redis.url, queue="fn-tick")
+    try:
+        q = app.queue()
+        admin.config_resetstat()
+        # When the master's tick (reap piped with its heartbeat) runs a few times
+        for _ in range(4):
+            q.hot.call_piped("reap", q.keys.fixed, [1000], lambda pipe: pipe.ping())
+        # Then only the first asked the script cache (NOSCRIPT: it was never EVALed);
+        # the others went as FCALL in the pipeline
+        errors = admin.info("errorstats")
+        assert errors.get("errorstat_NOSCRIPT", {}).get("count", 0) <= 1
+        # (the first FCALL answered "Function not found": loaded, then called once more)
+        assert _calls(admin, "fcall") == 5 and _calls(admin, "evalsha") == 1
+    finally:
+        app.close()
+        admin.close()

@@ -30,7 +30,8 @@ from redis.exceptions import NoPermissionError, RedisError, ResponseError
 from .cluster import is_cluster
 from .scripts import FALLBACK, compose_library, lua_dir, out_of_memory
 
-__all__ = ["FALLBACK", "Functions", "function_name", "functions_wanted", "library"]
+__all__ = ["FALLBACK", "Functions", "function_name", "functions_wanted", "library",
+           "sent_again"]
 
 
 def functions_wanted(environ: Mapping[str, str] | None = None) -> bool:
@@ -59,6 +60,13 @@ def _refused(exc: RedisError) -> bool:
 
 def _not_found(exc: RedisError) -> bool:
     return "function not found" in str(exc).lower()
+
+
+def sent_again(exc: BaseException) -> bool:
+    """An FCALL reply that a call through Functions.call would not raise (it loads the
+    library, or sends EVALSHA): for a caller that sent FCALL in a pipeline of its own."""
+    return isinstance(exc, ResponseError) and (
+        _not_found(exc) or _refused(exc) or out_of_memory(exc))
 
 
 class Functions:

@@ -55,7 +55,8 @@ def enqueue_calls(client: Any) -> int:
     """Calls of the enqueue verb the server ran so far (the module's command, or a script)."""
     stats = client.info("commandstats")
     return sum(int(v["calls"]) for k, v in stats.items()
-               if k in ("cmdstat_emq.enqueue", "cmdstat_evalsha", "cmdstat_eval"))
+               if k in ("cmdstat_emq.enqueue", "cmdstat_evalsha", "cmdstat_eval",
+                        "cmdstat_fcall"))
 
 
 def in_threads(n: int, work: Callable[[int], None]) -> None:

@@ -175,6 +175,7 @@ def test_verbs_keep_working_across_script_flush(private_redis, monkeypatch):
     app = App(redis_url=private_redis.url, queue="flush")
     try:
         monkeypatch.setenv("EMQ_NATIVE", "off")
+        monkeypatch.setenv("EMQ_LUA_FUNCTIONS", "0")   # the scripts' cache, not FUNCTION's
         q = app.queue()
         t = make_task(app, group="A")
         first = t.delay(1)

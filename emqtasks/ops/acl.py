@@ -78,6 +78,12 @@ NATIVE_WORKER_COMMANDS = ("emq.enqueue", "emq.claim", "emq.ack", "emq.retry", "e
                           "emq.release", "emq.reap", "emq.promote", "emq.abort")
 
 
+#: The verbs as a Redis Functions library (store/functions.py, Redis >= 7.0 and Valkey: an
+#: older server refuses a rule naming them): FCALL, and FUNCTION LOAD of the library the
+#: first time a server lacks it. A user without them runs the scripts by EVALSHA.
+FUNCTION_COMMANDS = ("fcall", "function|load")
+
+
 def key_pattern(queue: str) -> str:
     """The ACL key pattern of every key of a queue (queue names hold no glob characters)."""
     return "~" + QueueKeys(queue).all_pattern
@@ -90,16 +96,20 @@ def _rules(commands: Iterable[str], queues: tuple[str, ...]) -> list[str]:
             *(f"+{c}" for c in commands)]
 
 
-def producer_rules(*queues: str, native: bool = False) -> list[str]:
+def producer_rules(*queues: str, native: bool = False, functions: bool = False) -> list[str]:
     """ACL rules (for ``ACL SETUSER``) of a user that enqueues to and follows these queues;
-    ``native``: also the module's commands (only for a server that loads it)."""
-    return _rules((*PRODUCER_COMMANDS, *(NATIVE_PRODUCER_COMMANDS if native else ())), queues)
+    ``native``: also the module's commands (only for a server that loads it); ``functions``:
+    FCALL and FUNCTION LOAD, the faster scripts path (Redis >= 7.0, Valkey)."""
+    return _rules((*PRODUCER_COMMANDS, *(FUNCTION_COMMANDS if functions else ()),
+                   *(NATIVE_PRODUCER_COMMANDS if native else ())), queues)
 
 
-def worker_rules(*queues: str, native: bool = False) -> list[str]:
+def worker_rules(*queues: str, native: bool = False, functions: bool = False) -> list[str]:
     """ACL rules (for ``ACL SETUSER``) of a user that runs a worker on these queues;
-    ``native``: also the module's commands (only for a server that loads it)."""
-    return _rules((*WORKER_COMMANDS, *(NATIVE_WORKER_COMMANDS if native else ())), queues)
+    ``native``: also the module's commands (only for a server that loads it); ``functions``:
+    FCALL and FUNCTION LOAD, the faster scripts path (Redis >= 7.0, Valkey)."""
+    return _rules((*WORKER_COMMANDS, *(FUNCTION_COMMANDS if functions else ()),
+                   *(NATIVE_WORKER_COMMANDS if native else ())), queues)
 
 
 def setuser(user: str, rules: Iterable[str], password: str = "<password>") -> str:

@@ -38,6 +38,7 @@ from .connection import MAX_BLOCK, pool_wait
 from .core import corrupt_plan, groups_plan
 from .durable import Durable
 from .flows import workflow_plan
+from .functions import Functions
 from .hot import check_jobs, enqueue_plan
 from .keys import QueueKeys, Unique
 from .plan import (
@@ -56,7 +57,7 @@ from .plan import (
 )
 from .reads import job_plan, status_plan, wait_plan
 from .replies import NewJob, Outcome, WorkflowSent
-from .scripts import out_of_memory, source
+from .scripts import FALLBACK, out_of_memory, source
 from .selection import Route
 from .wire import AsyncWire, WireBroken
 
@@ -73,12 +74,21 @@ class AsyncScripts:
     scripts.Verb: no window between a reload and the run for a SCRIPT FLUSH); a full
     server's refusal is ServerFull."""
 
-    def __init__(self, client: Any, wire: AsyncWire) -> None:
+    def __init__(self, client: Any, wire: AsyncWire, functions: bool | None = None) -> None:
         self.client = client
         self.wire = wire
+        #: FCALL of the verbs' library where the server runs it (functions.py)
+        self.functions = Functions(client, functions)
+
+    async def _fcall(self, command: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        return await _send(self.client, self.wire, command, keys, args)
 
     async def run(self, verb: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
+            if self.functions.usable is not False:
+                reply = await self.functions.acall(self.client, self._fcall, verb, keys, args)
+                if reply is not FALLBACK:
+                    return reply
             try:
                 return await _send(self.client, self.wire, "EVALSHA",
                                    (_sha(verb), len(keys), *keys), args)

@@ -29,7 +29,8 @@ from ..errors import ConfigError, NativeUnavailable, ServerFull
 from ..native import module_path
 from .cluster import is_cluster
 from .commands import COMMANDS
-from .scripts import out_of_memory
+from .functions import function_name, sent_again
+from .scripts import FALLBACK, out_of_memory
 from .wire import Wire, WireBroken
 
 MODES = ("auto", "off", "require")
@@ -140,6 +141,18 @@ class HotVerbs(Route):
         NOSCRIPT, a broken connection or a client the wire cannot serve go through the
         scripts' own call (scripts.Verb: EVAL of the source, redis-py's retries)."""
         script = getattr(self.scripts, verb)
+        functions = getattr(self.scripts, "functions", None)
+        if self.wire.usable and functions is not None and functions.usable is not False:
+            try:   # FCALL of the library where the server runs it (functions.py)
+                reply = functions.call(self.client, self.wire.call, verb, keys, args)
+                if reply is not FALLBACK:
+                    return reply
+            except WireBroken:
+                return script(keys, args)   # redis-py's reconnect and retries
+            except ResponseError as exc:
+                if out_of_memory(exc):
+                    raise ServerFull.of(exc) from None
+                raise
         if self.wire.usable:
             try:
                 return self.wire.call("EVALSHA", (script.sha, len(keys), *keys), args)
@@ -164,8 +177,14 @@ class HotVerbs(Route):
             pipe.execute()
             return reply
         pipe = self.client.pipeline(transaction=False)
+        # FCALL once a call has shown the server runs the library (functions.py): else a
+        # piped EVALSHA would answer NOSCRIPT on every tick, the script never loaded by EVAL
+        fcall = not served and getattr(getattr(self.scripts, "functions", None), "usable",
+                                       False) is True
         if served:
             pipe.execute_command(COMMANDS[verb], *keys, *args)
+        elif fcall:
+            pipe.execute_command("FCALL", function_name(verb), len(keys), *keys, *args)
         else:
             pipe.evalsha(getattr(self.scripts, verb).sha, len(keys), *keys, *args)
         also(pipe)
@@ -173,7 +192,8 @@ class HotVerbs(Route):
         for r in rest:
             if isinstance(r, Exception):
                 raise r
-        if isinstance(first, NoScriptError) or (served and isinstance(first, RedisError)):
+        if isinstance(first, NoScriptError) or (served and isinstance(first, RedisError)) or (
+                fcall and sent_again(first)):
             # a flushed script cache, or a server restarted without the module: the one
             # call again, through the path that copes (a real error is raised again there)
             return self.call(verb, keys, args)

@@ -117,22 +117,24 @@ end
 -- tenant t would pass it (its waiting jobs counted over its groups once per call, O(its
 -- groups), only when it has a cap), TEN.took(t) counts a job written into one of its lanes.
 do
-  local counts = {}
+  -- per run (a Functions library resets a `local NAME = nil` on every call: store/scripts.py)
+  local TCOUNTS = nil
   function TEN.full(t)
     local cap = TEN.max_of(t)
     if not cap then return false end
-    if not counts[t] then
+    TCOUNTS = TCOUNTS or {}
+    if not TCOUNTS[t] then
       local c = 0
       for _, g in ipairs(redis.call('SMEMBERS', TEN.groups(t))) do
         local n = redis.pcall('ZCARD', lane_key(g))
         if type(n) == 'number' then c = c + n end
       end
-      counts[t] = c
+      TCOUNTS[t] = c
     end
-    return counts[t] >= cap
+    return TCOUNTS[t] >= cap
   end
   function TEN.took(t)
-    if counts[t] then counts[t] = counts[t] + 1 end
+    if TCOUNTS and TCOUNTS[t] then TCOUNTS[t] = TCOUNTS[t] + 1 end
   end
 end
 

@@ -45,8 +45,17 @@ local K_tactive = BASE .. 'tactive'       -- hash: tenant -> jobs in flight
 -- tenant's default, for all but paused); wait: zset tenant -> when its rate lets it start
 -- again (its mark is off the ring meanwhile); starts(t): list, its recent start times;
 -- groups(t): set, its groups (gtenant read backwards: its waiting jobs are counted over them).
-local TEN = {limit = BASE .. 'tlimit', weight = BASE .. 'tweight', paused = BASE .. 'tpaused',
-             rate = BASE .. 'trate', max = BASE .. 'tmax', wait = BASE .. 'twait'}
+-- The key names are formed at each read from the current BASE: a Functions library builds
+-- this table once and runs it for every queue (store/functions.py).
+local TEN = {}
+do
+  local names = {limit = 'tlimit', weight = 'tweight', paused = 'tpaused', rate = 'trate',
+                 max = 'tmax', wait = 'twait'}
+  setmetatable(TEN, {__index = function(_, k)
+    local name = names[k]
+    return name and BASE .. name
+  end})
+end
 function TEN.starts(t) return BASE .. 't:' .. t .. ':starts' end
 function TEN.groups(t) return BASE .. 't:' .. t .. ':groups' end
 -- The queue's own marks (emqtasks/clock.py, stats()):

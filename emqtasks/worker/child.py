@@ -273,6 +273,7 @@ class Child:
         # ring's first turns one at a time (a quiet group's job is not held behind a batch)
         self.size = 1
         held = self._claim_batch(1)
+        since = time.monotonic()   # when the jobs held now were claimed (Holding.begin)
         if held and held[-1].more:
             self.got_work(0)   # as _drain: once a drain, the master recruits a sibling
         finished: list[Finished] = []
@@ -289,7 +290,7 @@ class Child:
                         plan.abort_grace)
             watched = bool(held or finished)
             if watched:
-                self.holding.begin(held, finished)
+                self.holding.begin(held, finished, since)
             began = time.perf_counter()
             result, outcome, ctx = runner.execute(lease, 0, plan)
             self.short = time.perf_counter() - began < SHORT
@@ -302,6 +303,7 @@ class Child:
                 continue
             more = self.may_claim()
             held = self._settle(finished, self._batch() if more else 0)
+            since = time.monotonic()
             finished = []
             if not more:
                 slots.clear(index)

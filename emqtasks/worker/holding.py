@@ -42,16 +42,19 @@ class Holding:
         self.acked: list[tuple[Finished, bool]] = []
         self._thread: threading.Thread | None = None
 
-    def begin(self, held: list[Lease], finished: list[Finished]) -> None:
-        """A job starts while others are held: they are the watchdog's until ``end``."""
+    def begin(self, held: list[Lease], finished: list[Finished], since: float) -> None:
+        """A job starts while others are held: they are the watchdog's until ``end``.
+        ``since``: when the batch was claimed (time.monotonic()). The deadline counts from
+        it, not from this job's start: nobody renews a held or finished job's lease, so
+        none may wait more than ``after`` however many jobs just under it run first."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._watch, name="emq-holding",
                                             daemon=True)
             self._thread.start()
         with self._cond:
             self.held, self.finished = held, finished
-            self._deadline = time.monotonic() + self.after
-            self._cond.notify()
+            self._deadline = since + self.after
+            self._cond.notify_all()
 
     def end(self) -> tuple[list[Lease], list[Finished]]:
         """The job ended: what is still held (none when the watchdog handed it on) is the

@@ -41,6 +41,7 @@ class Holding:
         #: What the watchdog acked (the finished job, its verdict): the child reports them.
         self.acked: list[tuple[Finished, bool]] = []
         self._thread: threading.Thread | None = None
+        self._handing = False   # the watchdog is acking / releasing what it took
 
     def begin(self, held: list[Lease], finished: list[Finished], since: float) -> None:
         """A job starts while others are held: they are the watchdog's until ``end``.
@@ -58,9 +59,13 @@ class Holding:
 
     def end(self) -> tuple[list[Lease], list[Finished]]:
         """The job ended: what is still held (none when the watchdog handed it on) is the
-        child's again."""
+        child's again. A hand-on under way is waited for: its acks are then in ``acked``
+        for the child to report, and a child that exits next (--max-tasks-per-child, a
+        stop) does not cut its daemon thread off mid-way (acks lost, jobs left active)."""
         with self._cond:
             self._deadline = None
+            while self._handing:
+                self._cond.wait()
             held, finished = self.held, self.finished
             self.held, self.finished = [], []
         return held, finished
@@ -77,7 +82,13 @@ class Holding:
                 self._deadline = None
                 held, self.held = self.held, []
                 finished, self.finished = self.finished, []
-            self._hand_on(held, finished)
+                self._handing = True
+            try:
+                self._hand_on(held, finished)
+            finally:
+                with self._cond:
+                    self._handing = False
+                    self._cond.notify_all()
 
     def _hand_on(self, held: list[Lease], finished: list[Finished]) -> None:
         # Outside the lock: the child may end its job meanwhile and find nothing held.

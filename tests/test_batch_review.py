@@ -195,3 +195,18 @@ def test_a_child_retiring_right_after_a_hand_on_settles_the_finished_jobs(app, q
     _drain(app, tags, "--max-tasks-per-child", "7")
     # Then each of them was acked once and its hook fired, before the child was gone
     _once_each(app, tags)
+
+
+def test_a_rate_limited_job_in_a_batch_stops_its_group_held_behind_it(app, queue):
+    # Given a batch of 8 (jobs 7..14) of one group whose second job hits an outside limit
+    # (RateLimited: its group sits out 1 s)
+    tags = [f"g-{i:03d}" for i in range(16)]
+    queue.enqueue_many([_job(t, "br.api" if t == "g-008" else "br.fast") for t in tags])
+    _drain(app, tags)
+    # Then none of its group ran while it sat out: the jobs held behind it waited too, as
+    # jobs not yet claimed would (g-008 runs again first, at the head of its lane)
+    order = [x.decode() if isinstance(x, bytes) else x
+             for x in app.client.lrange(_k(app, "order"), 0, -1)]
+    first = order.index("g-008")
+    assert order[first + 1] == "g-008", order
+    _once_each(app, [t for t in tags if t != "g-008"])

@@ -80,3 +80,14 @@ def limited(tag: str, seconds: float) -> str:
     _ran(tag)
     time.sleep(seconds)
     return tag
+
+
+@task(name="br.api", group=lambda tag: tag.split("-")[0])
+def api(tag: str) -> str:
+    """Hits an outside limit on its first run: its group sits out 1 s (RateLimited)."""
+    from emqtasks.errors import RateLimited
+
+    _ran(tag)
+    if default_app.client.set(_k(f"limited:{tag}"), 1, nx=True):
+        raise RateLimited(1.0)
+    return tag

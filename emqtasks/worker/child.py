@@ -296,6 +296,8 @@ class Child:
             self.short = time.perf_counter() - began < SHORT
             if watched:
                 held, finished = self.holding.end()
+            if outcome is not None and outcome.verdict == "rate_limited" and held:
+                held = self._sit_out(lease.group, held, ctx)
             self.done += 1
             if outcome is None:
                 finished.append((lease, result or "null", tracing.span_of(ctx), (ctx, plan)))
@@ -364,6 +366,17 @@ class Child:
         if n > 0 and not held:
             held = self._claim_batch(n)
         return held
+
+    def _sit_out(self, group: str, held: list[Lease], ctx: Any) -> list[Lease]:
+        """A job hit an outside limit (RateLimited): its group sits out the delay, so the
+        jobs of it held behind go back too (their places kept, the same back-off) rather
+        than run into the limit as jobs not yet claimed would not; the others, to run."""
+        delay = float(getattr(getattr(ctx, "exception", None), "delay", 0.0) or 0.0)
+        q = self.queues.queues[0]
+        for spare in (h for h in held if h.group == group):
+            self.outage.call(q.release, spare, "released: its group sits out a rate limit",
+                             delay)
+        return [h for h in held if h.group != group]
 
     def _release_held(self, held: list[Lease]) -> None:
         """The watchdog's: jobs held behind a long one go back to the head of their lanes."""

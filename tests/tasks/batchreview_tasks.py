@@ -91,3 +91,14 @@ def api(tag: str) -> str:
     if default_app.client.set(_k(f"limited:{tag}"), 1, nx=True):
         raise RateLimited(1.0)
     return tag
+
+
+@task(name="br.hard_stop", group=lambda tag: tag.split("-")[0])
+def hard_stop(tag: str) -> str:
+    """Interrupts its worker twice (a hard stop: the children are killed) mid-batch."""
+    _ran(tag)
+    os.kill(os.getppid(), signal.SIGINT)
+    time.sleep(0.01)
+    os.kill(os.getppid(), signal.SIGINT)
+    time.sleep(0.05)
+    return tag

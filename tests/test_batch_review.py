@@ -228,3 +228,22 @@ def test_a_hard_stop_leaves_no_held_job_active(app, queue):
     # Then the job it ran is released, and so are the held ones: none waits for its lease
     assert queue.status("g-010") == "pending"
     assert {t: queue.status(t) for t in tags[11:] if queue.status(t) != "pending"} == {}
+
+
+def test_time_fairness_charges_a_batched_short_job_its_own_time(app, queue):
+    # Given a queue in time mode: group a's jobs run ~0 ms, group b's 20 ms, one child
+    app.set_fairness("time")
+    queue.enqueue_many([_job(f"a-{i:04d}", "br.sleep", 0) for i in range(3000)]
+                       + [_job(f"b-{i:03d}", "br.sleep", 0.02) for i in range(200)])
+    with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                    modules=MODULES) as w:
+        w.wait_ready()
+        # When b has run 25 jobs (half a second of its time)
+        assert _until(app, lambda: sum(1 for t in _counts(app, "runs") if t[0] == "b") >= 25)
+        runs = _counts(app, "runs")
+        w.stop()
+    # Then a had about as much of the child's time: many more of its short jobs ran. A
+    # short job of a batch acked after b's job had been charged b's 20 ms (claim to ack).
+    a = sum(1 for t in runs if t[0] == "a")
+    b = sum(1 for t in runs if t[0] == "b")
+    assert a >= 10 * b, (a, b)

@@ -130,6 +130,7 @@ class Child:
         self.batches = self.queues.single and queues[0].durable is None
         self.short = False     # the last job ran under SHORT
         self.size = 1          # the next batch's size: doubles while jobs run short
+        self.time_mode: bool | None = None   # the queue's fairness is "time" (per drain)
         self.holding = Holding(HAND_ON_AFTER, self._release_held, self._ack_finished)
         self.runner.fire("child_started")
         if self.config.runs_async:
@@ -272,6 +273,7 @@ class Child:
         # Each drain starts at one job and doubles: the first claims of a wake take the
         # ring's first turns one at a time (a quiet group's job is not held behind a batch)
         self.size = 1
+        self.time_mode = None   # read again once a drain, when it would batch
         held = self._claim_batch(1)
         since = time.monotonic()   # when the jobs held now were claimed (Holding.begin)
         if held and held[-1].more:
@@ -316,6 +318,13 @@ class Child:
         past the child's --max-tasks-per-child."""
         self.size = min(2 * self.size, BATCH) if self.short else 1
         n = self.size
+        if n > 1 and self.time_mode is None:
+            # In time mode a job's charge is its claim to its ack: a batch would charge each
+            # job the whole batch's time (a short job another group's long one). One at a time.
+            fairness = self.queues.queues[0].fairness
+            self.time_mode = self.outage.call(fairness) == "time"
+        if self.time_mode:
+            n = self.size = 1
         return min(n, self.max_tasks - self.done) if self.max_tasks > 0 else n
 
     def _claim_batch(self, n: int) -> list[Lease]:

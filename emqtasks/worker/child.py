@@ -130,6 +130,7 @@ class Child:
         self.batches = self.queues.single and queues[0].durable is None
         self.short = False     # the last job ran under SHORT
         self.size = 1          # the next batch's size: doubles while jobs run short
+        self.time_mode: bool | None = None   # the queue's fairness is "time" (per drain)
         self.holding = Holding(HAND_ON_AFTER, self._release_held, self._ack_finished)
         self.runner.fire("child_started")
         if self.config.runs_async:
@@ -272,7 +273,9 @@ class Child:
         # Each drain starts at one job and doubles: the first claims of a wake take the
         # ring's first turns one at a time (a quiet group's job is not held behind a batch)
         self.size = 1
+        self.time_mode = None   # read again once a drain, when it would batch
         held = self._claim_batch(1)
+        since = time.monotonic()   # when the jobs held now were claimed (Holding.begin)
         if held and held[-1].more:
             self.got_work(0)   # as _drain: once a drain, the master recruits a sibling
         finished: list[Finished] = []
@@ -289,12 +292,14 @@ class Child:
                         plan.abort_grace)
             watched = bool(held or finished)
             if watched:
-                self.holding.begin(held, finished)
+                self.holding.begin(held, finished, since)
             began = time.perf_counter()
             result, outcome, ctx = runner.execute(lease, 0, plan)
             self.short = time.perf_counter() - began < SHORT
             if watched:
                 held, finished = self.holding.end()
+            if outcome is not None and outcome.verdict == "rate_limited" and held:
+                held = self._sit_out(lease.group, held, ctx)
             self.done += 1
             if outcome is None:
                 finished.append((lease, result or "null", tracing.span_of(ctx), (ctx, plan)))
@@ -302,6 +307,7 @@ class Child:
                 continue
             more = self.may_claim()
             held = self._settle(finished, self._batch() if more else 0)
+            since = time.monotonic()
             finished = []
             if not more:
                 slots.clear(index)
@@ -312,6 +318,13 @@ class Child:
         past the child's --max-tasks-per-child."""
         self.size = min(2 * self.size, BATCH) if self.short else 1
         n = self.size
+        if n > 1 and self.time_mode is None:
+            # In time mode a job's charge is its claim to its ack: a batch would charge each
+            # job the whole batch's time (a short job another group's long one). One at a time.
+            fairness = self.queues.queues[0].fairness
+            self.time_mode = self.outage.call(fairness) == "time"
+        if self.time_mode:
+            n = self.size = 1
         return min(n, self.max_tasks - self.done) if self.max_tasks > 0 else n
 
     def _claim_batch(self, n: int) -> list[Lease]:
@@ -362,6 +375,17 @@ class Child:
         if n > 0 and not held:
             held = self._claim_batch(n)
         return held
+
+    def _sit_out(self, group: str, held: list[Lease], ctx: Any) -> list[Lease]:
+        """A job hit an outside limit (RateLimited): its group sits out the delay, so the
+        jobs of it held behind go back too (their places kept, the same back-off) rather
+        than run into the limit as jobs not yet claimed would not; the others, to run."""
+        delay = float(getattr(getattr(ctx, "exception", None), "delay", 0.0) or 0.0)
+        q = self.queues.queues[0]
+        for spare in (h for h in held if h.group == group):
+            self.outage.call(q.release, spare, "released: its group sits out a rate limit",
+                             delay)
+        return [h for h in held if h.group != group]
 
     def _release_held(self, held: list[Lease]) -> None:
         """The watchdog's: jobs held behind a long one go back to the head of their lanes."""

@@ -41,23 +41,31 @@ class Holding:
         #: What the watchdog acked (the finished job, its verdict): the child reports them.
         self.acked: list[tuple[Finished, bool]] = []
         self._thread: threading.Thread | None = None
+        self._handing = False   # the watchdog is acking / releasing what it took
 
-    def begin(self, held: list[Lease], finished: list[Finished]) -> None:
-        """A job starts while others are held: they are the watchdog's until ``end``."""
+    def begin(self, held: list[Lease], finished: list[Finished], since: float) -> None:
+        """A job starts while others are held: they are the watchdog's until ``end``.
+        ``since``: when the batch was claimed (time.monotonic()). The deadline counts from
+        it, not from this job's start: nobody renews a held or finished job's lease, so
+        none may wait more than ``after`` however many jobs just under it run first."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._watch, name="emq-holding",
                                             daemon=True)
             self._thread.start()
         with self._cond:
             self.held, self.finished = held, finished
-            self._deadline = time.monotonic() + self.after
-            self._cond.notify()
+            self._deadline = since + self.after
+            self._cond.notify_all()
 
     def end(self) -> tuple[list[Lease], list[Finished]]:
         """The job ended: what is still held (none when the watchdog handed it on) is the
-        child's again."""
+        child's again. A hand-on under way is waited for: its acks are then in ``acked``
+        for the child to report, and a child that exits next (--max-tasks-per-child, a
+        stop) does not cut its daemon thread off mid-way (acks lost, jobs left active)."""
         with self._cond:
             self._deadline = None
+            while self._handing:
+                self._cond.wait()
             held, finished = self.held, self.finished
             self.held, self.finished = [], []
         return held, finished
@@ -74,7 +82,13 @@ class Holding:
                 self._deadline = None
                 held, self.held = self.held, []
                 finished, self.finished = self.finished, []
-            self._hand_on(held, finished)
+                self._handing = True
+            try:
+                self._hand_on(held, finished)
+            finally:
+                with self._cond:
+                    self._handing = False
+                    self._cond.notify_all()
 
     def _hand_on(self, held: list[Lease], finished: list[Finished]) -> None:
         # Outside the lock: the child may end its job meanwhile and find nothing held.

@@ -126,7 +126,8 @@ def test_the_longest_back_off_is_a_delay_the_verbs_take(app: App) -> None:
     assert due / 1000 - time.time() == pytest.approx(YEAR, abs=60)
 
 
-def test_a_failure_whose_text_cannot_be_sent_is_still_written(app: App) -> None:
+def test_a_failure_whose_text_cannot_be_sent_is_still_written(
+        app: App, caplog: pytest.LogCaptureFixture) -> None:
     # Given a task whose error message holds a lone surrogate (no UTF-8 encoding exists)
     def broken() -> None:
         raise ValueError("bad \ud800 text")
@@ -139,6 +140,10 @@ def test_a_failure_whose_text_cannot_be_sent_is_still_written(app: App) -> None:
     assert outcome is not None and outcome.verdict == "dead"
     row = app.job(outcome.job_id)
     assert row is not None and row["error"].startswith("ValueError: bad \\ud800 text")
+    # and its log line too can be written by a handler that writes UTF-8
+    lines = [r.getMessage() for r in caplog.records if outcome.job_id in r.getMessage()]
+    assert lines and all(line.encode("utf-8") for line in lines)
+    assert "\\ud800" in lines[0]
 
 
 def test_a_job_its_child_cannot_settle_is_settled_by_the_master_with_its_reason(

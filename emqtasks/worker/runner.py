@@ -450,7 +450,12 @@ def _soft(plan: Plan) -> float | None:
 
 def _brief(text: str, limit: int = LOG_TEXT_MAX) -> str:
     """Text cut for a log line: an error message may quote a whole payload (the row keeps
-    the full text; logs get the start of it and its length)."""
+    the full text; logs get the start of it and its length). A lone surrogate (an exception
+    message may hold one) is escaped: a handler writing UTF-8 would fail on the line."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
 
 

@@ -44,9 +44,10 @@ from emqtasks.native import COMMANDS
 from emqtasks.native.build import asan_runtime, build
 from emqtasks.ops.check import check
 from emqtasks.store.functions import function_name, functions_wanted, library
+from emqtasks.store.functions import scripts as bind_scripts
 from emqtasks.store.keys import FIXED, QueueKeys
 from emqtasks.store.queue import Queue
-from emqtasks.store.scripts import Scripts, source
+from emqtasks.store.scripts import source
 
 LONG = os.environ.get("EMQ_NATIVE_LONG") == "1"
 OPS = int(os.environ.get("EMQ_NATIVE_OPS", "20000" if LONG else "1000"))
@@ -262,7 +263,7 @@ class Pair:
         self.rb = srv.client()
         self.ka, self.kb = QueueKeys(a), QueueKeys(b)
         self.qa, self.qb = Queue(self.r, a), Queue(self.r, b)
-        scripts = Scripts(self.r)
+        scripts = bind_scripts(self.r)
         self.sha = {}
         for verb in (*VERBS, "pause", "pause_group", "limit", "weight", "cancel", "requeue",
                      "wait", "rate", "maxsize", "defaults", "fairness", "workflow", "wffail",
@@ -2154,7 +2155,7 @@ def test_wakes_parked_clients(server: Server) -> None:
     assert r.execute_command("EMQ.ENQUEUE", *k.fixed, 1, *job) == [1]
     t.join(10)
     assert [list(x) for x in got] == [[k.wake, "1"]]
-    scripts = Scripts(r)
+    scripts = bind_scripts(r)
     scripts.wait(k.fixed, ["w1", "1"])
     lease = r.execute_command("EMQ.CLAIM", *k.fixed, 1, "n")[0]
     t = threading.Thread(target=lambda: got.append(parked.blpop([k.done("w1")], timeout=10)))

@@ -370,7 +370,8 @@ class Soak:
         }
         # One of each kind first, in a random order, so even a short soak has them all: on a
         # loaded machine the faults take longer, so the chaos goes on past its time until
-        # each kind has struck (up to twice its time more).
+        # each kind has struck (up to twice its time more, and 30 s at least: a failover
+        # alone can take seconds there).
         kinds = [k for k in self.weights if k not in self.skipped]
         firsts = self.rng.sample(kinds, len(kinds))
         if "failovers" in kinds:
@@ -378,7 +379,7 @@ class Soak:
             # a replica promoted, with the killed primary rejoined as a replica
             firsts.insert(self.rng.randrange(len(firsts)), "failovers")
         planned = time.monotonic() + self.seconds
-        last_chance = planned + 2 * self.seconds
+        last_chance = planned + max(2 * self.seconds, 30.0)
 
         def end() -> float:
             return last_chance if firsts else planned

@@ -12,10 +12,10 @@ from .autopipe import Batcher, autopipeline_mode
 from .cluster import is_cluster, node_kwargs, scan_keys
 from .diagnose import diagnose_plan
 from .durable import Durable
+from .functions import scripts as bind_scripts
 from .groups import GROUP_BOOKS, group_names, queue_group_books
 from .keys import QueueKeys
 from .plan import Cmd, Pipe, Recorder, Scan, Steps, run
-from .scripts import Scripts
 from .selection import HotVerbs
 
 T = TypeVar("T")
@@ -29,7 +29,7 @@ class QueueCore:
         self.client = client
         self.keys = QueueKeys(name)
         self.name = name
-        self.scripts = Scripts(client)
+        self.scripts = bind_scripts(client)
         #: The hot verbs: the module's commands when the server has them (EMQ_NATIVE, or
         #: ``native`` = auto / off / require), else the scripts.
         self.hot = HotVerbs(client, self.scripts, native)

@@ -28,10 +28,10 @@ from typing import Any
 from redis.exceptions import NoPermissionError, RedisError, ResponseError
 
 from .cluster import is_cluster
-from .scripts import FALLBACK, compose_library, lua_dir, out_of_memory
+from .scripts import FALLBACK, Scripts, compose_library, lua_dir, out_of_memory
 
 __all__ = ["FALLBACK", "Functions", "function_name", "functions_wanted", "library",
-           "sent_again"]
+           "scripts", "sent_again"]
 
 
 def functions_wanted(environ: Mapping[str, str] | None = None) -> bool:
@@ -140,3 +140,9 @@ class Functions:
                     self.usable = False
                     return FALLBACK
         return FALLBACK
+
+
+def scripts(client: Any, wanted: bool | None = None) -> Scripts:
+    """The verbs bound to ``client``: FCALL of the library where its server runs it
+    (``wanted``: None = EMQ_LUA_FUNCTIONS), else EVALSHA."""
+    return Scripts(client, Functions(client, wanted))

@@ -182,11 +182,10 @@ def out_of_memory(exc: ResponseError) -> bool:
 class Scripts:
     """One ``Verb`` per verb, bound to a client."""
 
-    def __init__(self, client: Any, functions: bool | None = None) -> None:
-        from .functions import Functions  # it composes its library from this module
-
-        #: FCALL of the verbs' library where the server runs it (functions.py)
-        self.functions = Functions(client, functions)
+    def __init__(self, client: Any, functions: Any = None) -> None:
+        #: FCALL of the verbs' library where the server runs it (a functions.Functions;
+        #: None: EVALSHA only). functions.scripts() makes both.
+        self.functions = functions
         for name in VERBS:
             setattr(self, name, Verb(client, source(name), name, self.functions))
 

@@ -29,18 +29,7 @@ static int rate_ready(Q *q, RMS *g, int *has, double *at) {
     *has = 0;
     if (rate_of(q, g, &rated, &m, &per) < 0) return -1;
     if (!rated) return 0;
-    RMS *key = starts_key(q, g), *o;
-    int rc = lindex(q, key, m - 1, &o);
-    sfree(q, key);
-    if (rc < 0) return -1;
-    double oldest;
-    if (o && RedisModule_StringToDouble(o, &oldest) == REDISMODULE_OK && isfinite(oldest) &&
-        oldest + (double)per > (double)q->now) {
-        *has = 1;
-        *at = oldest + (double)per;
-    }
-    sfree(q, o);
-    return 0;
+    return window_ready(q, starts_key(q, g), m, per, has, at);
 }
 
 /* When the group may start its next job: its rate budget and a back-off (RateLimited). */

@@ -81,18 +81,7 @@ static int tenant_ready(Q *q, RMS *t, int *has, double *at) {
     *has = 0;
     if (tenant_rate(q, t, &rated, &m, &per) < 0) return -1;
     if (!rated) return 0;
-    RMS *key = tstarts_key(q, t), *o;
-    int rc = lindex(q, key, m - 1, &o);
-    sfree(q, key);
-    if (rc < 0) return -1;
-    double oldest;
-    if (o && RedisModule_StringToDouble(o, &oldest) == REDISMODULE_OK && isfinite(oldest) &&
-        oldest + (double)per > (double)q->now) {
-        *has = 1;
-        *at = oldest + (double)per;
-    }
-    sfree(q, o);
-    return 0;
+    return window_ready(q, tstarts_key(q, t), m, per, has, at);
 }
 
 /* Hold a tenant's mark off the ring until `at` (twait, promote returns it); a new earliest

@@ -260,3 +260,21 @@ static int tenant_rate(Q *q, RMS *t, int *has, long long *m, long long *per) {
     sfree(q, s);
     return 0;
 }
+
+/* When a budget of m starts in any window of per ms allows the next start (*has 1, *at ms),
+ * or *has 0 now, from the list of recent start times at key (freed here): a group's rate
+ * (place.c rate_ready) and a tenant's (ring.c tenant_ready). */
+static int window_ready(Q *q, RMS *key, long long m, long long per, int *has, double *at) {
+    RMS *o;
+    int rc = lindex(q, key, m - 1, &o);
+    sfree(q, key);
+    if (rc < 0) return -1;
+    double oldest;
+    if (o && RedisModule_StringToDouble(o, &oldest) == REDISMODULE_OK && isfinite(oldest) &&
+        oldest + (double)per > (double)q->now) {
+        *has = 1;
+        *at = oldest + (double)per;
+    }
+    sfree(q, o);
+    return 0;
+}

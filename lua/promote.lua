@@ -23,7 +23,19 @@
 runs_when_full()
 local now = now_ms()
 local limit = tonumber(ARGV[1])
-local ids = redis.call('ZRANGEBYSCORE', K_delayed, '-inf', now, 'LIMIT', 0, limit)
+-- Each zset's head first: an idle tick reads one entry of each and ranges over none.
+local function head_at(key)
+  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  return head[2] and tonumber(head[2]) or false
+end
+local function due(key, at)
+  if at and at <= now then
+    return redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, limit)
+  end
+  return {}
+end
+local delayed_at = head_at(K_delayed)
+local ids = due(K_delayed, delayed_at)
 for _, id in ipairs(ids) do
   local jk = job_key(id)
   local row = redis.pcall('HMGET', jk, 'group', 'prio')
@@ -43,14 +55,16 @@ for _, id in ipairs(ids) do
     lane_in(row[1], id, lane_score(row[2], now), now, books)
   end
 end
-local groups = redis.call('ZRANGEBYSCORE', K_gwait, '-inf', now, 'LIMIT', 0, limit)
+local gwait_at = head_at(K_gwait)
+local groups = due(K_gwait, gwait_at)
 for _, g in ipairs(groups) do
   redis.call('ZREM', K_gwait, g)
   -- a group whose books cannot be read stays out (group_books), as a claim leaves it
   if not group_books(g, false, true) and open(g) then admit(g, now) end
 end
 -- tenants whose rate lets them start again: their marks back on the ring, if still open
-local tenants = redis.call('ZRANGEBYSCORE', TEN.wait, '-inf', now, 'LIMIT', 0, limit)
+local twait_at = head_at(TEN.wait)
+local tenants = due(TEN.wait, twait_at)
 for _, t in ipairs(tenants) do
   redis.call('ZREM', TEN.wait, t)
   if not time_fair() and redis.call('LLEN', tring_key(t)) > 0 and tenant_open(t) then
@@ -58,12 +72,15 @@ for _, t in ipairs(tenants) do
     wake()
   end
 end
+-- the next due time: a head read before its step holds unless that step moved entries
 local next_due = -1
-for _, key in ipairs({K_delayed, K_gwait, TEN.wait}) do
-  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  if #head > 0 then
-    local due = math.max(0, tonumber(head[2]) - now)
-    if next_due < 0 or due < next_due then next_due = due end
+for _, read in ipairs({{K_delayed, delayed_at, #ids}, {K_gwait, gwait_at, #groups},
+                       {TEN.wait, twait_at, #tenants}}) do
+  local at = read[2]
+  if read[3] > 0 then at = head_at(read[1]) end
+  if at then
+    local wait = math.max(0, at - now)
+    if next_due < 0 or wait < next_due then next_due = wait end
   end
 end
 local claimable = 0

@@ -107,10 +107,15 @@ class ServerFull(EmqError, OutOfMemoryError):
     """The server is full (maxmemory, policy noeviction) and refused to take new work: nothing
     was written (also a redis OutOfMemoryError); what runs or settles work goes on."""
 
+    #: The server's own refusal, as it answered.
+    reply: str = ""
+
     @classmethod
     def of(cls, exc: Exception) -> ServerFull:
-        return cls(f"the server is full (used memory over its maxmemory, policy noeviction) "
+        made = cls(f"the server is full (used memory over its maxmemory, policy noeviction) "
                    f"and refused the write: nothing was written ({exc})")
+        made.reply = str(exc)
+        return made
 
 
 class CorruptKey(EmqError):

@@ -8,6 +8,7 @@ Each test takes a server of its own (it fills it) and runs on the path the suite
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Iterator
@@ -17,12 +18,14 @@ import pytest
 import redis
 from faults import Rec, summary, wait_until
 from helpers import assert_invariants, expire_now, make_task, new_job
+from redis.exceptions import OutOfMemoryError
 from workerproc import WorkerProc
 
 from emqtasks import App, EmqError, chain
 from emqtasks._dev.localserver import LocalRedis
 from emqtasks.errors import ServerFull
 from emqtasks.store.queue import Queue
+from emqtasks.worker.resilience import FullServer
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -149,3 +152,19 @@ def test_a_worker_on_a_full_server_acks_what_it_ran_and_says_so_once(
     assert len(re.findall(r"server is full", out)) == 1, out[-3000:]
     assert len(re.findall(r"room again", out)) == 1, out[-3000:]
     app.close()
+
+
+def test_the_full_server_line_says_so_once_whichever_write_was_refused(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Given the master's first refused write: a plain command's (redis-py's OutOfMemoryError)
+    # or a verb's (ServerFull, whose own message begins "the server is full")
+    reply = "command not allowed when used memory > 'maxmemory'."
+    for exc in (OutOfMemoryError(reply), ServerFull.of(OutOfMemoryError(reply))):
+        caplog.clear()
+        full = FullServer(logging.getLogger("emqtasks.test_full"), "master")
+        with caplog.at_level(logging.WARNING, "emqtasks.test_full"):
+            full.refused(exc)
+            full.refused(exc)     # said once while it lasts
+        # Then one line, saying it once, with the server's own words
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert line.count("server is full") == 1 and reply in line, line

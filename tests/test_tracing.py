@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
 from workerproc import WorkerProc
+from workflow_tasks import add as wf_add
 
 from emqtasks import App, chain, chord, group
 from emqtasks.errors import SerializationError
@@ -281,8 +282,9 @@ def test_without_tracing_an_ack_sends_nothing_more(app: App) -> None:
         with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
                         modules=("workflow_tasks",)) as w:
             w.wait_ready()
-            add = app.task(name="wf.add")(_add)   # the worker's, known here by name
-            flow = chain(add.s(1, 2), add.s(3), add.s(4)).apply_async(app=app)
+            # the worker's own task (one function per task name in a process: an in-process
+            # runner merges every App's tasks)
+            flow = chain(wf_add.s(1, 2), wf_add.s(3), wf_add.s(4)).apply_async(app=app)
             assert flow.get(timeout=10) == 10
             assert w.stop() == 0
         entries = client.slowlog_get(100_000)

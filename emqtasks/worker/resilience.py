@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 import redis.exceptions as rex
 import tenacity
 
+from ..errors import ServerFull
+
 T = TypeVar("T")
 
 #: Errors that pass: a dropped connection, a restarting or loading server, a failover.
@@ -125,9 +127,11 @@ class FullServer:
     def refused(self, exc: BaseException) -> None:
         if not self.full:
             self.full = True
+            # the server's own words (a ServerFull says "the server is full" itself)
+            said = exc.reply if isinstance(exc, ServerFull) and exc.reply else exc
             self.log.warning("the server is full (%s): %s; jobs still run and settle, while "
                              "heartbeats, schedules and new work wait for room", self.what,
-                             exc)
+                             said)
 
     def took(self) -> None:
         if self.full:

@@ -49,6 +49,12 @@ BATCH = 8
 HAND_ON_AFTER = 0.1
 
 
+def batch_claims_wanted(environ: dict[str, str] | None = None) -> bool:
+    """``EMQ_BATCH_CLAIMS``: batched claims of short jobs, off unless 1, on, true or yes."""
+    env = os.environ if environ is None else environ
+    return (env.get("EMQ_BATCH_CLAIMS") or "").strip().lower() in ("1", "on", "true", "yes")
+
+
 @dataclass
 class ChildConfig:
     """What every child of a pool shares."""
@@ -126,8 +132,12 @@ class Child:
         self.outage.probe = queues[0].ping
         self.runner.noting = functools.partial(self.slots.failing, self.index)
         self.outage.call(queues[0].ping)   # connect now: the first wake pays no handshake
-        # Batches of short jobs: one plain queue (the order of several is per claim)
-        self.batches = self.queues.single and queues[0].durable is None
+        # Batches of short jobs, opt-in (EMQ_BATCH_CLAIMS=1): a batch's finished jobs are
+        # acked with its next claim, so a child killed meanwhile runs them again (at least
+        # once, not the one re-run a crash costs otherwise). One plain queue only (the
+        # order of several is per claim).
+        self.batches = (batch_claims_wanted() and self.queues.single
+                        and queues[0].durable is None)
         self.short = False     # the last job ran under SHORT
         self.size = 1          # the next batch's size: doubles while jobs run short
         self.time_mode: bool | None = None   # the queue's fairness is "time" (per drain)

@@ -256,7 +256,8 @@ def now_ms() -> int:
 class Pair:
     """Queue A (scripts) and queue B (module) on one server, called in lockstep."""
 
-    def __init__(self, srv: Server, a: str = "dl", b: str = "dn") -> None:
+    def __init__(self, srv: Server, a: str = "dl", b: str = "dn",
+                 shadow: str | None = None) -> None:
         self.srv = srv
         self.raw = Resp(srv.port)
         self.r = srv.client(decode_responses=True, encoding_errors="surrogateescape")
@@ -277,6 +278,12 @@ class Pair:
         if functions_wanted() and server_version(srv.binary) >= (7, 0):
             self.r.function_load(library()[1], replace=True)
             self.lua = {v: ("FCALL", function_name(v)) for v in self.sha}
+        #: A third queue whose every verb, admin call and direct write goes through the same
+        #: library just before queue A's, with A's arguments: its replies must be A's. The
+        #: library's helpers are built once per load and serve every queue, so a key or a
+        #: count a helper kept from one call (lua/lib's only per-call state is `local NAME =
+        #: nil`, reset by the library) shows here as the shadow's answer in A's reply.
+        self.kc = QueueKeys(shadow) if shadow and self.lua["claim"][0] == "FCALL" else None
         self.span = 0          # the longest A-start -> B-end of one verb pair, ms
         #: minutes whose first ms fell inside a verb pair (between A's start and B's end)
         self.split_minutes: set[int] = set()
@@ -305,6 +312,8 @@ class Pair:
         """Run one verb on both queues; assert the replies are the same; return B's."""
         self._tick()
         t0 = now_ms()
+        raw_c = None if self.kc is None else \
+            self.raw.call(*self.lua[name], len(FIXED), *self.kc.fixed, *args)[0]
         raw_a, va = self.raw.call(*self.lua[name], len(FIXED), *self.ka.fixed, *args)
         if self.lua[name][0] == "FCALL" and isinstance(va, RespError) and va.startswith("OOM"):
             # a full server refuses FCALL before it runs; the client sends EVALSHA then, which
@@ -314,6 +323,8 @@ class Pair:
         raw_b, vb = self.raw.call(COMMANDS[name], *self.kb.fixed, *args)
         self._ran(t0)
         self.calls += 1
+        if raw_c is not None and name not in ("promote", "reap"):   # (theirs carry times)
+            assert raw_c == raw_a, f"{name} {args!r}:\n shadow {raw_c!r}\n lua    {raw_a!r}"
         assert not isinstance(va, RespError), f"lua {name} {args!r}: {va}"
         assert not isinstance(vb, RespError), f"native {name} {args!r}: {vb}"
         if name == "promote":
@@ -335,6 +346,8 @@ class Pair:
         requeue and the settings verbs write them too)."""
         self._tick()
         t0 = now_ms()
+        if self.kc is not None:
+            self.r.execute_command(*self.lua[name], len(FIXED), *self.kc.fixed, *args)
         ra = self.r.execute_command(*self.lua[name], len(FIXED), *self.ka.fixed, *args)
         rb = self.r.execute_command(*self.lua[name], len(FIXED), *self.kb.fixed, *args)
         self._ran(t0)
@@ -342,6 +355,8 @@ class Pair:
 
     def both(self, fn: Any) -> None:
         """A direct write (a fault, a forced expiry) done the same way to both queues."""
+        if self.kc is not None:
+            fn(self.kc)
         fn(self.ka)
         fn(self.kb)
 
@@ -923,7 +938,7 @@ class Run:
 
 
 def run_differential(srv: Server, ops: int, seed: int) -> Pair:
-    pair = Pair(srv)
+    pair = Pair(srv, shadow="ds")
     try:
         Run(pair, seed).run(ops, compare_every=100 if ops <= 2000 else 500)
     finally:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import make_task
@@ -240,3 +242,50 @@ def test_the_masters_piped_tick_goes_as_fcall_once_it_is_known(private_redis, on
     finally:
         app.close()
         admin.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("what", ["library", "source"])
+def test_the_lua_text_is_composed_once_however_many_threads_ask_first(
+        monkeypatch: pytest.MonkeyPatch, what: str) -> None:
+    # Given nothing composed yet, and a composition that waits (up to 0.5 s) for a second
+    # one to begin: 20 threads whose first script call comes at once (issue 24 item 2: 500
+    # get()s on the module's path, whose first script is `wait`, each composed the library,
+    # for tens of seconds, past their timeouts)
+    import emqtasks.store.functions as functions
+    import emqtasks.store.scripts as scripts
+    module, name = (functions, "compose_library") if what == "library" else (scripts,
+                                                                             "compose")
+    real = getattr(module, name)
+    calls: list[int] = []
+    second = threading.Event()
+
+    def composing(*args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            second.wait(0.5)
+        else:
+            second.set()
+        return real(*args)
+
+    monkeypatch.setattr(module, name, composing)
+    monkeypatch.setattr(functions, "_LIBRARY", None, raising=False)
+    for cached in (getattr(functions.library, "cache_clear", None),
+                   getattr(scripts, "_source", scripts.source).cache_clear):
+        if cached:
+            cached()
+    start = threading.Barrier(20, timeout=10)
+    texts: list[Any] = []
+
+    def first_call() -> None:
+        start.wait()
+        texts.append(functions.library() if what == "library" else scripts.source("ack"))
+
+    threads = [threading.Thread(target=first_call) for _ in range(20)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(20)
+    # Then one thread composed it and the others took its text
+    assert len(texts) == 20 and len(set(texts)) == 1
+    assert len(calls) == 1, f"composed {len(calls)} times"

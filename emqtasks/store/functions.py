@@ -20,8 +20,8 @@ EVALSHA, so replies stay the scripts' own. ``EMQ_LUA_FUNCTIONS=0`` keeps EVALSHA
 
 from __future__ import annotations
 
-import functools
 import os
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -41,10 +41,23 @@ def functions_wanted(environ: Mapping[str, str] | None = None) -> bool:
                                                                          "no")
 
 
-@functools.cache
+_LIBRARY: tuple[str, str] | None = None
+_BUILDING = threading.Lock()
+
+
 def library() -> tuple[str, str]:
-    """The library's name (``emq_<tag>``) and its text, for FUNCTION LOAD."""
-    return compose_library(lua_dir())
+    """The library's name (``emq_<tag>``) and its text, for FUNCTION LOAD.
+
+    Composed once per process, under a lock: threads that make their first call at once
+    (500 get()s on the module's path, whose first script is ``wait``) wait for that one
+    composition instead of each reading the Lua files (they took tens of seconds, past
+    their timeouts)."""
+    global _LIBRARY
+    if _LIBRARY is None:
+        with _BUILDING:
+            if _LIBRARY is None:
+                _LIBRARY = compose_library(lua_dir())
+    return _LIBRARY
 
 
 def function_name(verb: str) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -122,10 +123,19 @@ def compose(folder: Path, name: str) -> str:
     return _prelude(name) + helpers + text
 
 
+_COMPOSING = threading.Lock()
+
+
 @functools.cache
-def source(name: str) -> str:
-    """The full text sent to Redis for one verb: prelude, the helpers it includes, the verb."""
+def _source(name: str) -> str:
     return compose(lua_dir(), name)
+
+
+def source(name: str) -> str:
+    """The full text sent to Redis for one verb: prelude, the helpers it includes, the verb
+    (composed once, under a lock: many threads' first calls wait for one composition)."""
+    with _COMPOSING:
+        return _source(name)
 
 
 #: A full server's refusal inside a script: its own reply (OOM) from Redis 7 on, the text of

@@ -25,6 +25,7 @@ from emqtasks.native import COMMANDS
 from emqtasks.observe.lanes import stats as queue_stats
 from emqtasks.ops.check import check
 from emqtasks.producer.task import Task, build_job
+from emqtasks.store.functions import function_name
 from emqtasks.store.queue import Queue
 from emqtasks.store.scripts import VERBS, source
 
@@ -171,9 +172,12 @@ def preload_scripts(client: Any) -> None:
 
 def verb_marker(q: Queue, verb: str) -> bytes:
     """What marks a verb's request on the wire: its EMQ.* command on the native path (known
-    once the queue ran a hot verb), else its script's SHA."""
+    once the queue ran a hot verb), its function's name where the scripts go by FCALL (the
+    library, known once the queue ran a script), else its script's SHA."""
     if q.hot.native:
         return COMMANDS[verb].encode()
+    if q.scripts.functions is not None and q.scripts.functions.usable:
+        return function_name(verb).encode()
     return str(getattr(q.scripts, verb).sha).encode()
 
 

@@ -240,3 +240,40 @@ def test_the_masters_piped_tick_goes_as_fcall_once_it_is_known(private_redis, on
     finally:
         app.close()
         admin.close()
+
+
+
+def _counts(r) -> dict[str, int]:   # type: ignore[no-untyped-def]
+    return {k[len("cmdstat_"):]: int(v["calls"])
+            for k, v in r.info("commandstats").items()}
+
+
+def _sent(r, before: dict[str, int]) -> dict[str, int]:   # type: ignore[no-untyped-def]
+    after = _counts(r)
+    return {k: n - before.get(k, 0) for k, n in after.items()
+            if n > before.get(k, 0) and k not in ("info", "fcall")}
+
+
+def test_the_hot_verbs_send_no_command_they_can_do_without(private_redis, on_scripts):
+    # Given a queue on the library, history on (the default), a job leased from group A
+    # and one more waiting in its lane
+    admin = private_redis.client()
+    _functions_server(admin)
+    app = App(redis_url=private_redis.url, queue="fn-lean")
+    try:
+        t = make_task(app, name="fn_lean_task", group="A")
+        t.delay(1)
+        t.delay(2)
+        q = app.queue()
+        assert len(q.claim(1)) == 1
+        # When one more job is enqueued into that lane, which holds a job
+        before = _counts(admin)
+        t.delay(3)
+        enq = _sent(admin, before)
+        # Then the lane's size is read once, before the write (not again after its ZADD:
+        # the lane was not empty, so its group stands where it stood)
+        assert enq["zcard"] == 1 and enq["zadd"] == 1
+    finally:
+        app.purge()
+        app.close()
+        admin.close()

@@ -265,7 +265,7 @@ def test_the_hot_verbs_send_no_command_they_can_do_without(private_redis, on_scr
         t.delay(1)
         t.delay(2)
         q = app.queue()
-        assert len(q.claim(1)) == 1
+        lease = q.claim(1)[0]
         # When one more job is enqueued into that lane, which holds a job
         before = _counts(admin)
         t.delay(3)
@@ -273,6 +273,15 @@ def test_the_hot_verbs_send_no_command_they_can_do_without(private_redis, on_scr
         # Then the lane's size is read once, before the write (not again after its ZADD:
         # the lane was not empty, so its group stands where it stood)
         assert enq["zcard"] == 1 and enq["zadd"] == 1
+        # When the leased job is acked with the claim of the next in one call
+        before = _counts(admin)
+        acked = q.ack(lease, claim_next=True)
+        ack = _sent(admin, before)
+        assert acked.next is not None
+        # Then the group's limit is read once by the ack (its books, then its in-flight
+        # drop): HGET of gactive, glimit, gtenant; and the claim's seat: gactive, glimit,
+        # gweight, grate
+        assert ack["hget"] == 7
     finally:
         app.purge()
         app.close()

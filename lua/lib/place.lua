@@ -62,8 +62,9 @@ local function lane_push(g, id, score, now, warm)
 end
 
 -- One job of group g left flight: the books drop, and a group held back only by its
--- limit opens again.
-local function active_drop(g, now)
+-- limit opens again. lim: the group's limit as group_books read it in the same call (false
+-- for none), nil to read it here.
+local function active_drop(g, now, lim)
   local act = redis.call('HINCRBY', K_gactive, g, -1)
   if act <= 0 then redis.call('HDEL', K_gactive, g) end
   local t = tenant_of(g)
@@ -80,7 +81,7 @@ local function active_drop(g, now)
       wake()
     end
   end
-  local lim = limit_of(g)
+  if lim == nil then lim = limit_of(g) end
   if lim and act + 1 >= tonumber(lim) and act < tonumber(lim)
     and redis.call('ZCARD', lane_key(g)) > 0
     and redis.call('SISMEMBER', K_gpaused, g) == 0 then

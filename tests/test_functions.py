@@ -282,6 +282,9 @@ def test_the_hot_verbs_send_no_command_they_can_do_without(private_redis, on_scr
         # drop): HGET of gactive, glimit, gtenant; and the claim's seat: gactive, glimit,
         # gweight, grate
         assert ack["hget"] == 7
+        # and the minute's history hash, just written by the ack's counters, is not asked
+        # its TYPE by the claim (gturn is)
+        assert ack["type"] == 1
     finally:
         app.purge()
         app.close()

@@ -36,7 +36,7 @@ do
     if BOOKS ~= nil then return BOOKS end
     local keys = {{K_gturn, 'hash'}}
     local h = hist(now)
-    if h then keys[#keys + 1] = {h[1], 'hash'} end
+    if h and not h[4] then keys[#keys + 1] = {h[1], 'hash'} end   -- (h[4]: written, a hash)
     if time_fair() then keys[#keys + 1] = {K_gvrun, 'hash'} end
     BOOKS = misfit(keys) or false
     return BOOKS

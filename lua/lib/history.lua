@@ -18,7 +18,10 @@ local hist, hist_enqueued, hist_started, hist_succeeded, hist_failed
 do   -- in a block: a script has 200 local slots for every file it includes
   local HB = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000,
     1800000}
-  local HIST = nil     -- {key, ttl seconds, group cap}, false when off; read once per run
+  -- {key, ttl seconds, group cap, written}, false when off; read once per run. written: true
+  -- once this run's HINCRBY of it went through (it is a hash: a claim after the ack of the
+  -- same call need not ask its TYPE, claim_books in lib/claim.lua)
+  local HIST = nil
   local H_STARTED, H_RETRIED, H_DEAD = 4294967296, 4294967296, 281474976710656
 
   function hist(now)
@@ -55,7 +58,9 @@ do   -- in a block: a script has 200 local slots for every file it includes
   -- and counts against the cap: past it, the overflow's field takes the count instead.
   local function hgroup(h, kind, g, by)
     local f = kind .. ':' .. g
-    if redis.call('HINCRBY', h[1], f, by) == by then
+    local n = redis.call('HINCRBY', h[1], f, by)
+    h[4] = true
+    if n == by then
       redis.call('EXPIRE', h[1], h[2])
       if redis.call('HINCRBY', h[1], 'n' .. kind, 1) > h[3] then
         redis.call('HDEL', h[1], f)

@@ -280,14 +280,20 @@ def compose_library(folder: Path, verbs: tuple[str, ...] = VERBS) -> tuple[str, 
     fixed = [f"K_{k}" for k in FIXED]
     shared = ["KEYS", "ARGV", "BASE", *fixed, *(k for k, _ in keyed), *state]
     helpers = _uncopy(_BASE_KEY.sub("", _RUN_STATE.sub("", helpers)), set(shared))
+    # BASE and the names formed from it change only with the queue (keys_[1]): formed again
+    # only when a call names another queue than the call before (KEY1_, the library's one
+    # state across calls, derived from the call's own keys: ~15 concatenations a call saved)
     enter = ["KEYS, ARGV = keys_, argv_",
              "{} = {}".format(", ".join(fixed),
                               ", ".join(f"keys_[{i}]" for i in range(1, len(FIXED) + 1))),
+             "if keys_[1] ~= KEY1_ then",
+             "KEY1_ = keys_[1]",
              f"BASE = string.sub(keys_[1], 1, -{len(FIXED[0]) + 1})",
              *(f"{k} = BASE .. '{name}'" for k, name in keyed),
+             "end",
              *(f"{k} = nil" for k in state)]
     out = ["local " + ", ".join(shared) + "\n",
-           "local V_\nlocal function build_()\n", helpers, "local v_ = {}\n"]
+           "local V_, KEY1_\nlocal function build_()\n", helpers, "local v_ = {}\n"]
     for verb in verbs:
         text = (folder / f"{verb}.lua").read_text()
         _check_header(verb, text)

@@ -39,7 +39,7 @@ if row then
   redis.call('ZREM', K_active, id)
   local ttl = tonumber(row[F_TTL] or '0')
   if ttl > 0 then
-    redis.call('HSET', jk, 'state', 'done', 'result', ARGV[4], 'finished', now)
+    redis.call('HSET', jk, 'state', 'done', 'result', ARGV[4], 'finished', int_text(now))
     redis.call('HDEL', jk, 'payload')
     redis.call('EXPIRE', jk, ttl)
   else

@@ -21,7 +21,7 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains (each nam
   local delay_push, hist_enqueued, job_key, lane_key, lane_push, lane_score =
     delay_push, hist_enqueued, job_key, lane_key, lane_push, lane_score
   local J_COUNTDOWN, J_MAX = J_COUNTDOWN, J_MAX
-  local tonumber, unpack = tonumber, unpack
+  local tonumber, unpack, format = tonumber, unpack, string.format
 
   -- The row of the job whose arguments start at ARGV[at] (J_*), written now, and the job
   -- put where its state says: a ready job is pending in its lane, or delayed for its
@@ -50,7 +50,8 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains (each nam
     end
     local jk = job_key(id)
     redis.call('HSET', jk, 'task', task, 'payload', payload, 'group', group, 'state', state,
-      'attempts', 0, 'max', max, 'lease', lease, 'delay', delay, 'ttl', ttl, 'created', now)
+      'attempts', '0', 'max', max, 'lease', lease, 'delay', delay, 'ttl', ttl, 'created',
+      format('%d', now))   -- (text: a number would go through the server's %.17g)
     if prio ~= 0 then redis.call('HSET', jk, 'prio', prio) end
     if extra then redis.call('HSET', jk, unpack(extra)) end
     if state == 'delayed' then

@@ -65,7 +65,7 @@ end
 -- limit opens again. lim: the group's limit as group_books read it in the same call (false
 -- for none), nil to read it here.
 local function active_drop(g, now, lim)
-  local act = redis.call('HINCRBY', K_gactive, g, -1)
+  local act = redis.call('HINCRBY', K_gactive, g, '-1')
   if act <= 0 then redis.call('HDEL', K_gactive, g) end
   local t = tenant_of(g)
   if t then

@@ -24,9 +24,8 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
   -- (a server's WRONGTYPE), before any write too. The keys opening a lane writes are checked
   -- only when a job opens one.
   function enqueue_books(n, now)
-    local refused, caps, opening, keys, later, warm = {}, {}, {}, {}, false, {}
+    local refused, caps, opening, later, warm = {}, {}, {}, false, {}
     local h = hist(now)
-    if h then keys[#keys + 1] = {h[1], 'hash'} end
     for i = 0, n - 1 do
       local at = 2 + i * 10
       local g = ARGV[at + J_GROUP]
@@ -45,6 +44,10 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
         end
       end
     end
+    -- the minute's history first, alone (most calls check no other key)
+    local books = h and misfit(h[1], 'hash')
+    if books then return refused, books, caps, warm end
+    local keys = {}
     if later then
       keys[#keys + 1] = {K_delayed, 'zset'}
       keys[#keys + 1] = {K_wake, 'list'}
@@ -60,7 +63,7 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
         keys[#keys + 1] = k
       end
     end
-    local books = misfit(keys)
+    books = #keys > 0 and misfit(keys)
     if books then return refused, books, caps, warm end
     local seen = {}
     for _, i in ipairs(opening) do

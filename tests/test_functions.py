@@ -285,6 +285,9 @@ def test_the_hot_verbs_send_no_command_they_can_do_without(private_redis, on_scr
         # and the minute's history hash, just written by the ack's counters, is not asked
         # its TYPE by the claim (gturn is)
         assert ack["type"] == 1
+        # and no DEL: no guard write (a full server refuses an FCALL before it runs:
+        # lib/core.lua runs_when_full), and the row is kept for its ttl
+        assert "del" not in ack
     finally:
         app.purge()
         app.close()

@@ -246,6 +246,10 @@ _RUN_STATE = re.compile(r"^(?:  )?local ([A-Z][A-Z_]*) = nil\b.*$", re.MULTILINE
 _BASE_KEY = re.compile(r"^local (K_[a-z_]+) = BASE \.\. '([a-z_]+)'.*$", re.MULTILINE)
 
 
+#: lib/core.lua's guard write, a no-op in the library (compose_library says why).
+_GUARD = "local function runs_when_full() redis.call('DEL', K_guard) end"
+
+
 #: A block's copy of names from before it (``local K_ring, job_key =\n K_ring, job_key``,
 #: lib/claim.lua says why): the library drops the per-call names from it, or a copy made at
 #: the build would keep the first call's keys.
@@ -280,6 +284,11 @@ def compose_library(folder: Path, verbs: tuple[str, ...] = VERBS) -> tuple[str, 
     fixed = [f"K_{k}" for k in FIXED]
     shared = ["KEYS", "ARGV", "BASE", *fixed, *(k for k, _ in keyed), *state]
     helpers = _uncopy(_BASE_KEY.sub("", _RUN_STATE.sub("", helpers)), set(shared))
+    # A full server refuses an FCALL before the function runs (the library's functions carry
+    # no allow-oom flag), so inside one no command is refused for memory: the guard's DEL
+    # (lib/core.lua runs_when_full), there for EVALSHA's first-write rule, would be one
+    # command of every settling call (claim, ack...) for nothing.
+    helpers = helpers.replace(_GUARD, "local function runs_when_full() end")
     # BASE and the names formed from it change only with the queue (keys_[1]): formed again
     # only when a call names another queue than the call before (KEY1_, the library's one
     # state across calls, derived from the call's own keys: ~15 concatenations a call saved)

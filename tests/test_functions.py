@@ -292,3 +292,31 @@ def test_the_hot_verbs_send_no_command_they_can_do_without(private_redis, on_scr
         app.purge()
         app.close()
         admin.close()
+
+
+def test_an_fcall_sends_the_first_key_alone_and_the_library_forms_the_rest(
+        private_redis, on_scripts):
+    # Given a queue on the library, its library loaded by a first job
+    admin = private_redis.client()
+    _functions_server(admin)
+    app = App(redis_url=private_redis.url, queue="fn-keys")
+    try:
+        t = make_task(app, name="fn_keys_task", group="A")
+        first = t.delay(0)
+        # When one more job is enqueued, watched by MONITOR
+        with admin.monitor() as m:
+            second = t.delay(1)
+            for _ in range(20):   # the FCALL, after whatever else the client sends first
+                cmd = m.next_command()["command"].split()
+                if cmd[0] == "FCALL":
+                    break
+        # Then the FCALL declared one key, the queue's ring (the library forms the other
+        # fixed keys from it), and the verbs found every key where the full list names it
+        assert cmd[2:4] == ["1", QueueKeys("fn-keys").ring]
+        leases = app.queue().claim(2)
+        assert [l.id for l in leases] == [first.id, second.id]
+        assert admin.zcard(QueueKeys("fn-keys").active) == 2
+    finally:
+        app.purge()
+        app.close()
+        admin.close()

@@ -34,18 +34,18 @@ if row then
   local jk, g = job_key(id), row[F_GROUP]
   -- read before the first write: books that cannot be read are left as they are (the job's
   -- outcome is written all the same: it ran)
-  local books = group_books(g, true, false, row[F_VCHARGE])
+  local books, lim = group_books(g, true, false, row[F_VCHARGE])
   if not books then time_settle(g, id, row[F_STARTED], row[F_VCHARGE], now, true) end
   redis.call('ZREM', K_active, id)
   local ttl = tonumber(row[F_TTL] or '0')
   if ttl > 0 then
-    redis.call('HSET', jk, 'state', 'done', 'result', ARGV[4], 'finished', now)
+    redis.call('HSET', jk, 'state', 'done', 'result', ARGV[4], 'finished', int_text(now))
     redis.call('HDEL', jk, 'payload')
     redis.call('EXPIRE', jk, ttl)
   else
     redis.call('DEL', jk)
   end
-  if not books then active_drop(g, now) end
+  if not books then active_drop(g, now, lim) end
   hist_succeeded(now, row[F_TASK] or '', g, tonumber(row[F_STARTED]))
   notify(id, row[F_WAITERS])
   if row[F_NEXT] then

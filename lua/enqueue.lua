@@ -74,7 +74,7 @@ if #ARGV >= tail then
   end
 end
 -- Before the first write: every key the call writes (enqueue_books).
-local refused, books, caps = enqueue_books(n, now)
+local refused, books, caps, warm = enqueue_books(n, now)
 if books then return redis.error_reply(books) end
 local out = {}
 for i = 0, n - 1 do
@@ -113,7 +113,7 @@ for i = 0, n - 1 do
           extra[#extra + 1], extra[#extra + 2] = 'dfirst', now
         end
       end
-      out[#out + 1] = new_job(at, prio, now, caps[i], true, true, extra)
+      out[#out + 1] = new_job(at, prio, now, caps[i], true, true, extra, warm[i])
       if out[#out] == 1 and u ~= '' then unique_take(u, id) end
       if out[#out] == 1 and due then TEN.took(tn) end
     end

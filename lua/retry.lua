@@ -34,7 +34,7 @@ if not dead then
   delay = tonumber(ARGV[5]) or tonumber(redis.call('HGET', jk, 'delay') or '0')
   if not delay then return redis.error_reply('ERR emq: a job row\'s delay is not a number') end
 end
-local books = group_books(g, true, false, row[F_VCHARGE])
+local books, lim = group_books(g, true, false, row[F_VCHARGE])
 local into = {{K_active, 'zset'}, {K_dead, 'zset'}}
 if not dead then into[2], into[3] = {K_delayed, 'zset'}, {K_wake, 'list'} end
 local unfit = misfit(into)
@@ -42,7 +42,7 @@ if unfit then return redis.error_reply(unfit) end
 if not books then time_settle(g, id, row[F_STARTED], row[F_VCHARGE], now, true) end
 if ARGV[7] and ARGV[7] ~= '' then redis.call('HSET', jk, 'tlink', ARGV[7]) end
 redis.call('ZREM', K_active, id)
-if not books then active_drop(g, now) end
+if not books then active_drop(g, now, lim) end
 if dead then
   redis.call('HSET', jk, 'state', 'dead', 'error', ARGV[4], 'finished', now)
   redis.call('ZADD', K_dead, now, id)

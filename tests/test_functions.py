@@ -289,3 +289,82 @@ def test_the_lua_text_is_composed_once_however_many_threads_ask_first(
     # Then one thread composed it and the others took its text
     assert len(texts) == 20 and len(set(texts)) == 1
     assert len(calls) == 1, f"composed {len(calls)} times"
+
+
+def _counts(r) -> dict[str, int]:   # type: ignore[no-untyped-def]
+    return {k[len("cmdstat_"):]: int(v["calls"])
+            for k, v in r.info("commandstats").items()}
+
+
+def _sent(r, before: dict[str, int]) -> dict[str, int]:   # type: ignore[no-untyped-def]
+    after = _counts(r)
+    return {k: n - before.get(k, 0) for k, n in after.items()
+            if n > before.get(k, 0) and k not in ("info", "fcall")}
+
+
+def test_the_hot_verbs_send_no_command_they_can_do_without(private_redis, on_scripts):
+    # Given a queue on the library, history on (the default), a job leased from group A
+    # and one more waiting in its lane
+    admin = private_redis.client()
+    _functions_server(admin)
+    app = App(redis_url=private_redis.url, queue="fn-lean")
+    try:
+        t = make_task(app, name="fn_lean_task", group="A")
+        t.delay(1)
+        t.delay(2)
+        q = app.queue()
+        lease = q.claim(1)[0]
+        # When one more job is enqueued into that lane, which holds a job
+        before = _counts(admin)
+        t.delay(3)
+        enq = _sent(admin, before)
+        # Then the lane's size is read once, before the write (not again after its ZADD:
+        # the lane was not empty, so its group stands where it stood)
+        assert enq["zcard"] == 1 and enq["zadd"] == 1
+        # When the leased job is acked with the claim of the next in one call
+        before = _counts(admin)
+        acked = q.ack(lease, claim_next=True)
+        ack = _sent(admin, before)
+        assert acked.next is not None
+        # Then the group's limit is read once by the ack (its books, then its in-flight
+        # drop): HGET of gactive, glimit, gtenant; and the claim's seat: gactive, glimit,
+        # gweight, grate
+        assert ack["hget"] == 7
+        # and the minute's history hash, just written by the ack's counters, is not asked
+        # its TYPE by the claim (gturn is)
+        assert ack["type"] == 1
+        # and no DEL: no guard write (a full server refuses an FCALL before it runs:
+        # lib/core.lua runs_when_full), and the row is kept for its ttl
+        assert "del" not in ack
+    finally:
+        app.purge()
+        app.close()
+        admin.close()
+
+
+def test_an_fcall_sends_the_first_key_alone_and_the_library_forms_the_rest(
+        private_redis, on_scripts):
+    # Given a queue on the library, its library loaded by a first job
+    admin = private_redis.client()
+    _functions_server(admin)
+    app = App(redis_url=private_redis.url, queue="fn-keys")
+    try:
+        t = make_task(app, name="fn_keys_task", group="A")
+        first = t.delay(0)
+        # When one more job is enqueued, watched by MONITOR
+        with admin.monitor() as m:
+            second = t.delay(1)
+            for _ in range(20):   # the FCALL, after whatever else the client sends first
+                cmd = m.next_command()["command"].split()
+                if cmd[0] == "FCALL":
+                    break
+        # Then the FCALL declared one key, the queue's ring (the library forms the other
+        # fixed keys from it), and the verbs found every key where the full list names it
+        assert cmd[2:4] == ["1", QueueKeys("fn-keys").ring]
+        leases = app.queue().claim(2)
+        assert [l.id for l in leases] == [first.id, second.id]
+        assert admin.zcard(QueueKeys("fn-keys").active) == 2
+    finally:
+        app.purge()
+        app.close()
+        admin.close()

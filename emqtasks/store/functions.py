@@ -28,6 +28,7 @@ from typing import Any
 from redis.exceptions import NoPermissionError, RedisError, ResponseError
 
 from .cluster import is_cluster
+from .keys import FIXED
 from .scripts import FALLBACK, Scripts, compose_library, lua_dir, out_of_memory
 
 __all__ = ["FALLBACK", "Functions", "function_name", "functions_wanted", "library",
@@ -63,6 +64,14 @@ def library() -> tuple[str, str]:
 def function_name(verb: str) -> str:
     """The name verb is registered under in this release's library."""
     return f"emq_{verb}_{library()[0].split('_', 1)[1]}"
+
+
+def fcall_keys(keys: Sequence[Any]) -> tuple[Any, ...]:
+    """The KEYS an FCALL sends: the queue's first fixed key and the verb's own after the
+    fixed ones. The library forms the other fixed keys from the first (they are its base and
+    a name, keys.py), once per queue: eleven keys fewer to parse and to make into Lua strings
+    on every call. (Never a cluster's: there the verbs go as EVALSHA, every key declared.)"""
+    return (keys[0], *keys[len(FIXED):])
 
 
 def _refused(exc: RedisError) -> bool:
@@ -113,7 +122,8 @@ class Functions:
         """The verb by FCALL through ``send`` (command, keys, args), or FALLBACK."""
         if self.usable is False:
             return FALLBACK
-        head = (function_name(verb), len(keys), *keys)
+        sent = fcall_keys(keys)
+        head = (function_name(verb), len(sent), *sent)
         for attempt in (0, 1):
             try:
                 reply = send("FCALL", head, args)
@@ -135,7 +145,8 @@ class Functions:
         """call(), on an async client."""
         if self.usable is False:
             return FALLBACK
-        head = (function_name(verb), len(keys), *keys)
+        sent = fcall_keys(keys)
+        head = (function_name(verb), len(sent), *sent)
         for attempt in (0, 1):
             try:
                 reply = await send("FCALL", head, args)

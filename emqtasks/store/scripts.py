@@ -256,6 +256,10 @@ _RUN_STATE = re.compile(r"^(?:  )?local ([A-Z][A-Z_]*) = nil\b.*$", re.MULTILINE
 _BASE_KEY = re.compile(r"^local (K_[a-z_]+) = BASE \.\. '([a-z_]+)'.*$", re.MULTILINE)
 
 
+#: lib/core.lua's guard write, a no-op in the library (compose_library says why).
+_GUARD = "local function runs_when_full() redis.call('DEL', K_guard) end"
+
+
 #: A block's copy of names from before it (``local K_ring, job_key =\n K_ring, job_key``,
 #: lib/claim.lua says why): the library drops the per-call names from it, or a copy made at
 #: the build would keep the first call's keys.
@@ -290,21 +294,34 @@ def compose_library(folder: Path, verbs: tuple[str, ...] = VERBS) -> tuple[str, 
     fixed = [f"K_{k}" for k in FIXED]
     shared = ["KEYS", "ARGV", "BASE", *fixed, *(k for k, _ in keyed), *state]
     helpers = _uncopy(_BASE_KEY.sub("", _RUN_STATE.sub("", helpers)), set(shared))
+    # A full server refuses an FCALL before the function runs (the library's functions carry
+    # no allow-oom flag), so inside one no command is refused for memory: the guard's DEL
+    # (lib/core.lua runs_when_full), there for EVALSHA's first-write rule, would be one
+    # command of every settling call (claim, ack...) for nothing.
+    helpers = helpers.replace(_GUARD, "local function runs_when_full() end")
+    # BASE and the names formed from it change only with the queue (keys_[1]): formed again
+    # only when a call names another queue than the call before (KEY1_, the library's one
+    # state across calls, derived from the call's own keys: ~15 concatenations a call saved).
+    # The fixed keys are formed from it too: a call sends the first alone (and the verb's
+    # own keys after it: functions.fcall_keys), or all of them (the benches), the same.
     enter = ["KEYS, ARGV = keys_, argv_",
-             "{} = {}".format(", ".join(fixed),
-                              ", ".join(f"keys_[{i}]" for i in range(1, len(FIXED) + 1))),
+             "if keys_[1] ~= KEY1_ then",
+             "KEY1_ = keys_[1]",
              f"BASE = string.sub(keys_[1], 1, -{len(FIXED[0]) + 1})",
+             "{} = keys_[1], {}".format(", ".join(fixed),
+                                        ", ".join(f"BASE .. '{k}'" for k in FIXED[1:])),
              *(f"{k} = BASE .. '{name}'" for k, name in keyed),
+             "end",
              *(f"{k} = nil" for k in state)]
     out = ["local " + ", ".join(shared) + "\n",
-           "local V_\nlocal function build_()\n", helpers, "local v_ = {}\n"]
+           "local V_, KEY1_\nlocal function build_()\n", helpers, "local v_ = {}\n"]
     for verb in verbs:
         text = (folder / f"{verb}.lua").read_text()
         _check_header(verb, text)
         extra = VERB_KEYS.get(verb, ())
-        more = "" if not extra else "local {} = {}\n".format(
+        more = "" if not extra else "local {} = {}\n".format(   # the last of KEYS
             ", ".join(f"K_{k}" for k in extra),
-            ", ".join(f"KEYS[{len(FIXED) + i}]" for i in range(1, len(extra) + 1)))
+            ", ".join(f"KEYS[#KEYS - {len(extra) - i}]" for i in range(1, len(extra) + 1)))
         out.append(f"v_.{verb} = function()\n{more}{text}\nend\n")
     out.append("return v_\nend\nlocal function enter_(keys_, argv_)\n"
                + "\n".join(enter) + "\nif not V_ then V_ = build_() end\nend\n")

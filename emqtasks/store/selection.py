@@ -29,7 +29,7 @@ from ..errors import ConfigError, NativeUnavailable, ServerFull
 from ..native import module_path
 from .cluster import is_cluster
 from .commands import COMMANDS
-from .functions import function_name, sent_again
+from .functions import fcall_keys, function_name, sent_again
 from .scripts import FALLBACK, out_of_memory
 from .wire import Wire, WireBroken
 
@@ -184,7 +184,8 @@ class HotVerbs(Route):
         if served:
             pipe.execute_command(COMMANDS[verb], *keys, *args)
         elif fcall:
-            pipe.execute_command("FCALL", function_name(verb), len(keys), *keys, *args)
+            sent = fcall_keys(keys)
+            pipe.execute_command("FCALL", function_name(verb), len(sent), *sent, *args)
         else:
             pipe.evalsha(getattr(self.scripts, verb).sha, len(keys), *keys, *args)
         also(pipe)

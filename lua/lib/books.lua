@@ -20,7 +20,8 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
   -- with it, never into the lane); true when other books cannot (jobs in flight or limit not
   -- an integer, or, when the group may open, what a claim of it reads (group_seat) or the
   -- keys an opening writes): then the job is settled without them, they stay as they are,
-  -- a claim takes the group out of the ring and emqtasks check names the key.
+  -- a claim takes the group out of the ring and emqtasks check names the key. With nil, the
+  -- group's limit it read (false for none), for active_drop, so the same call reads it once.
   function group_books(g, leaving, lane, vcharge)
     local lk = lane_key(g)
     if lane then
@@ -57,7 +58,7 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
       keys[3], keys[4], keys[5] = {K_gwait, 'zset'}, {K_wake, 'list'}, {K_gpaused, 'set'}
       if misfit(keys) then return true end
     end
-    return nil
+    return nil, lim or false
   end
 
   -- A job into g's lane: opening the group as lane_push does, or, when its books cannot be

@@ -34,11 +34,10 @@ do
   local BOOKS = nil
   local function claim_books(now)
     if BOOKS ~= nil then return BOOKS end
-    local keys = {{K_gturn, 'hash'}}
     local h = hist(now)
-    if h then keys[#keys + 1] = {h[1], 'hash'} end
-    if time_fair() then keys[#keys + 1] = {K_gvrun, 'hash'} end
-    BOOKS = misfit(keys) or false
+    -- one key at a time, no tables (every claim runs this); h[4]: written, so a hash
+    BOOKS = misfit(K_gturn, 'hash') or (h and not h[4] and misfit(h[1], 'hash'))
+      or (time_fair() and misfit(K_gvrun, 'hash')) or false
     return BOOKS
   end
 
@@ -118,7 +117,8 @@ do
         local expired = ok and row[R_EXPIRES] and tonumber(row[R_EXPIRES]) <= now
         -- `active` first, by the write itself: a lease it refuses is no lease
         if ok and not expired
-          and type(redis.pcall('ZADD', K_active, now + tonumber(row[R_LEASE]), id)) == 'table' then
+          and type(redis.pcall('ZADD', K_active, int_text(now + tonumber(row[R_LEASE])), id))
+            == 'table' then
           refused = wrong_type(K_active, 'zset')
         end
         if refused then
@@ -142,9 +142,9 @@ do
           -- fence: grows with every claim of the row, never rolled back (attempts is: by a
           -- release, or a requeue of a dead job), so a task can guard writes elsewhere with it.
           local fence = tonumber(row[R_FENCE] or '0') + 1
-          redis.call('HSET', jk, 'state', 'active', 'attempts', att, 'nonce', nonce, 'started', now,
-            'fence', fence)
-          local act = redis.call('HINCRBY', K_gactive, g, 1)
+          redis.call('HSET', jk, 'state', 'active', 'attempts', int_text(att), 'nonce', nonce,
+            'started', int_text(now), 'fence', int_text(fence))
+          local act = redis.call('HINCRBY', K_gactive, g, '1')
           if seat.m then
             local starts = starts_key(g)
             redis.call('LPUSH', starts, now)

@@ -13,7 +13,8 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
   local ipairs, tonumber, type = ipairs, tonumber, type
 
   -- Before the first write of enqueue.lua's call (ARGV: n, then 10 per job, J_*), what it
-  -- will write. Returns refused, books, caps: caps[i] the lane cap of job i when due now;
+  -- will write. Returns refused, books, caps, warm: caps[i] the lane cap of job i when due
+  -- now; warm[i] true when job i's lane already holds a job (it stays so for the call);
   -- refused[i] is true for job i (0-based) whose lane is
   -- not a zset, whose lane cap cannot be read, or, when its lane is empty (the job opens it),
   -- whose group's limit, jobs in flight (with a limit), rate or start times cannot be read
@@ -23,9 +24,8 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
   -- (a server's WRONGTYPE), before any write too. The keys opening a lane writes are checked
   -- only when a job opens one.
   function enqueue_books(n, now)
-    local refused, caps, opening, keys, later = {}, {}, {}, {}, false
+    local refused, caps, opening, later, warm = {}, {}, {}, false, {}
     local h = hist(now)
-    if h then keys[#keys + 1] = {h[1], 'hash'} end
     for i = 0, n - 1 do
       local at = 2 + i * 10
       local g = ARGV[at + J_GROUP]
@@ -39,9 +39,15 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
           refused[i] = true
         elseif size == 0 then
           opening[#opening + 1] = i
+        else
+          warm[i] = true
         end
       end
     end
+    -- the minute's history first, alone (most calls check no other key)
+    local books = h and misfit(h[1], 'hash')
+    if books then return refused, books, caps, warm end
+    local keys = {}
     if later then
       keys[#keys + 1] = {K_delayed, 'zset'}
       keys[#keys + 1] = {K_wake, 'list'}
@@ -57,8 +63,8 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
         keys[#keys + 1] = k
       end
     end
-    local books = misfit(keys)
-    if books then return refused, books, caps end
+    books = #keys > 0 and misfit(keys)
+    if books then return refused, books, caps, warm end
     local seen = {}
     for _, i in ipairs(opening) do
       local g = ARGV[2 + i * 10 + J_GROUP]
@@ -85,7 +91,7 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains
       end
       if not seen[g] then refused[i] = true end
     end
-    return refused, nil, caps
+    return refused, nil, caps, warm
   end
 end
 

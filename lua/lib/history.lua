@@ -18,8 +18,18 @@ local hist, hist_enqueued, hist_started, hist_succeeded, hist_failed
 do   -- in a block: a script has 200 local slots for every file it includes
   local HB = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000,
     1800000}
-  local HIST = nil     -- {key, ttl seconds, group cap}, false when off; read once per run
+  -- {key, ttl seconds, group cap, written}, false when off; read once per run. written: true
+  -- once this run's HINCRBY of it went through (it is a hash: a claim after the ack of the
+  -- same call need not ask its TYPE, claim_books in lib/claim.lua)
+  local HIST = nil
   local H_STARTED, H_RETRIED, H_DEAD = 4294967296, 4294967296, 281474976710656
+  -- The numbers a write sends, as text: a Lua number in redis.call's arguments is formatted
+  -- by the server with %.17g (glibc's float printing, a few % of an enqueue's server CPU),
+  -- text goes as it is; the same digits either way. HBT[i]: bucket i's name.
+  local HBT = {'1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14', '15',
+    '16'}
+  local BY_TEXT = {[1] = '1', [H_STARTED] = '4294967296', [H_DEAD] = '281474976710656'}
+  local format = string.format
 
   function hist(now)
     if HIST == nil then
@@ -27,16 +37,18 @@ do   -- in a block: a script has 200 local slots for every file it includes
       if hours <= 0 then
         HIST = false
       else
-        HIST = {BASE .. 'h:' .. math.floor(now / 60000), math.floor(hours * 3600) + 60,
+        HIST = {BASE .. 'h:' .. format('%d', math.floor(now / 60000)),
+                math.floor(hours * 3600) + 60,
                 tonumber(default('hgroups') or '1000') or 1000}
       end
     end
     return HIST
   end
 
+  -- the name of the bucket of ms ('1' ... '16')
   local function hbucket(ms)
-    for i = 1, #HB do if ms <= HB[i] then return i end end
-    return #HB + 1
+    for i = 1, #HB do if ms <= HB[i] then return HBT[i] end end
+    return HBT[#HB + 1]
   end
 
   -- A time in whole ms, 0 for what is not a sane one (a corrupted row's times).
@@ -48,18 +60,21 @@ do   -- in a block: a script has 200 local slots for every file it includes
 
   -- A task's counter + 1; one that was created sets the hash's expiry.
   local function hcount(h, f)
-    if redis.call('HINCRBY', h[1], f, 1) == 1 then redis.call('EXPIRE', h[1], h[2]) end
+    if redis.call('HINCRBY', h[1], f, '1') == 1 then redis.call('EXPIRE', h[1], h[2]) end
   end
 
   -- A group's packed field (kind 'a' or 'b') + by; a field that was created sets the expiry
   -- and counts against the cap: past it, the overflow's field takes the count instead.
   local function hgroup(h, kind, g, by)
     local f = kind .. ':' .. g
-    if redis.call('HINCRBY', h[1], f, by) == by then
+    local byt = BY_TEXT[by]
+    local n = redis.call('HINCRBY', h[1], f, byt)
+    h[4] = true
+    if n == by then
       redis.call('EXPIRE', h[1], h[2])
-      if redis.call('HINCRBY', h[1], 'n' .. kind, 1) > h[3] then
+      if redis.call('HINCRBY', h[1], 'n' .. kind, '1') > h[3] then
         redis.call('HDEL', h[1], f)
-        redis.call('HINCRBY', h[1], 'o' .. kind, by)
+        redis.call('HINCRBY', h[1], 'o' .. kind, byt)
       end
     end
   end
@@ -68,15 +83,15 @@ do   -- in a block: a script has 200 local slots for every file it includes
   -- group's field is; a tenant past it counts in otn, with no histogram that minute.
   local function htenant(h, t, i)
     local f = 'tn:' .. t
-    if redis.call('HINCRBY', h[1], f, 1) == 1 then
+    if redis.call('HINCRBY', h[1], f, '1') == 1 then
       redis.call('EXPIRE', h[1], h[2])
-      if redis.call('HINCRBY', h[1], 'nt', 1) > h[3] then
+      if redis.call('HINCRBY', h[1], 'nt', '1') > h[3] then
         redis.call('HDEL', h[1], f)
-        redis.call('HINCRBY', h[1], 'otn', 1)
+        redis.call('HINCRBY', h[1], 'otn', '1')
         return
       end
     end
-    redis.call('HINCRBY', h[1], 'tw' .. i .. ':' .. t, 1)
+    redis.call('HINCRBY', h[1], 'tw' .. i .. ':' .. t, '1')
   end
 
   function hist_enqueued(now, g)
@@ -92,7 +107,7 @@ do   -- in a block: a script has 200 local slots for every file it includes
     local wait = hclamp(now - (score - math.floor(score / PRIO_SPAN) * PRIO_SPAN))
     local i = hbucket(wait)
     hcount(h, 'w' .. i .. ':' .. task)
-    redis.call('HINCRBY', h[1], 'ws:' .. task, wait)
+    redis.call('HINCRBY', h[1], 'ws:' .. task, format('%d', wait))
     hgroup(h, 'a', g, H_STARTED)
     if t then htenant(h, t, i) end
   end
@@ -104,7 +119,7 @@ do   -- in a block: a script has 200 local slots for every file it includes
     local run = 0
     if started then run = hclamp(now - started) end
     hcount(h, 'r' .. hbucket(run) .. ':' .. task)
-    redis.call('HINCRBY', h[1], 'rs:' .. task, run)
+    redis.call('HINCRBY', h[1], 'rs:' .. task, format('%d', run))
     hgroup(h, 'b', g, 1)
   end
 

@@ -21,7 +21,7 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains (each nam
   local delay_push, hist_enqueued, job_key, lane_key, lane_push, lane_score =
     delay_push, hist_enqueued, job_key, lane_key, lane_push, lane_score
   local J_COUNTDOWN, J_MAX = J_COUNTDOWN, J_MAX
-  local tonumber, unpack = tonumber, unpack
+  local tonumber, unpack, format = tonumber, unpack, string.format
 
   -- The row of the job whose arguments start at ARGV[at] (J_*), written now, and the job
   -- put where its state says: a ready job is pending in its lane, or delayed for its
@@ -32,12 +32,17 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains (each nam
   --   counted  true: the minute's history counts it as enqueued to its group
   --   ready    false: state 'waiting', not placed
   --   extra    nil, or field/value pairs of the caller's own, written after the row
+  --   warm     true: the lane is known to hold a job already (lane_push in lib/place.lua)
   -- Returns 1 written, 2 refused for the cap. The row's existence is the caller's check.
-  function new_job(at, prio, now, cap, counted, ready, extra)
+  function new_job(at, prio, now, cap, counted, ready, extra, warm)
     local id, task, payload, group, max, lease, delay, ttl, countdown =
       unpack(ARGV, at, at + J_COUNTDOWN)
     countdown = tonumber(countdown)
-    if cap and redis.call('ZCARD', lane_key(group)) >= tonumber(cap) then return 2 end
+    if cap then
+      local size = redis.call('ZCARD', lane_key(group))
+      if size >= tonumber(cap) then return 2 end
+      warm = warm or size > 0
+    end
     local state = 'waiting'
     if ready then
       state = 'pending'
@@ -45,13 +50,14 @@ do   -- the names it uses copied next to it, as lib/claim.lua explains (each nam
     end
     local jk = job_key(id)
     redis.call('HSET', jk, 'task', task, 'payload', payload, 'group', group, 'state', state,
-      'attempts', 0, 'max', max, 'lease', lease, 'delay', delay, 'ttl', ttl, 'created', now)
+      'attempts', '0', 'max', max, 'lease', lease, 'delay', delay, 'ttl', ttl, 'created',
+      format('%d', now))   -- (text: a number would go through the server's %.17g)
     if prio ~= 0 then redis.call('HSET', jk, 'prio', prio) end
     if extra then redis.call('HSET', jk, unpack(extra)) end
     if state == 'delayed' then
       delay_push(id, now + countdown)
     elseif state == 'pending' then
-      lane_push(group, id, lane_score(prio, now), now)
+      lane_push(group, id, lane_score(prio, now), now, warm)
     end
     if counted then hist_enqueued(now, group) end
     return 1

@@ -178,6 +178,28 @@ def test_a_child_killed_holding_jobs_they_come_back_and_run(app, queue):
     assert all(runs[t] >= 1 for t in tags[:9])
 
 
+def test_a_child_killed_mid_batch_runs_no_finished_job_of_it_again(app, queue):
+    # Given one lane of fast jobs (batches of 1, 2, 4, 8) whose 11th, the fourth of the
+    # batch of 8 (jobs 7..14), SIGKILLs its child on its first run: three jobs of that
+    # batch finished before it
+    tags = [f"g-{i:03d}" for i in range(16)]
+    queue.enqueue_many([_job(t, "br.die_once" if t == "g-010" else "br.fast",
+                             lease_ms=1000) for t in tags])
+    with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                    modules=MODULES) as w:
+        w.wait_ready()
+        # (the success hooks of the three are not waited for: their child was killed
+        # before it read their acks' replies)
+        assert _until(app, lambda: _all_done(app, tags))
+        w.stop()
+    runs = _counts(app, "runs")
+    # Then the killed job ran again, and each other job once: a finished job's ack was
+    # written as it finished, not held for the batch's next claim
+    assert runs.pop("g-010") == 2
+    assert runs == {t: 1 for t in tags if t != "g-010"}
+    assert all(queue.status(t) == "done" for t in tags)
+
+
 def test_a_batch_never_exceeds_a_group_limit_of_one(app, queue):
     app.set_group_limit("lim", 1)
     queue.enqueue_many([NewJob(f"{g}-{i}", "bt.short", f'{{"v":1,"a":["{g}:{i}"],"k":{{}}}}',

@@ -20,12 +20,6 @@ def _k(app: App, name: str) -> str:
 
 
 
-@pytest.fixture(autouse=True)
-def _batched(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Batched claims are opt-in: these workers (children of this process) have them."""
-    monkeypatch.setenv("EMQ_BATCH_CLAIMS", "1")
-
-
 def test_ack_claim_acks_each_item_fenced_and_claims_each_from_its_own_turn(app, queue):
     # Given jobs in three groups, three claimed in one batch
     t = make_task(app, group=lambda g, *_: g, result_ttl=60)

@@ -73,12 +73,6 @@ def _drain(app: App, tags: list[str], *extra: str, concurrency: int = 1,
 
 
 
-@pytest.fixture(autouse=True)
-def _batched(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Batched claims are opt-in: these workers (children of this process) have them."""
-    monkeypatch.setenv("EMQ_BATCH_CLAIMS", "1")
-
-
 def test_a_warm_stop_releases_the_held_jobs_each_runs_once(app, queue):
     # Given one lane of fast jobs (batches of 1, 2, 4, 8), the 21st asks for a warm stop
     # in the middle of a batch of 8 (two jobs held behind it)

@@ -52,9 +52,10 @@ HAND_ON_AFTER = 0.1
 
 
 def batch_claims_wanted(environ: dict[str, str] | None = None) -> bool:
-    """``EMQ_BATCH_CLAIMS``: batched claims of short jobs, off unless 1, on, true or yes."""
+    """``EMQ_BATCH_CLAIMS``: batched claims of short jobs, on unless 0, off, false or no."""
     env = os.environ if environ is None else environ
-    return (env.get("EMQ_BATCH_CLAIMS") or "").strip().lower() in ("1", "on", "true", "yes")
+    return (env.get("EMQ_BATCH_CLAIMS") or "1").strip().lower() not in ("0", "off", "false",
+                                                                       "no")
 
 
 @dataclass
@@ -134,7 +135,7 @@ class Child:
         self.outage.probe = queues[0].ping
         self.runner.noting = functools.partial(self.slots.failing, self.index)
         self.outage.call(queues[0].ping)   # connect now: the first wake pays no handshake
-        # Batches of short jobs, opt-in (EMQ_BATCH_CLAIMS=1). Each job's ack is posted as
+        # Batches of short jobs, on unless EMQ_BATCH_CLAIMS=0. Each job's ack is posted as
         # it finishes (written at once, its reply read with the next claim's), so a child
         # killed mid-batch runs again only the job it ran, as without batches. One plain
         # queue only (the order of several is per claim), on a connection acks can be

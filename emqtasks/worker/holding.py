@@ -5,9 +5,10 @@ it has not started wait behind the one it runs (the ones it finished are acked a
 finishes: nothing of theirs waits). A job that runs long must not hold them (Celery's
 prefetch problem): past ``after`` seconds a watchdog thread releases them (back to the head
 of their lanes, attempt rolled back: another child takes them), on a connection of its own
-(the child's is single-thread). The thread is started at the first batch, and waits on a
-condition between jobs: per job it costs two lock round trips of the child, no syscall
-unless a job runs long.
+(the child's is single-thread). The thread is started at the first batch, and sleeps on a
+condition until the batch's deadline: per job it costs two lock round trips of the child;
+it is woken (a futex call, and a thread that then wants the GIL) only when a batch's
+deadline is earlier than the one it sleeps until, and wakes by itself at most once a batch.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Holding:
         self.held: list[Lease] = []           # claimed, not started
         self._thread: threading.Thread | None = None
         self._handing = False   # the watchdog is releasing what it took
+        self._sleeps_until: float | None = None   # the watchdog's wake-up (None: for ever)
 
     def begin(self, held: list[Lease], since: float) -> None:
         """A job starts while others are held: they are the watchdog's until ``end``.
@@ -46,7 +48,10 @@ class Holding:
         with self._cond:
             self.held = held
             self._deadline = since + self.after
-            self._cond.notify_all()
+            # Every job of a batch has its deadline: the watchdog already asleep until it
+            # (or earlier) is left asleep
+            if self._sleeps_until is None or self._sleeps_until > self._deadline:
+                self._cond.notify_all()
 
     def end(self) -> list[Lease]:
         """The job ended: what is still held (none when the watchdog handed it on) is the
@@ -64,11 +69,14 @@ class Holding:
         while True:
             with self._cond:
                 while self._deadline is None:
+                    self._sleeps_until = None
                     self._cond.wait()
                 wait = self._deadline - time.monotonic()
                 if wait > 0:
+                    self._sleeps_until = self._deadline
                     self._cond.wait(wait)
                     continue   # ended, or a new deadline, or time: look again
+                self._sleeps_until = None
                 self._deadline = None
                 held, self.held = self.held, []
                 self._handing = True

@@ -194,6 +194,17 @@ def test_a_child_killed_mid_batch_runs_no_finished_job_of_it_again(app, queue):
     assert all(queue.status(t) == "done" for t in tags)
 
 
+def test_acks_posted_on_a_cut_connection_are_sent_again_each_settled_once(app, queue):
+    # Given a batch of 8 (jobs 7..14) whose fourth job has the server cut its child's
+    # connection: its own ack and the next ones are posted on a connection that is gone
+    tags = [f"g-{i:03d}" for i in range(16)]
+    queue.enqueue_many([_job(t, "br.cut_once" if t == "g-010" else "br.fast") for t in tags])
+    _drain(app, tags)
+    # Then each lost ack was sent again (its verdict read: the success hook fired once),
+    # and no job ran twice
+    _once_each(app, tags)
+
+
 def test_a_batch_never_exceeds_a_group_limit_of_one(app, queue):
     app.set_group_limit("lim", 1)
     queue.enqueue_many([NewJob(f"{g}-{i}", "bt.short", f'{{"v":1,"a":["{g}:{i}"],"k":{{}}}}',

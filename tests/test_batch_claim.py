@@ -20,12 +20,6 @@ def _k(app: App, name: str) -> str:
 
 
 
-@pytest.fixture(autouse=True)
-def _batched(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Batched claims are opt-in: these workers (children of this process) have them."""
-    monkeypatch.setenv("EMQ_BATCH_CLAIMS", "1")
-
-
 def test_ack_claim_acks_each_item_fenced_and_claims_each_from_its_own_turn(app, queue):
     # Given jobs in three groups, three claimed in one batch
     t = make_task(app, group=lambda g, *_: g, result_ttl=60)
@@ -88,6 +82,34 @@ def test_short_jobs_finish_while_a_long_one_runs_on_two_children(app, queue):
         w.stop()
     assert order[-1] == "long:end", order[-5:]
     assert sum(1 for x in order if x.startswith(("s:", "t:"))) == 400
+
+
+@pytest.mark.parametrize("setting", [None, "0"], ids=["default", "off"])
+def test_a_worker_claims_short_jobs_in_batches_by_default(app, queue, monkeypatch, setting):
+    # Given 200 no-op jobs waiting, and batched claims left as they are by default, or
+    # turned off (EMQ_BATCH_CLAIMS=0)
+    if setting is None:
+        monkeypatch.delenv("EMQ_BATCH_CLAIMS", raising=False)
+    else:
+        monkeypatch.setenv("EMQ_BATCH_CLAIMS", setting)
+    ids = [f"n-{i:03d}" for i in range(200)]
+    queue.enqueue_many([NewJob(i, "bt.noop", '{"v":1,"a":[],"k":{}}', "n", 3, 30_000, 50, 3600)
+                        for i in ids])
+    # When one child drains them
+    with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                    modules=("batch_tasks",)) as w:
+        w.wait_ready()
+        while not all(queue.status(i) == "done" for i in ids[-1:] + ids):
+            app.client.blpop([_k(app, "never")], timeout=0.05)   # bounded: the timeout
+        w.stop()
+    # Then the claim calls that leased them are counted by their nonces (a call's prefix,
+    # ':<i>' per job of a claim of several): INFO commandstats cannot tell them, as an ack
+    # that claims the next job (EMQ.ACK / the ack function with a next nonce) is one too
+    calls = {queue.client.hget(queue.keys.job(i), "nonce").split(":")[0] for i in ids}
+    if setting is None:
+        assert len(calls) < len(ids) / 3, len(calls)     # batches (1, 2, 4, then 8)
+    else:
+        assert len(calls) == len(ids)                    # one claim per job
 
 
 def _wait_order(app: App, n: int) -> list[str]:

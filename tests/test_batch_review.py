@@ -73,12 +73,6 @@ def _drain(app: App, tags: list[str], *extra: str, concurrency: int = 1,
 
 
 
-@pytest.fixture(autouse=True)
-def _batched(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Batched claims are opt-in: these workers (children of this process) have them."""
-    monkeypatch.setenv("EMQ_BATCH_CLAIMS", "1")
-
-
 def test_a_warm_stop_releases_the_held_jobs_each_runs_once(app, queue):
     # Given one lane of fast jobs (batches of 1, 2, 4, 8), the 21st asks for a warm stop
     # in the middle of a batch of 8 (two jobs held behind it)
@@ -176,6 +170,39 @@ def test_a_child_killed_holding_jobs_they_come_back_and_run(app, queue):
     assert runs["g-009"] == 2
     assert {t: runs[t] for t in tags[10:]} == dict.fromkeys(tags[10:], 1)
     assert all(runs[t] >= 1 for t in tags[:9])
+
+
+def test_a_child_killed_mid_batch_runs_no_finished_job_of_it_again(app, queue):
+    # Given one lane of fast jobs (batches of 1, 2, 4, 8) whose 11th, the fourth of the
+    # batch of 8 (jobs 7..14), SIGKILLs its child on its first run: three jobs of that
+    # batch finished before it
+    tags = [f"g-{i:03d}" for i in range(16)]
+    queue.enqueue_many([_job(t, "br.die_once" if t == "g-010" else "br.fast",
+                             lease_ms=1000) for t in tags])
+    with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                    modules=MODULES) as w:
+        w.wait_ready()
+        # (the success hooks of the three are not waited for: their child was killed
+        # before it read their acks' replies)
+        assert _until(app, lambda: _all_done(app, tags))
+        w.stop()
+    runs = _counts(app, "runs")
+    # Then the killed job ran again, and each other job once: a finished job's ack was
+    # written as it finished, not held for the batch's next claim
+    assert runs.pop("g-010") == 2
+    assert runs == {t: 1 for t in tags if t != "g-010"}
+    assert all(queue.status(t) == "done" for t in tags)
+
+
+def test_acks_posted_on_a_cut_connection_are_sent_again_each_settled_once(app, queue):
+    # Given a batch of 8 (jobs 7..14) whose fourth job has the server cut its child's
+    # connection: its own ack and the next ones are posted on a connection that is gone
+    tags = [f"g-{i:03d}" for i in range(16)]
+    queue.enqueue_many([_job(t, "br.cut_once" if t == "g-010" else "br.fast") for t in tags])
+    _drain(app, tags)
+    # Then each lost ack was sent again (its verdict read: the success hook fired once),
+    # and no job ran twice
+    _once_each(app, tags)
 
 
 def test_a_batch_never_exceeds_a_group_limit_of_one(app, queue):

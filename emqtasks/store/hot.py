@@ -38,6 +38,7 @@ from .keys import (
 from .plan import Hot, Steps, blpop
 from .replies import Acked, Lease, NewJob, Reaped
 from .waits import check, waited
+from .wire import UNREAD, Owed
 
 #: The most jobs one enqueue script call admits. At 9 arguments a job it stays far under the
 #: 1,048,576 arguments Redis 6.2 takes in one command (a bigger batch is refused with a
@@ -181,6 +182,38 @@ class HotPath(QueueCore):
                 raise got
             leases = [Lease.from_reply(r) for r in got]
         return verdicts, leases
+
+    @property
+    def can_post(self) -> bool:
+        """Whether acks can be posted (``post_ack``): a queue without ``durable`` on a
+        single-connection client the wire serves (a worker child's)."""
+        return self.durable is None and self.hot.postable
+
+    def post_ack(self, lease: Lease, result: str = "null", span: str | None = None
+                 ) -> Owed | None:
+        """``ack`` written now, its reply read later, before the reply of this client's
+        next call (``collect_posted``): a worker child's ack of a job as it finishes,
+        without a round trip of its own. Its Owed (``posted_verdict``), or None when it
+        cannot be posted (``can_post`` False, or the ack's path not known yet): ``ack`` it."""
+        if self.durable is not None:
+            return None
+        return self.hot.post("ack", self._k, [
+            lease.id, lease.attempts, lease.nonce, result, "",
+            *((_sendable(span),) if span else ())])
+
+    def collect_posted(self) -> None:
+        """Read the replies of the posted acks (each into its Owed)."""
+        self.hot.collect()
+
+    def posted_verdict(self, owed: Owed) -> AckVerdict | None:
+        """A posted ack's verdict; None when it is to be sent again with ``ack`` (fenced:
+        this holder's ack sent twice is answered DONE): its reply was an error, or was lost
+        with its connection (every error is then the ``ack``'s own: a missing script,
+        function or module and a module without spans are coped with there)."""
+        reply = owed.reply
+        if reply is UNREAD or isinstance(reply, Exception):
+            return None
+        return AckVerdict(reply[0])
 
     def _ack(self, lease: Lease, args: list[Any], durable: Durable | None) -> Acked:
         if durable is None:

@@ -31,7 +31,7 @@ from .cluster import is_cluster
 from .commands import COMMANDS
 from .functions import fcall_keys, function_name, sent_again
 from .scripts import FALLBACK, out_of_memory
-from .wire import Wire, WireBroken
+from .wire import Owed, Wire, WireBroken
 
 MODES = ("auto", "off", "require")
 #: The name the module registers (MODULE LIST).
@@ -207,27 +207,71 @@ class HotVerbs(Route):
         """Several verb calls in one round trip on a single-connection client (a worker
         child's batch); per call its reply or its error (an exception, not raised). A verb
         whose path is not known yet, or a client the wire cannot batch on, pays a round
-        trip for each; a call refused for a missing script or module is sent again alone
-        (``call`` copes), the others are not (every verb here is fenced: acks of one holder
-        are answered DONE again, a claim is never sent twice)."""
-        if not (self.wire.usable and self.wire.single) or any(
-                self.serves[v] is None for v, _, _ in calls):
+        trip for each; a call refused for a missing script, function or module is sent
+        again alone (``call`` copes), the others are not (every verb here is fenced: acks
+        of one holder are answered DONE again, a claim is never sent twice)."""
+        maybe = [self._packed(v, k, a) for v, k, a in calls] if self.postable else [None]
+        packed = [p for p in maybe if p is not None]
+        if len(packed) < len(calls):
             return [self._one(v, k, a) for v, k, a in calls]
-        packed = [(COMMANDS[v], k, a) if self.serves[v] else
-                  ("EVALSHA", (getattr(self.scripts, v).sha, len(k), *k), a)
-                  for v, k, a in calls]
         try:
             replies = self.wire.call_many(packed)
         except WireBroken:
             return [self._one(v, k, a) for v, k, a in calls]
-        out: list[Any] = []
-        for (verb, keys, args), reply in zip(calls, replies, strict=True):
-            if isinstance(reply, NoScriptError) or (
-                    self.serves[verb] and isinstance(reply, RedisError)
-                    and _module_missing(reply)):
-                reply = self._one(verb, keys, args)
-            out.append(reply)
-        return out
+        return [self._one(verb, keys, args) if self.send_again(command, reply) else reply
+                for (verb, keys, args), (command, _, _), reply
+                in zip(calls, packed, replies, strict=True)]
+
+    # -- posted calls: written now, the reply read later (a worker child's acks) ---------
+    @property
+    def postable(self) -> bool:
+        """Whether calls can be pipelined here: a single-connection client on the wire."""
+        return self.wire.usable and self.wire.single
+
+    def post(self, verb: str, keys: Sequence[str], args: Sequence[Any]) -> Owed | None:
+        """The verb's call written now on the single connection, its reply read before the
+        next call's (``collect``): its Owed; None when it cannot be posted (the verb's path
+        not known yet, or a client of another shape): then ``call`` it. A reply that
+        ``send_again`` names asks for the call through ``call``."""
+        packed = self._packed(verb, keys, args) if self.postable else None
+        if packed is None:
+            return None
+        return self.wire.post(*packed)
+
+    def collect(self) -> None:
+        """Read the replies of the posted calls (into their Owed)."""
+        self.wire.collect()
+
+    def _packed(self, verb: str, keys: Sequence[str], args: Sequence[Any]
+                ) -> tuple[str, Sequence[Any], Sequence[Any]] | None:
+        """The verb's call as its path sends it: the module's command, FCALL of the library
+        where the server runs it (as ``call``), else EVALSHA; None while the path is not
+        known (a first call, through ``call``, tells)."""
+        served = self.serves[verb]
+        if served:
+            return COMMANDS[verb], keys, args
+        if served is None:
+            return None
+        functions = getattr(self.scripts, "functions", None)
+        usable = functions.usable if functions is not None else False
+        if usable:
+            return "FCALL", (function_name(verb), len(keys), *keys), args
+        if usable is None:
+            return None
+        return "EVALSHA", (getattr(self.scripts, verb).sha, len(keys), *keys), args
+
+    def send_again(self, command: str, reply: Any) -> bool:
+        """Whether a pipelined call's reply says nothing was run and ``call`` copes: a
+        missing script (NOSCRIPT), function or module, a refused FCALL (sent as EVALSHA),
+        or a connection broken before its reply was read (a fenced verb sent twice is
+        answered as once)."""
+        if isinstance(reply, WireBroken | NoScriptError):
+            return True
+        if not isinstance(reply, RedisError):
+            return False
+        if command == "FCALL":
+            return sent_again(reply)
+        return command != "EVALSHA" and _module_missing(reply)
 
     def _one(self, verb: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:

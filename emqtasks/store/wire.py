@@ -14,12 +14,20 @@ so they are what ``execute_command`` would give. A connection error closes the c
 raised as ``WireBroken``: the caller sends the call again through ``execute_command``,
 which has redis-py's retries (a verb is safe to send twice: enqueue is idempotent by job
 id and every lease verb is fenced).
+
+On a single connection a call may also be *posted* (``Wire.post``): written at once, its
+reply read later, in order, before the reply of the connection's next call (a worker
+child's acks, sent as each job finishes and read with the next claim's reply: one round
+trip per batch, and no finished job waits for its ack). Until they are read, every other
+use of the connection (redis-py's own commands too) reads them first; a connection closed
+with replies owed marks each lost (``WireBroken``), for the caller to send again.
 """
 
 from __future__ import annotations
 
 import os
 import weakref
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,6 +67,22 @@ class WireBroken(Exception):
     """The connection failed mid-call (it is closed): send the call another way."""
 
 
+#: What ``Owed.reply`` holds until the reply is read.
+UNREAD: Any = object()
+_BROKEN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+
+
+class Owed:
+    """The reply of a posted call (``Wire.post``): UNREAD, then the reply, the error reply
+    (a ResponseError), or a WireBroken when the connection closed before it was read."""
+
+    __slots__ = ("command", "reply")
+
+    def __init__(self, command: str) -> None:
+        self.command = command   # the command sent (its name: FCALL, EVALSHA, EMQ.ACK...)
+        self.reply: Any = UNREAD
+
+
 def _body(packed: bytes) -> bytes:
     """A RESP array without its ``*N`` header."""
     return packed[packed.index(b"\r\n") + 2:]
@@ -95,11 +119,16 @@ class Wire:
         self.packer = Packer()
         #: The pool's connections kept between calls (kept_for), or None.
         self._kept = kept_for(self.pool) if self.usable and not self.single else None
+        #: Posted calls whose replies are not read yet, in the order they were sent.
+        self._owed: deque[Owed] = deque()
+        self._raw_send: Any = None   # the single connection's own send, once guarded
 
     def call(self, command: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         packed = self.packer.pack(command, keys, args)
         if self.single:
-            return _exchange(self.client.connection, packed)
+            if not self._owed:
+                return _exchange(self.client.connection, packed)
+            return self._exchange_behind([packed])[0]
         conn = self._take()
         clean = False
         try:
@@ -124,18 +153,100 @@ class Wire:
         error reply as a ResponseError (the others are applied all the same). Only on a
         single-connection client; a broken connection is WireBroken (closed), as ``call``."""
         assert self.single
+        return self._exchange_behind([self.packer.pack(c, k, a) for c, k, a in calls],
+                                     errors=True)
+
+    # -- posted calls (a single connection) ----------------------------------------------
+    def post(self, command: str, keys: Sequence[Any], args: Sequence[Any]) -> Owed:
+        """Write a call on the single connection now and read its reply later (``collect``,
+        or before the next call's): its Owed. Never raises for the connection: a write that
+        fails closes it, and the Owed (with every other one unread) holds a WireBroken."""
+        assert self.single
         conn = self.client.connection
-        packed = [self.packer.pack(c, k, a) for c, k, a in calls]
+        self._guard(conn)
+        owed = Owed(command)
+        try:
+            self._raw_send([self.packer.pack(command, keys, args)], check_health=False)
+        except _BROKEN as exc:
+            conn.disconnect()   # (the guard marks the ones owed before it)
+            owed.reply = WireBroken(str(exc))
+            return owed
+        self._owed.append(owed)
+        return owed
+
+    @property
+    def owed(self) -> int:
+        """How many posted calls' replies are not read yet."""
+        return len(self._owed)
+
+    def collect(self) -> None:
+        """Read the reply of every posted call (each into its Owed), in order."""
+        if self._owed:
+            self._read_owed(self.client.connection)
+
+    def _guard(self, conn: Any) -> None:
+        """Make every other use of the connection read the owed replies first, and its
+        close mark them lost: redis-py's own commands on it (a PING, a script's EVAL, a
+        FUNCTION LOAD) send through ``send_packed_command`` and close through
+        ``disconnect``, which are wrapped on this connection object (redis-py calls both
+        through ``self``, reconnects and handshakes included)."""
+        if self._raw_send is not None:
+            return
+        raw_send, raw_disconnect = conn.send_packed_command, conn.disconnect
+
+        def send_packed_command(command: Any, check_health: bool = True) -> None:
+            if self._owed:
+                self._read_owed(conn)
+            raw_send(command, check_health)
+
+        def disconnect(*args: Any, **kwargs: Any) -> None:
+            lost, self._owed = self._owed, deque()
+            for owed in lost:
+                owed.reply = WireBroken("the connection closed before the reply was read")
+            raw_disconnect(*args, **kwargs)
+
+        self._raw_send = raw_send
+        conn.send_packed_command = send_packed_command
+        conn.disconnect = disconnect
+
+    def _read_owed(self, conn: Any) -> bool:
+        """Read the owed replies in order; False when the connection broke (closed: the
+        ones not read are marked lost)."""
+        while self._owed:
+            owed = self._owed[0]
+            try:
+                owed.reply = conn.read_response()
+            except redis.exceptions.ResponseError as exc:
+                owed.reply = exc
+            except _BROKEN:
+                conn.disconnect()
+                return False
+            self._owed.popleft()
+        return True
+
+    def _exchange_behind(self, packed: list[bytes], errors: bool = False) -> list[Any]:
+        """Calls written in one write on the single connection behind the posted ones
+        (whose replies are read first): their replies, an error reply raised (``errors``:
+        kept in its place). A broken connection is WireBroken (closed), as ``call``."""
+        conn = self.client.connection
+        send = self._raw_send or conn.send_packed_command
         out: list[Any] = []
         try:
-            conn.send_packed_command([b"".join(packed)], check_health=False)
-            for _ in calls:
+            send([b"".join(packed)], check_health=False)
+        except _BROKEN as exc:
+            conn.disconnect()
+            raise WireBroken(str(exc)) from exc
+        if not self._read_owed(conn):
+            raise WireBroken("the connection broke while replies were read")
+        try:
+            for _ in packed:
                 try:
                     out.append(conn.read_response())
                 except redis.exceptions.ResponseError as exc:
+                    if not errors:
+                        raise
                     out.append(exc)
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-                OSError) as exc:
+        except _BROKEN as exc:
             conn.disconnect()
             raise WireBroken(str(exc)) from exc
         return out

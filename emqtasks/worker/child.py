@@ -15,11 +15,9 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-from redis.exceptions import ResponseError
 
 from ..errors import Aborted, TimeLimitExceeded
 from ..observe import tracing
@@ -27,8 +25,8 @@ from ..producer.context import install_log_fields
 from ..producer.hooks import Hooks
 from ..producer.registry import Registry
 from ..store.queue import Lease, Queue
-from ..verdicts import AckVerdict
-from .holding import Finished, Holding
+from ..store.wire import UNREAD, Owed
+from .holding import Holding
 from .pipe import GO, GOT_WORK, HELD, IDLE, STOP
 from .queues import Claimed, QueueSet
 from .resilience import Outage, Refusals
@@ -40,9 +38,13 @@ __all__ = ["GO", "STOP", "GOT_WORK", "HELD", "IDLE", "LOG_TEXT_MAX", "Child", "C
 
 log = logging.getLogger("emqtasks.child")
 
+#: A job finished that its ack settles: (lease, result JSON, span, its context, its plan).
+Done = tuple[Lease, str, "str | None", Any, Any]
+
 #: A job that ran under this many seconds is short: the child then claims BATCH jobs at a
-#: time (each its own turn of the ring, lease and fence) and acks the finished ones with
-#: the next claim, one round trip per batch (issue 31 item 5). One job over it: back to one.
+#: time (each its own turn of the ring, lease and fence), writes each one's ack as it
+#: finishes and reads their replies with the next claim's: one round trip per batch
+#: (issue 31 item 5). One job over it: back to one.
 SHORT = 0.001
 BATCH = 8
 #: A job still running after this long hands the jobs held behind it on (holding.py).
@@ -50,9 +52,10 @@ HAND_ON_AFTER = 0.1
 
 
 def batch_claims_wanted(environ: dict[str, str] | None = None) -> bool:
-    """``EMQ_BATCH_CLAIMS``: batched claims of short jobs, off unless 1, on, true or yes."""
+    """``EMQ_BATCH_CLAIMS``: batched claims of short jobs, on unless 0, off, false or no."""
     env = os.environ if environ is None else environ
-    return (env.get("EMQ_BATCH_CLAIMS") or "").strip().lower() in ("1", "on", "true", "yes")
+    return (env.get("EMQ_BATCH_CLAIMS") or "1").strip().lower() not in ("0", "off", "false",
+                                                                       "no")
 
 
 @dataclass
@@ -132,16 +135,19 @@ class Child:
         self.outage.probe = queues[0].ping
         self.runner.noting = functools.partial(self.slots.failing, self.index)
         self.outage.call(queues[0].ping)   # connect now: the first wake pays no handshake
-        # Batches of short jobs, opt-in (EMQ_BATCH_CLAIMS=1): a batch's finished jobs are
-        # acked with its next claim, so a child killed meanwhile runs them again (at least
-        # once, not the one re-run a crash costs otherwise). One plain queue only (the
-        # order of several is per claim).
+        # Batches of short jobs, on unless EMQ_BATCH_CLAIMS=0. Each job's ack is posted as
+        # it finishes (written at once, its reply read with the next claim's), so a child
+        # killed mid-batch runs again only the job it ran, as without batches. One plain
+        # queue only (the order of several is per claim), on a connection acks can be
+        # posted on (not durable: its wait is per write; not a cluster client).
         self.batches = (batch_claims_wanted() and self.queues.single
-                        and queues[0].durable is None)
+                        and queues[0].can_post)
         self.short = False     # the last job ran under SHORT
         self.size = 1          # the next batch's size: doubles while jobs run short
         self.time_mode: bool | None = None   # the queue's fairness is "time" (per drain)
-        self.holding = Holding(HAND_ON_AFTER, self._release_held, self._ack_finished)
+        self.holding = Holding(HAND_ON_AFTER, self._release_held)
+        #: Acks posted (written, reply not read yet), in the order sent: (its Owed, the job)
+        self.posted: list[tuple[Owed, Done]] = []
         self.runner.fire("child_started")
         if self.config.runs_async:
             from .async_child import AsyncDrain
@@ -274,8 +280,10 @@ class Child:
     # -- batches of short jobs (one plain queue) ----------------------------------------
     def _drain_batches(self) -> None:
         """The drain of a child of one queue: as ``_drain`` while jobs run long; while they
-        run short, BATCH claimed at once and acked with the next batch's claim. The jobs
-        held behind the running one are handed on when it runs long (holding.py)."""
+        run short, BATCH claimed at once. Each job's ack is written as it finishes (posted:
+        its reply read with the next claim's), so a batch costs about one round trip and a
+        child killed mid-batch runs again only the job it ran. The jobs held behind the
+        running one are handed on when it runs long (holding.py)."""
         runner, slots = self.runner, self.slots
         index = slots.of_child(self.index).start
         if not self.may_claim():
@@ -288,7 +296,6 @@ class Child:
         since = time.monotonic()   # when the jobs held now were claimed (Holding.begin)
         if held and held[-1].more:
             self.got_work(0)   # as _drain: once a drain, the master recruits a sibling
-        finished: list[Finished] = []
         while held:
             if len(held) > 1 and (self.terminating or self.slots.stopping):
                 # a warm stop runs the job in hand; the ones held behind it go back
@@ -300,27 +307,28 @@ class Child:
             plan = runner.plan(lease)
             slots.start(index, lease, plan.time_limit, plan.kind, 0, plan.retry_delay,
                         plan.abort_grace)
-            watched = bool(held or finished)
-            if watched:
-                self.holding.begin(held, finished, since)
+            if held:
+                self.holding.begin(held, since)
             began = time.perf_counter()
             result, outcome, ctx = runner.execute(lease, 0, plan)
             self.short = time.perf_counter() - began < SHORT
-            if watched:
-                held, finished = self.holding.end()
+            if held:
+                held = self.holding.end()
             if outcome is not None and outcome.verdict == "rate_limited" and held:
                 held = self._sit_out(lease.group, held, ctx)
             self.done += 1
-            if outcome is None:
-                finished.append((lease, result or "null", tracing.span_of(ctx), (ctx, plan)))
+            done = None if outcome is not None else (
+                lease, result or "null", tracing.span_of(ctx), ctx, plan)
             if held:
+                if done is not None:
+                    self._post_ack(*done)
                 continue
             more = self.may_claim()
-            held = self._settle(finished, self._batch() if more else 0)
+            held = self._ack_and_claim(done, self._batch() if more else 0)
             since = time.monotonic()
-            finished = []
             if not more:
                 slots.clear(index)
+        self._settle_posted(collect=True)   # every verdict in before the child idles
         slots.clear(index)
 
     def _batch(self) -> int:
@@ -338,53 +346,82 @@ class Child:
         return min(n, self.max_tasks - self.done) if self.max_tasks > 0 else n
 
     def _claim_batch(self, n: int) -> list[Lease]:
-        """Up to n jobs (a refused claim is none, as ``claim``)."""
+        """Up to n jobs (a refused claim is none, as ``claim``); the replies of the acks
+        posted before it are read with its own."""
         if n == 1:
             claimed = self.claim()
             held = [claimed[1]] if claimed is not None else []
         else:
             q = self.queues.queues[0]
             held = self.refusals.claim(lambda: self.outage.call(q.claim, n)) or []
+        self._settle_posted()
         return held
 
-    def _settle(self, finished: list[Finished], n: int) -> list[Lease]:
-        """Ack the finished jobs and claim up to n next, in one round trip (the acks the
-        watchdog made meanwhile reported too); the jobs claimed."""
-        runner, q = self.runner, self.queues.queues[0]
-        held: list[Lease] = []
-        if len(finished) <= 1 and n <= 1:   # a long job's pace: today's ack-and-claim-next
-            for lease, result, span, (ctx, plan) in finished:
-                settled = runner.ack(functools.partial(
-                    self.queues.ack, 0, lease, result, n == 1, span), ctx, 0, plan)
-                if settled is not None:
-                    acked, claimed = settled
-                    runner.acked(lease, 0, acked, ctx)
-                    if claimed is not None:
-                        held = [claimed[1]]
-                    n = 0
-        else:
-            verdicts: Sequence[AckVerdict | ResponseError | None]
-            try:
-                verdicts, held = self.outage.call(
-                    q.ack_claim, [(f[0], f[1], f[2]) for f in finished], n)
-                n = 0
-            except ResponseError:   # the claim refused: every ack again alone, below
-                verdicts = [None] * len(finished)
-            for (lease, result, span, (ctx, plan)), verdict in zip(finished, verdicts,
-                                                                    strict=True):
-                if verdict is None or isinstance(verdict, ResponseError):
-                    # this ack alone again: a refusal for good fails the attempt
-                    got = runner.ack(functools.partial(q.ack, lease, result, False, span=span),
-                                     ctx, 0, plan)
-                    if got is not None:
-                        runner.acked(lease, 0, bool(got.verdict), ctx)
-                else:
-                    runner.acked(lease, 0, bool(verdict), ctx)
-        for (lease, _, _, (ctx, _)), ok in self.holding.take_acked():
-            runner.acked(lease, 0, ok, ctx)
-        if n > 0 and not held:
-            held = self._claim_batch(n)
-        return held
+    def _ack_and_claim(self, done: Done | None, n: int) -> list[Lease]:
+        """The last job of a batch acked and up to n next claimed, in one round trip: at a
+        long job's pace (n <= 1) one ack-and-claim-next call, as ``_drain``; else its ack
+        posted and the claim sent behind it. The jobs claimed."""
+        if done is None or n > 1:
+            if done is not None:
+                self._post_ack(*done)
+            if n > 0:
+                return self._claim_batch(n)
+            self._settle_posted()
+            return []
+        lease, result, span, ctx, plan = done
+        settled = self.runner.ack(functools.partial(
+            self.queues.ack, 0, lease, result, n == 1, span), ctx, 0, plan)
+        self._settle_posted()
+        if settled is None:   # refused for good (the attempt failed): claim on its own
+            return self._claim_batch(n) if n > 0 else []
+        acked, claimed = settled
+        self.runner.acked(lease, 0, acked, ctx)
+        return [claimed[1]] if claimed is not None else []
+
+    def _post_ack(self, lease: Lease, result: str, span: str | None, ctx: Any,
+                  plan: Any) -> None:
+        """A finished job's ack written now; its verdict reaches runner.acked once its reply
+        is read (``_settle_posted``). Not postable yet (the ack's path not known): acked
+        now, in a round trip of its own."""
+        q = self.queues.queues[0]
+        owed = q.post_ack(lease, result, span)
+        if owed is None:
+            self._ack_alone((lease, result, span, ctx, plan))
+            return
+        self.posted.append((owed, (lease, result, span, ctx, plan)))
+        if owed.reply is not UNREAD:   # lost as it was written: sent again now
+            self._settle_posted()
+
+    def _settle_posted(self, collect: bool = False) -> None:
+        """The verdicts of the posted acks whose replies were read (``collect``: all of them,
+        read now) to runner.acked: its hook, log and stats. An ack whose reply was an error
+        or was lost with its connection is sent again alone (``_ack_alone``)."""
+        if not self.posted:
+            return
+        q = self.queues.queues[0]
+        if collect:
+            q.collect_posted()
+        posted, self.posted = self.posted, []
+        for i, (owed, done) in enumerate(posted):
+            if owed.reply is UNREAD:   # replies are read in order: the rest wait too
+                self.posted[:0] = posted[i:]
+                return
+            verdict = q.posted_verdict(owed)
+            if verdict is None:
+                self._ack_alone(done)
+            else:
+                self.runner.acked(done[0], 0, bool(verdict), done[3])
+
+    def _ack_alone(self, done: Done) -> None:
+        """An ack in a call of its own, riding out an outage (fenced: an ack of this holder
+        that landed already is answered DONE); refused for good, the attempt fails
+        (runner.ack), as an ack of ``_drain``."""
+        lease, result, span, ctx, plan = done
+        q = self.queues.queues[0]
+        got = self.runner.ack(functools.partial(q.ack, lease, result, False, span=span),
+                              ctx, 0, plan)
+        if got is not None:
+            self.runner.acked(lease, 0, bool(got.verdict), ctx)
 
     def _sit_out(self, group: str, held: list[Lease], ctx: Any) -> list[Lease]:
         """A job hit an outside limit (RateLimited): its group sits out the delay, so the
@@ -401,11 +438,6 @@ class Child:
         """The watchdog's: jobs held behind a long one go back to the head of their lanes."""
         for lease in held:
             self._spare_queue().release(lease, "handed on: held behind a long job")
-
-    def _ack_finished(self, finished: list[Finished]) -> list[bool]:
-        """The watchdog's: the finished jobs held behind a long one acked now."""
-        verdicts, _ = self._spare_queue().ack_claim([(f[0], f[1], f[2]) for f in finished], 0)
-        return [v is AckVerdict.DONE for v in verdicts]
 
     def _spare_queue(self) -> Queue:
         """A queue on a connection of the watchdog's own (made when first needed)."""

@@ -36,3 +36,8 @@ def long(seconds: float) -> str:
     time.sleep(seconds)
     r.rpush(_k("order"), "long:end")
     return "long"
+
+
+@task(name="bt.noop", group="n")
+def noop() -> None:
+    """Nothing at all: the shortest job (a child of such jobs batches its claims)."""

@@ -102,3 +102,18 @@ def hard_stop(tag: str) -> str:
     os.kill(os.getppid(), signal.SIGINT)
     time.sleep(0.05)
     return tag
+
+
+@task(name="br.cut_once", group=lambda tag: tag.split("-")[0])
+def cut_once(tag: str) -> str:
+    """Once: the server cuts its child's own connection (the one its acks are posted on,
+    found in the child process), so the acks posted next are lost with it."""
+    _ran(tag)
+    if default_app.client.set(_k(f"cut:{tag}"), 1, nx=True):
+        import gc
+
+        from emqtasks.worker.child import Child
+
+        child = next(o for o in gc.get_objects() if isinstance(o, Child))
+        default_app.client.client_kill_filter(_id=child.queues.queues[0].client.client_id())
+    return tag

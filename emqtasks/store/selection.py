@@ -255,7 +255,8 @@ class HotVerbs(Route):
         functions = getattr(self.scripts, "functions", None)
         usable = functions.usable if functions is not None else False
         if usable:
-            return "FCALL", (function_name(verb), len(keys), *keys), args
+            sent = fcall_keys(keys)
+            return "FCALL", (function_name(verb), len(sent), *sent), args
         if usable is None:
             return None
         return "EVALSHA", (getattr(self.scripts, verb).sha, len(keys), *keys), args

@@ -178,6 +178,18 @@ def _quoted(text: str) -> list[str]:
     return re.findall(r"'([^']*)'", text)
 
 
+def _lua_fields(args: str) -> list[str]:
+    """The field names of a Lua HSET's field/value arguments (the even ones: a value may be
+    a quoted text too, '0', or a call)."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(args + ","):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            items.append(args[start:i].strip())
+            start = i + 1
+    return [item.strip("'") for item in items[0::2]]
+
+
 def _lua_list(name: str, text: str) -> tuple[str, ...]:
     """The strings of ``local NAME = {'a', 'b', ...}``."""
     match = re.search(rf"^local {name} = \{{(.*?)\}}", text, re.M | re.S)
@@ -276,8 +288,8 @@ def test_the_rows_and_replies_the_three_languages_share_agree() -> None:
         assert all(n in ("_", arg) for n, arg in zip(names, protocol.JOB_ARGS))
 
     # A new job's row: the fields new_job writes, in order, in both languages.
-    lua_row = _quoted(_balanced(jobrow_lua[jobrow_lua.index("function new_job"):],
-                                "redis.call('HSET', jk, "))
+    lua_row = _lua_fields(_balanced(jobrow_lua[jobrow_lua.index("function new_job"):],
+                                    "redis.call('HSET', jk, "))
     assert tuple(lua_row) == protocol.NEW_ROW
     new_job_c = _body(jobrow_c, "static int new_job(")
     assert _c_fields(_balanced(new_job_c, "RedisModule_HashSet(job, ")) == protocol.NEW_ROW

@@ -26,9 +26,9 @@ PROBE = ("do local t = redis.call('TIME') "
 #: ack.lua's steps: the probe goes before each of these lines (the first that matches)
 ACK_STEPS = [
     ("TIME, the full-server guard", "local row = fenced("),
-    ("the fence", "  local books = group_books("),
+    ("the fence", "  local books, lim = group_books("),
     ("the group's books", "  redis.call('ZREM', K_active, id)"),
-    ("the row's done writes", "  if not books then active_drop(g, now) end"),
+    ("the row's done writes", "  if not books then active_drop(g, now, lim) end"),
     ("the in-flight count", "  hist_succeeded(now,"),
     ("the history", "  notify(id, row[F_WAITERS])"),
     ("notify, workflow", "local next_job = false"),

@@ -281,3 +281,17 @@ def test_time_fairness_charges_a_batched_short_job_its_own_time(app, queue):
     a = sum(1 for t in runs if t[0] == "a")
     b = sum(1 for t in runs if t[0] == "b")
     assert a >= 10 * b, (a, b)
+
+
+def test_a_warm_stop_of_a_child_starts_no_held_job(app, queue):
+    # Given a batch of 8 (jobs 7..14) whose fourth job gets its child a warm stop (SIGTERM,
+    # as the master's stop or systemd's reaches it): four jobs are held behind it
+    tags = [f"g-{i:03d}" for i in range(16)]
+    queue.enqueue_many([_job(t, "br.term_self" if t == "g-010" else "br.pid")
+                        for t in tags])
+    _drain(app, tags)
+    pids = {str(k): int(v) for k, v in app.client.hgetall(_k(app, "pid")).items()}
+    # Then the stopping child ran only the job in hand: g-011, held (claimed, not started)
+    # when the stop came, went back and was run by another child, as the jobs after it
+    assert pids["g-011"] != pids["g-010"]
+    _once_each(app, tags)

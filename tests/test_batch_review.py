@@ -295,3 +295,21 @@ def test_a_warm_stop_of_a_child_starts_no_held_job(app, queue):
     # when the stop came, went back and was run by another child, as the jobs after it
     assert pids["g-011"] != pids["g-010"]
     _once_each(app, tags)
+
+
+def test_an_abort_of_a_held_job_is_not_lost_when_it_is_handed_on(app, queue):
+    # Given a batch of 8 (jobs 7..14) whose second job asks an abort of the fourth (held
+    # behind it: active, not started; the abort is answered "asked") and runs 0.3 s, past
+    # the watchdog's 0.1 s: the held jobs are handed on
+    tags = [f"g-{i:03d}" for i in range(16)]
+    queue.enqueue_many([_job(t, "br.abort_next", "g-010") if t == "g-008" else _job(t)
+                        for t in tags])
+    with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                    modules=MODULES) as w:
+        w.wait_ready()
+        assert _until(app, lambda: queue.status("g-010") in ("done", "aborted")
+                      and _all_done(app, [t for t in tags if t != "g-010"]))
+        w.stop()
+    assert app.client.hget(_k(app, "asked"), "g-010") == "1"   # AbortAsk.ASKED
+    # Then the job whose abort was asked did not run to its end: it is aborted
+    assert queue.status("g-010") == "aborted"

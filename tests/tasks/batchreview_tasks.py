@@ -134,3 +134,14 @@ def pid(tag: str) -> str:
     _ran(tag)
     default_app.client.hset(_k("pid"), tag, os.getpid())
     return tag
+
+
+@task(name="br.abort_next", group=lambda tag, *_: tag.split("-")[0])
+def abort_next(tag: str, victim: str) -> str:
+    """Asks an abort of ``victim`` (a job held behind this one: claimed, not started), then
+    runs past the watchdog's 0.1 s."""
+    _ran(tag)
+    asked = default_app.queue().abort_ask(victim)
+    default_app.client.hset(_k("asked"), victim, str(asked))
+    time.sleep(0.3)
+    return tag

@@ -313,3 +313,19 @@ def test_an_abort_of_a_held_job_is_not_lost_when_it_is_handed_on(app, queue):
     assert app.client.hget(_k(app, "asked"), "g-010") == "1"   # AbortAsk.ASKED
     # Then the job whose abort was asked did not run to its end: it is aborted
     assert queue.status("g-010") == "aborted"
+
+
+def test_an_ack_lost_with_a_cut_connection_while_a_long_job_runs_is_not_run_again(app,
+                                                                                  queue):
+    # Given a batch of 8 (jobs 7..14) whose fourth job (a 0.5 s lease) has the server cut
+    # its child's connection: its ack is posted on a connection that is gone. The job
+    # after it runs 2.5 s: the fourth's slot is the fifth's now, nobody renews its lease
+    tags = [f"g-{i:03d}" for i in range(16)]
+    jobs = [_job(t) for t in tags]
+    jobs[10] = _job(tags[10], "br.cut_once", lease_ms=500)
+    jobs[11] = _job(tags[11], "br.sleep", 2.5)
+    queue.enqueue_many(jobs)
+    _drain(app, tags, timeout=30)
+    # Then the job whose ack was lost ran once (its ack sent again before its lease ran out,
+    # as the ack of a child without batches is: while its slot keeps its lease)
+    assert _counts(app, "runs")["g-010"] == 1

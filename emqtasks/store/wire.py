@@ -184,6 +184,27 @@ class Wire:
         if self._owed:
             self._read_owed(self.client.connection)
 
+    def poll(self) -> None:
+        """Read the owed replies that have arrived, waiting for none: a connection the
+        server closed meanwhile is found now (its replies lost: sent again alone), not
+        after the job that runs next, whose slot no longer keeps the acked job's lease."""
+        if not self._owed:
+            return
+        conn = self.client.connection
+        try:
+            while self._owed and conn.can_read(timeout=0):
+                owed = self._owed[0]
+                try:
+                    owed.reply = conn.read_response()
+                except redis.exceptions.ResponseError as exc:
+                    owed.reply = exc
+                self._owed.popleft()
+        except _BROKEN:
+            conn.disconnect()
+        except BaseException:   # interrupted (as in _read_owed)
+            conn.disconnect()
+            raise
+
     def _guard(self, conn: Any) -> None:
         """Make every other use of the connection read the owed replies first, and its
         close mark them lost: redis-py's own commands on it (a PING, a script's EVAL, a

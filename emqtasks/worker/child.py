@@ -305,6 +305,12 @@ class Child:
                     self.outage.call(self.queues.queues[0].release, spare,
                                      "released by a stopping worker")
                 break
+            if self.posted:
+                # the acks whose replies are in (or whose connection the server closed:
+                # sent again now) settled before the next job runs, however long: its slot
+                # no longer keeps the leases of the jobs acked before it
+                self.queues.queues[0].poll_posted()
+                self._settle_posted()
             lease = held.pop(0)
             plan = runner.plan(lease)
             slots.start(index, lease, plan.time_limit, plan.kind, 0, plan.retry_delay,

@@ -281,3 +281,51 @@ def test_time_fairness_charges_a_batched_short_job_its_own_time(app, queue):
     a = sum(1 for t in runs if t[0] == "a")
     b = sum(1 for t in runs if t[0] == "b")
     assert a >= 10 * b, (a, b)
+
+
+def test_a_warm_stop_of_a_child_starts_no_held_job(app, queue):
+    # Given a batch of 8 (jobs 7..14) whose fourth job gets its child a warm stop (SIGTERM,
+    # as the master's stop or systemd's reaches it): four jobs are held behind it
+    tags = [f"g-{i:03d}" for i in range(16)]
+    queue.enqueue_many([_job(t, "br.term_self" if t == "g-010" else "br.pid")
+                        for t in tags])
+    _drain(app, tags)
+    pids = {str(k): int(v) for k, v in app.client.hgetall(_k(app, "pid")).items()}
+    # Then the stopping child ran only the job in hand: g-011, held (claimed, not started)
+    # when the stop came, went back and was run by another child, as the jobs after it
+    assert pids["g-011"] != pids["g-010"]
+    _once_each(app, tags)
+
+
+def test_an_abort_of_a_held_job_is_not_lost_when_it_is_handed_on(app, queue):
+    # Given a batch of 8 (jobs 7..14) whose second job asks an abort of the fourth (held
+    # behind it: active, not started; the abort is answered "asked") and runs 0.3 s, past
+    # the watchdog's 0.1 s: the held jobs are handed on
+    tags = [f"g-{i:03d}" for i in range(16)]
+    queue.enqueue_many([_job(t, "br.abort_next", "g-010") if t == "g-008" else _job(t)
+                        for t in tags])
+    with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                    modules=MODULES) as w:
+        w.wait_ready()
+        assert _until(app, lambda: queue.status("g-010") in ("done", "aborted")
+                      and _all_done(app, [t for t in tags if t != "g-010"]))
+        w.stop()
+    assert app.client.hget(_k(app, "asked"), "g-010") == "1"   # AbortAsk.ASKED
+    # Then the job whose abort was asked did not run to its end: it is aborted
+    assert queue.status("g-010") == "aborted"
+
+
+def test_an_ack_lost_with_a_cut_connection_while_a_long_job_runs_is_not_run_again(app,
+                                                                                  queue):
+    # Given a batch of 8 (jobs 7..14) whose fourth job (a 0.5 s lease) has the server cut
+    # its child's connection: its ack is posted on a connection that is gone. The job
+    # after it runs 2.5 s: the fourth's slot is the fifth's now, nobody renews its lease
+    tags = [f"g-{i:03d}" for i in range(16)]
+    jobs = [_job(t) for t in tags]
+    jobs[10] = _job(tags[10], "br.cut_once", lease_ms=500)
+    jobs[11] = _job(tags[11], "br.sleep", 2.5)
+    queue.enqueue_many(jobs)
+    _drain(app, tags, timeout=30)
+    # Then the job whose ack was lost ran once (its ack sent again before its lease ran out,
+    # as the ack of a child without batches is: while its slot keeps its lease)
+    assert _counts(app, "runs")["g-010"] == 1

@@ -112,3 +112,57 @@ def test_a_batch_on_the_scripts_path_is_sent_as_fcall_where_the_library_runs(pri
     assert stats.get("cmdstat_fcall", {}).get("calls") == 3, stats
     assert "cmdstat_evalsha" not in stats
     q.client.close()
+
+
+class _Interrupt(Exception):
+    """What a signal handler raises into the task running when it comes (a task's Aborted,
+    its time limit): at any bytecode, here the one after a posted ack's reply was read."""
+
+
+def test_a_read_of_owed_replies_interrupted_leaves_no_reply_to_the_wrong_call(queue,
+                                                                               child_queue):
+    import inspect
+    import sys
+    from types import FrameType
+    from typing import Any
+
+    from emqtasks.store import wire
+
+    # Given two acks posted on the child's connection (a task then running uses it: its
+    # ctx.holds() is one HMGET) and replies that do not stall the test
+    _enqueue(queue, 4)
+    leases = child_queue.claim(4)
+    child_queue.ack(leases[0])
+    child_queue.client.connection._sock.settimeout(3)
+    owed = [child_queue.post_ack(lease) for lease in leases[1:3]]
+    body, first = inspect.getsourcelines(wire.Wire._read_owed)
+    line = first + next(i for i, text in enumerate(body) if "self._owed.popleft()" in text)
+
+    def tracer(frame: FrameType, event: str, _: Any) -> Any:
+        if frame.f_code.co_name != "_read_owed":
+            return None
+
+        def local(f: FrameType, ev: str, __: Any) -> Any:
+            if ev == "line" and f.f_lineno == line:
+                sys.settrace(None)
+                f.f_trace = None
+                raise _Interrupt("raised by a signal handler after a reply was read")
+            return local
+        return local
+
+    # When the task's command reads the first owed reply and a signal's exception lands
+    # before that reply is handed over
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(_Interrupt):
+            child_queue.client.ping()
+    finally:
+        sys.settrace(None)
+    # Then each later call still gets its own reply (a claim, a verdict of an ack), or the
+    # connection was closed (the acks' replies then lost: sent again alone, fenced)
+    claimed = child_queue.claim(1)
+    assert [x.id for x in claimed] == [leases[3].id] or claimed == []
+    for o in owed:
+        assert o is not None and (isinstance(o.reply, WireBroken)
+                                  or child_queue.posted_verdict(o) is AckVerdict.DONE)
+    assert child_queue.client.ping() is True

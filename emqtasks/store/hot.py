@@ -205,6 +205,11 @@ class HotPath(QueueCore):
         """Read the replies of the posted acks (each into its Owed)."""
         self.hot.collect()
 
+    def poll_posted(self) -> None:
+        """Read the replies of the posted acks that have arrived, waiting for none (a
+        connection the server closed is found now: those acks lost)."""
+        self.hot.poll()
+
     def posted_verdict(self, owed: Owed) -> AckVerdict | None:
         """A posted ack's verdict; None when it is to be sent again with ``ack`` (fenced:
         this holder's ack sent twice is answered DONE): its reply was an error, or was lost

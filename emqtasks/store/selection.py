@@ -242,6 +242,10 @@ class HotVerbs(Route):
         """Read the replies of the posted calls (into their Owed)."""
         self.wire.collect()
 
+    def poll(self) -> None:
+        """Read the replies of the posted calls that have arrived (none waited for)."""
+        self.wire.poll()
+
     def _packed(self, verb: str, keys: Sequence[str], args: Sequence[Any]
                 ) -> tuple[str, Sequence[Any], Sequence[Any]] | None:
         """The verb's call as its path sends it: the module's command, FCALL of the library

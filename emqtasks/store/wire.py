@@ -184,6 +184,27 @@ class Wire:
         if self._owed:
             self._read_owed(self.client.connection)
 
+    def poll(self) -> None:
+        """Read the owed replies that have arrived, waiting for none: a connection the
+        server closed meanwhile is found now (its replies lost: sent again alone), not
+        after the job that runs next, whose slot no longer keeps the acked job's lease."""
+        if not self._owed:
+            return
+        conn = self.client.connection
+        try:
+            while self._owed and conn.can_read(timeout=0):
+                owed = self._owed[0]
+                try:
+                    owed.reply = conn.read_response()
+                except redis.exceptions.ResponseError as exc:
+                    owed.reply = exc
+                self._owed.popleft()
+        except _BROKEN:
+            conn.disconnect()
+        except BaseException:   # interrupted (as in _read_owed)
+            conn.disconnect()
+            raise
+
     def _guard(self, conn: Any) -> None:
         """Make every other use of the connection read the owed replies first, and its
         close mark them lost: redis-py's own commands on it (a PING, a script's EVAL, a
@@ -212,16 +233,24 @@ class Wire:
     def _read_owed(self, conn: Any) -> bool:
         """Read the owed replies in order; False when the connection broke (closed: the
         ones not read are marked lost)."""
-        while self._owed:
-            owed = self._owed[0]
-            try:
-                owed.reply = conn.read_response()
-            except redis.exceptions.ResponseError as exc:
-                owed.reply = exc
-            except _BROKEN:
-                conn.disconnect()
-                return False
-            self._owed.popleft()
+        try:
+            while self._owed:
+                owed = self._owed[0]
+                try:
+                    owed.reply = conn.read_response()
+                except redis.exceptions.ResponseError as exc:
+                    owed.reply = exc
+                self._owed.popleft()
+        except _BROKEN:
+            conn.disconnect()
+            return False
+        except BaseException:
+            # Interrupted mid-way (a signal handler's exception, raised into a task that
+            # uses this connection: its Aborted, its time limit): which reply is next is no
+            # longer known. Closed, every reply owed is lost (sent again alone: fenced)
+            # rather than handed to the wrong call.
+            conn.disconnect()
+            raise
         return True
 
     def _exchange_behind(self, packed: list[bytes], errors: bool = False) -> list[Any]:
@@ -236,19 +265,24 @@ class Wire:
         except _BROKEN as exc:
             conn.disconnect()
             raise WireBroken(str(exc)) from exc
-        if not self._read_owed(conn):
-            raise WireBroken("the connection broke while replies were read")
         try:
+            if not self._read_owed(conn):
+                raise WireBroken("the connection broke while replies were read")
             for _ in packed:
                 try:
                     out.append(conn.read_response())
                 except redis.exceptions.ResponseError as exc:
                     if not errors:
-                        raise
+                        raise   # (the one call's reply, read whole: in step)
                     out.append(exc)
         except _BROKEN as exc:
             conn.disconnect()
             raise WireBroken(str(exc)) from exc
+        except (WireBroken, redis.exceptions.ResponseError):
+            raise
+        except BaseException:   # interrupted with replies unread (as in _read_owed)
+            conn.disconnect()
+            raise
         return out
 
     def _take(self) -> Any:
@@ -267,6 +301,11 @@ def _exchange(conn: Any, packed: bytes) -> Any:
             OSError) as exc:
         conn.disconnect()
         raise WireBroken(str(exc)) from exc
+    except redis.exceptions.ResponseError:
+        raise
+    except BaseException:   # interrupted between the write and the read: a reply left
+        conn.disconnect()   # unread, which the connection's next call must not get
+        raise
 
 
 class AsyncWire:

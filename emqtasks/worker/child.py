@@ -297,12 +297,20 @@ class Child:
         if held and held[-1].more:
             self.got_work(0)   # as _drain: once a drain, the master recruits a sibling
         while held:
-            if len(held) > 1 and (self.terminating or self.slots.stopping):
-                # a warm stop runs the job in hand; the ones held behind it go back
-                for spare in held[1:]:
+            if self.terminating or self.slots.stopping:
+                # a warm stop finishes the job in hand (the one just run) and starts no
+                # other: every job held (claimed, not started) goes back, as _drain claims
+                # no next job once it stops
+                for spare in held:
                     self.outage.call(self.queues.queues[0].release, spare,
                                      "released by a stopping worker")
-                del held[1:]
+                break
+            if self.posted:
+                # the acks whose replies are in (or whose connection the server closed:
+                # sent again now) settled before the next job runs, however long: its slot
+                # no longer keeps the leases of the jobs acked before it
+                self.queues.queues[0].poll_posted()
+                self._settle_posted()
             lease = held.pop(0)
             plan = runner.plan(lease)
             slots.start(index, lease, plan.time_limit, plan.kind, 0, plan.retry_delay,

@@ -117,3 +117,31 @@ def cut_once(tag: str) -> str:
         child = next(o for o in gc.get_objects() if isinstance(o, Child))
         default_app.client.client_kill_filter(_id=child.queues.queues[0].client.client_id())
     return tag
+
+
+@task(name="br.term_self", group=lambda tag: tag.split("-")[0])
+def term_self(tag: str) -> str:
+    """A warm stop reaches its own child mid-batch (SIGTERM: the child finishes the job in
+    hand and starts no other); the child's pid is noted."""
+    _ran(tag)
+    default_app.client.hset(_k("pid"), tag, os.getpid())
+    os.kill(os.getpid(), signal.SIGTERM)
+    return tag
+
+
+@task(name="br.pid", group=lambda tag: tag.split("-")[0])
+def pid(tag: str) -> str:
+    _ran(tag)
+    default_app.client.hset(_k("pid"), tag, os.getpid())
+    return tag
+
+
+@task(name="br.abort_next", group=lambda tag, *_: tag.split("-")[0])
+def abort_next(tag: str, victim: str) -> str:
+    """Asks an abort of ``victim`` (a job held behind this one: claimed, not started), then
+    runs past the watchdog's 0.1 s."""
+    _ran(tag)
+    asked = default_app.queue().abort_ask(victim)
+    default_app.client.hset(_k("asked"), victim, str(asked))
+    time.sleep(0.3)
+    return tag

@@ -98,8 +98,9 @@ class ServerMeter:
 
     @staticmethod
     def scripts(delta: dict[str, float]) -> float:
-        """Verb calls: script runs, or the native module's EMQ.* commands."""
-        return (delta.get("evalsha", 0.0) + delta.get("eval", 0.0)
+        """Verb calls: script runs (EVALSHA, EVAL, or FCALL of the library), or the native
+        module's EMQ.* commands."""
+        return (delta.get("evalsha", 0.0) + delta.get("eval", 0.0) + delta.get("fcall", 0.0)
                 + sum(v for k, v in delta.items() if k.startswith("emq.")))
 
 

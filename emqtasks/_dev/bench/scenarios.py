@@ -232,7 +232,7 @@ def row_specs(b: Bench) -> list[tuple[str, str, str, str | None, str, int]]:
          "single", "drain", "jobs/s", 0),
         ("drain_cmds_per_job", f"4  Redis commands per job (drain, {few} groups, "
          "incl. the task's INCR)", "few", "cmds", "cmds/job", 1),
-        ("drain_scripts_per_job", "4    of which verb calls (EVALSHA or EMQ.*)",
+        ("drain_scripts_per_job", "4    of which verb calls (FCALL, EVALSHA or EMQ.*)",
          "few", "scripts", "calls/job", 2),
         ("drain_cpu_us_per_job", f"4  Redis CPU per job (drain, {few} groups)",
          "few", "cpu_us", "us/job", 1),
@@ -246,7 +246,7 @@ def row_specs(b: Bench) -> list[tuple[str, str, str, str | None, str, int]]:
         ("wake_latency_p90_ms", "5  wake latency, idle pool, p90", "idle", "p90", "ms", 2),
         ("single_job_cmds", "5  Redis commands per lone job (idle pool, incl. its enqueue)",
          "idle", "cmds_per_single_job", "cmds/job", 1),
-        ("single_job_scripts", "5    of which verb calls (EVALSHA or EMQ.*)",
+        ("single_job_scripts", "5    of which verb calls (FCALL, EVALSHA or EMQ.*)",
          "idle", "scripts_per_single_job", "calls/job", 1),
         ("idle_cmds_per_s", f"6  idle Redis commands per second, 1 master "
          f"({s.idle_seconds:g}s)", "idle", "idle_cmds", "cmds/s", 1),

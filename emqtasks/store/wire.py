@@ -188,22 +188,8 @@ class Wire:
         """Read the owed replies that have arrived, waiting for none: a connection the
         server closed meanwhile is found now (its replies lost: sent again alone), not
         after the job that runs next, whose slot no longer keeps the acked job's lease."""
-        if not self._owed:
-            return
-        conn = self.client.connection
-        try:
-            while self._owed and conn.can_read(timeout=0):
-                owed = self._owed[0]
-                try:
-                    owed.reply = conn.read_response()
-                except redis.exceptions.ResponseError as exc:
-                    owed.reply = exc
-                self._owed.popleft()
-        except _BROKEN:
-            conn.disconnect()
-        except BaseException:   # interrupted (as in _read_owed)
-            conn.disconnect()
-            raise
+        if self._owed:
+            self._read_owed(self.client.connection, wait=False)
 
     def _guard(self, conn: Any) -> None:
         """Make every other use of the connection read the owed replies first, and its
@@ -230,11 +216,11 @@ class Wire:
         conn.send_packed_command = send_packed_command
         conn.disconnect = disconnect
 
-    def _read_owed(self, conn: Any) -> bool:
-        """Read the owed replies in order; False when the connection broke (closed: the
-        ones not read are marked lost)."""
+    def _read_owed(self, conn: Any, wait: bool = True) -> bool:
+        """Read the owed replies in order (``wait`` False: those already in); False when
+        the connection broke (closed: the ones not read are marked lost)."""
         try:
-            while self._owed:
+            while self._owed and (wait or conn.can_read(timeout=0)):
                 owed = self._owed[0]
                 try:
                     owed.reply = conn.read_response()

@@ -48,7 +48,8 @@ class RetryVerdict(IntEnum):
 
 
 class ReleaseVerdict(IntEnum):
-    """release (a job handed back unrun)."""
+    """release (a job handed back unrun; RELEASED too when an attempt whose abort was asked
+    ends ``aborted`` instead)."""
 
     STALE = 0
     RELEASED = 1

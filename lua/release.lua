@@ -3,13 +3,17 @@
 -- the job's failure.
 --
 -- KEYS: the queue's fixed keys (see lib/keys.lua).
--- Includes: core, keys, fence, timefair, place, types, rows, books
+-- Includes: core, keys, fence, timefair, place, types, rows, books, aborted
 -- ARGV[1]  id
 -- ARGV[2]  attempts token
 -- ARGV[3]  nonce token
 -- ARGV[4]  reason, kept on the row as its last error
 -- ARGV[5]  back-off ms: the whole group sits out this long (RateLimited); '' or 0 for none
--- Reply: 1 released, 0 stale (nothing was written).
+-- Reply: 1 released (or ended aborted, below), 0 stale (nothing was written).
+-- An attempt whose abort was asked (the row's `abort` is its nonce, abort.lua 'ask': a job
+--   held unstarted behind a long one, or one whose worker stops) is not handed back, or the
+--   next claim would run it: it ends `aborted` as abort.lua 'end' ends it (end_aborted),
+--   its error "Aborted: asked before it was released; " and the reason.
 -- Side effects: removes the id from `active`; gactive-1; attempts-1, state pending, back in
 --   its lane with its original enqueue time as score (so it keeps its place); with a
 --   back-off, `gbackoff` holds the group until then and it waits in `gwait`, off the ring.
@@ -23,6 +27,11 @@ local id = ARGV[1]
 local row = fenced(id, ARGV[2], ARGV[3])
 if not row then return 0 end
 local jk = job_key(id)
+if redis.call('HGET', jk, 'abort') == ARGV[3] then
+  local unfit = end_aborted(id, row, 'Aborted: asked before it was released; ' .. ARGV[4])
+  if unfit then return redis.error_reply(unfit) end
+  return 1
+end
 local now = now_ms()
 local g = row[F_GROUP]
 -- read before the first write (group_books): a lane of the wrong type sends the job to

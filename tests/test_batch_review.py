@@ -297,8 +297,6 @@ def test_a_warm_stop_of_a_child_starts_no_held_job(app, queue):
     _once_each(app, tags)
 
 
-@pytest.mark.xfail(strict=True, reason="release.lua and EMQ.RELEASE do not end an attempt "
-                   "whose abort was asked (the next claim's attempt runs it)")
 def test_an_abort_of_a_held_job_is_not_lost_when_it_is_handed_on(app, queue):
     # Given a batch of 8 (jobs 7..14) whose second job asks an abort of the fourth (held
     # behind it: active, not started; the abort is answered "asked") and runs 0.3 s, past

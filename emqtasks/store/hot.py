@@ -279,7 +279,9 @@ class HotPath(QueueCore):
     def release(self, lease: Lease, reason: str = "released by a stopping worker",
                 backoff: float = 0.0) -> ReleaseVerdict:
         """Hand a job back unrun (fenced), attempt rolled back: RELEASED, or STALE. With
-        ``backoff`` seconds, its whole group sits out that long (RateLimited)."""
+        ``backoff`` seconds, its whole group sits out that long (RateLimited). An attempt
+        whose abort was asked (``abort_ask``) is not handed back: it ends ``aborted`` as
+        ``abort_end`` ends it (also answered RELEASED: the holder is rid of it either way)."""
         off = int(seconds(backoff, "a back-off") * 1000)
         return ReleaseVerdict(self.hot.call("release", self._k, [
             lease.id, lease.attempts, lease.nonce, _sendable(reason), off]))

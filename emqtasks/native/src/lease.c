@@ -234,11 +234,39 @@ static int cmd_extend(RedisModuleCtx *ctx, RMS **argv, int argc) {
     return finish(&q);
 }
 
-/* 1 released, 0 stale, -1 error. */
+static int abort_end(Q *q, RMS **a);   /* abort.c */
+
+/* A release of an attempt whose abort was asked ends it `aborted`, as abort's end, its error
+ * "Aborted: asked before it was released; " and the reason (release.lua). 1, -1 error. */
+static int release_aborted(Q *q, RMS **a) {
+    static const char pre[] = "Aborted: asked before it was released; ";
+    size_t rl;
+    const char *rp = RedisModule_StringPtrLen(a[3], &rl);
+    char *buf = RedisModule_Alloc(sizeof pre - 1 + rl);
+    memcpy(buf, pre, sizeof pre - 1);
+    memcpy(buf + sizeof pre - 1, rp, rl);
+    RMS *err = RedisModule_CreateString(q->ctx, buf, sizeof pre - 1 + rl);
+    RedisModule_Free(buf);
+    RMS *args[4] = {a[0], a[1], a[2], err};
+    int rc = abort_end(q, args);
+    sfree(q, err);
+    return rc;
+}
+
+/* 1 released (or ended aborted: release_aborted), 0 stale, -1 error. */
 static int release(Q *q, RMS **a) {
     Row r;
     int f = fenced(q, a[0], a[1], a[2], &r);
     if (f <= 0) return f;
+    /* the attempt an abort was asked of (the row's `abort` is its nonce) is not handed back,
+     * or the next claim would run it (release.lua) */
+    RMS *asked = hget(r.h, F_ABORT);
+    int named = asked && eq(asked, a[2]);
+    sfree(q, asked);
+    if (named) {
+        row_free(q, &r);
+        return release_aborted(q, a);
+    }
     if (need_group(q, &r) < 0) return -1;
     long long att;
     double created = 0, off = 0;

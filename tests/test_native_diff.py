@@ -1342,11 +1342,14 @@ def run_aborts(srv: Server, rounds: int, seed: int) -> None:
     """abort's two halves in lockstep with the verbs around them: 'ask' of jobs in every
     state (running, waiting, finished, unknown: the row's `abort`, the tokens on the abort
     list of each master in the `workers` index), and 'end' of held leases, stale ones and
-    made-up ones (fenced; a workflow step's end fails its workflow; ttl 0 deletes the row)."""
+    made-up ones (fenced; a workflow step's end fails its workflow; ttl 0 deletes the row);
+    a release, or a lease that expires and is reaped, of an attempt whose abort was asked
+    (it ends aborted) or of one an older abort named (a stale ask: handed on as before)."""
     p = Pair(srv, "abl", "abn")   # queues of their own (a server may have run others)
     run = Run(p, seed)
     rnd = run.rnd
     seen: set[tuple[str, int]] = set()
+    reaps = 0
     try:
         p.both(lambda k: p.r.hset(k.workers, mapping={"m1": "1", "host:9:17": "1"}))
         p.verb("enqueue", [1, *run.job_fields("waits")])    # pending or delayed: not running
@@ -1373,9 +1376,43 @@ def run_aborts(srv: Server, rounds: int, seed: int) -> None:
                 tok = run.token()
                 if tok is not None:
                     run._ran_for(tok)
-                    if rnd.random() < 0.7:
+                    y = rnd.random()
+                    if y < 0.55:
                         why = f"Aborted: by request {rnd.randrange(9)}"
                         seen.add(("end", p.verb("abort", ["end", *tok, why])))
+                    elif y < 0.75:
+                        # its master died: its lease expires and the reaper takes it; an
+                        # attempt whose abort was asked ends aborted, never handed back; an
+                        # abort naming an older attempt (asked, then retried) changes nothing
+                        jk = p.ka.job(tok[0])
+                        mine = p.r.zscore(p.ka.active, tok[0]) is not None and \
+                            p.r.hget(jk, "nonce") == tok[2]
+                        asked = p.r.hget(jk, "abort")
+                        if mine and not asked:   # in turn: asked just before it died, an
+                            reaps += 1           # ask of an earlier attempt, none
+                            if reaps % 3 == 1:
+                                seen.add(("ask", p.verb("abort", ["ask", tok[0]])))
+                                asked = tok[2]
+                            elif reaps % 3 == 2:
+                                asked = f"older{run.nonce()}"
+                                p.both(lambda k, i=tok[0], a=asked: p.r.hset(k.job(i), "abort",
+                                                                             a))
+                        if mine and not p.r.hexists(jk, "vcharge"):   # (else _ran_for did)
+                            run.counter += 1
+                            score = run.t0 - 10**9 + run.counter
+                            p.both(lambda k, i=tok[0], s=score: p.r.zadd(k.active, {i: s},
+                                                                         xx=True))
+                        p.verb("reap", [1000])
+                        if mine and asked == tok[2]:
+                            seen.add(("reap", "aborted"))
+                            assert p.r.hget(jk, "state") in ("aborted", None)
+                            assert p.r.hget(jk, "error") in (
+                                "Aborted: asked, and its lease expired", None)
+                            # asked again: finished (or, its row gone with ttl 0, unknown)
+                            seen.add(("ask", p.verb("abort", ["ask", tok[0]])))
+                        elif mine and asked:
+                            seen.add(("reap", "stale"))
+                            assert p.r.hget(jk, "state") in ("pending", "dead")
                     else:
                         # a release (a held job handed on, a warm stop, RateLimited) of an
                         # attempt whose abort was asked ends it aborted, not back in its lane
@@ -1393,7 +1430,8 @@ def run_aborts(srv: Server, rounds: int, seed: int) -> None:
         p.checked()
         # every answer came up: asked, not running, finished, unknown; ended, stale
         assert seen >= {("ask", 1), ("ask", -1), ("ask", -2), ("ask", 0), ("end", 1),
-                        ("end", 0), ("release", "aborted")}, seen
+                        ("end", 0), ("release", "aborted"), ("reap", "aborted"),
+                        ("reap", "stale")}, seen
         assert any(p.r.hget(p.ka.job(i), "abort") for i in run.ids + [f"n{n}" for n in
                                                                         range(run.next_id)])
         # a mode that is neither: the same error on both

@@ -1,13 +1,21 @@
 """Reap: expired leases go back to their lane (or to dead, out of attempts), live ones are
 left alone; a claim never seen running (no renewal reached the server) is given back without
 spending its attempt; deadlines on the server clock, a limit per call; the queue's clock
-mark."""
+mark; an attempt whose abort was asked ends aborted when its lease expires."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
 from helpers import assert_invariants, drain_wake, expire_now, make_task, ring, wake_tokens
+
+from emqtasks.errors import TaskFailed
+from emqtasks.verdicts import AbortAsk, RetryVerdict
+
+pytestmark = pytest.mark.timeout(60)
+
+REAP_ABORTED = "Aborted: asked, and its lease expired"
 
 
 def test_reap_returns_an_expired_lease_to_its_lane(app, queue):
@@ -124,3 +132,73 @@ def test_reap_keeps_the_queues_clock_mark(app, queue):
     queue.client.hset(queue.keys.clock, "seen", ahead)
     third = queue.reap_tick()
     assert third.seen_ms == ahead and int(queue.client.hget(queue.keys.clock, "seen")) == ahead
+
+
+@pytest.mark.parametrize("seen_running", [True, False])
+def test_an_expired_attempt_whose_abort_was_asked_ends_aborted(app, queue, seen_running):
+    # Given a claimed job (seen running, or not: a worker gone before its renewal) whose
+    # abort was asked, a client waiting on it, and its worker gone: its lease has run out
+    h = make_task(app, group="A", max_attempts=3).delay(1)
+    (lease,) = queue.claim()
+    if seen_running:
+        queue.extend([lease])
+    assert queue.abort_ask(lease.id) is AbortAsk.ASKED
+    assert queue.outcome(lease.id, register=True)[0] == "active"
+    expire_now(queue, lease.id)
+    # When the reaper runs
+    reaped = queue.reap()
+    # Then the attempt ends aborted (counted with the dead: the job ended), never handed
+    # back, never retried, not in `dead`; its waiter woken, get() raises the abort
+    assert reaped == (0, 1)
+    row = queue.client.hgetall(queue.keys.job(lease.id))
+    assert row["state"] == "aborted" and row["error"] == REAP_ABORTED
+    assert row["attempts"] == "1"
+    assert queue.client.zscore(queue.keys.lane("A"), lease.id) is None
+    assert queue.client.zscore(queue.keys.active, lease.id) is None
+    assert queue.client.zscore(queue.keys.dead, lease.id) is None
+    assert queue.client.hget(queue.keys.gactive, "A") in (None, "0")
+    assert queue.wait_done(lease.id, 5.0)
+    with pytest.raises(TaskFailed, match="aborted: Aborted: asked, and its lease expired"):
+        h.get(timeout=5)
+    assert h.status() == "aborted"
+    assert queue.claim() == [] and queue.reap() == (0, 0)
+    assert app.dead_jobs() == []
+    assert_invariants(queue)
+
+
+def test_an_expired_attempt_an_older_abort_named_is_handed_back(app, queue):
+    # Given a job whose abort was asked of attempt 1, which failed and was retried (the
+    # abort names attempt 1's nonce), and attempt 2 claimed, seen running, its lease expired
+    make_task(app, group="A", max_attempts=3).delay(1)
+    (first,) = queue.claim()
+    assert queue.abort_ask(first.id) is AbortAsk.ASKED
+    assert queue.retry(first, "boom", delay=0) is RetryVerdict.RETRIED
+    queue.promote()
+    (second,) = queue.claim()
+    assert second.id == first.id and second.nonce != first.nonce
+    assert queue.client.hget(queue.keys.job(first.id), "abort") == first.nonce
+    queue.extend([second])
+    expire_now(queue, second.id)
+    # When the reaper runs
+    assert queue.reap() == (1, 0)
+    # Then the stale abort does not stop it: it is back in its lane, its third attempt next
+    row = queue.client.hgetall(queue.keys.job(second.id))
+    assert row["state"] == "pending" and row["error"] == "lease expired"
+    assert_invariants(queue)
+    (third,) = queue.claim()
+    assert (third.id, third.attempts) == (first.id, 3)
+
+
+def test_an_asked_attempt_whose_ttl_cannot_be_read_is_buried(app, queue):
+    # Given an attempt whose abort was asked, its lease expired, its row's ttl not an integer
+    make_task(app, group="A").delay(1)
+    (lease,) = queue.claim()
+    assert queue.abort_ask(lease.id) is AbortAsk.ASKED
+    queue.client.hset(queue.keys.job(lease.id), "ttl", "soon")
+    expire_now(queue, lease.id)
+    # When the reaper runs: the job goes to `dead` with the reason, the tick goes on
+    assert queue.reap() == (0, 1)
+    row = queue.client.hgetall(queue.keys.job(lease.id))
+    assert row["state"] == "dead" and row["error"] == "unreadable job row: ttl is not an integer"
+    assert queue.client.zscore(queue.keys.dead, lease.id) is not None
+    assert queue.claim() == []

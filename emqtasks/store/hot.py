@@ -307,7 +307,8 @@ class HotPath(QueueCore):
 
     # -- a master's tick ----------------------------------------------------------------
     def reap(self, limit: int = 1000) -> tuple[int, int]:
-        """Expired leases back to their lanes (or dead): returns (returned, dead)."""
+        """Expired leases back to their lanes (or dead, or aborted when an abort was asked of
+        the attempt): returns (returned, dead), an aborted one counted in dead."""
         reaped = self.reap_tick(limit)
         return reaped.returned, reaped.dead
 

@@ -86,7 +86,8 @@ class Acked(NamedTuple):
 class Reaped(NamedTuple):
     """What a reap did, and the clock it read: the server's time (ms) and the queue's clock
     mark before it (the latest server time a reap saw; 0 for none). A mark ahead of the
-    server's time is a clock stepped back (clock.py)."""
+    server's time is a clock stepped back (clock.py). ``dead`` counts every job the reap
+    ended: into ``dead``, or ``aborted`` (an attempt whose abort was asked, lua/reap.lua)."""
 
     returned: int
     dead: int

@@ -160,7 +160,8 @@ def reap(queue: Queue, beat: Beat | None = None, ttl_ms: int = 0,
     reaped = queue.reap_tick(beat=beat, beat_ttl_ms=ttl_ms)
     answered = clock.elapsed()
     if reaped.returned or reaped.dead:
-        log.info("reaped expired leases of queue %s: %d back to their lanes, %d dead",
+        log.info("reaped expired leases of queue %s: %d back to their lanes, %d ended "
+                 "(dead, or aborted as asked)",
                  queue.name, reaped.returned, reaped.dead)
     if watch is not None:
         step = watch.observe(reaped, sent, answered)

@@ -1,5 +1,6 @@
--- aborted: an attempt ends `aborted` (abort.lua 'end'; release.lua when the attempt it would
--- hand back is the one an abort was asked of: the abort is not lost with the attempt).
+-- aborted: an attempt ends `aborted` (abort.lua 'end'; release.lua, and reap.lua for an
+-- expired lease, when the attempt it would hand back is the one an abort was asked of: the
+-- abort is not lost with the attempt).
 -- Includes: core, keys, fence, timefair, place, history, wake, workflow, types, books
 
 -- The fenced attempt of `id` (row: FENCED_ROW, from fenced()) ends `aborted` with `err`: as

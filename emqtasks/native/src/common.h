@@ -49,7 +49,7 @@ static RMS *F_TASK, *F_PAYLOAD, *F_GROUP, *F_STATE, *F_ATTEMPTS, *F_MAX, *F_LEAS
     *F_TPARENT, *F_TLINKS;
 static RMS *S_ACTIVE, *S_PENDING, *S_DELAYED, *S_DONE, *S_DEAD, *S_ZERO, *S_ONE, *S_D,
     *S_LEASE_EXPIRED, *S_XX, *S_MINUS1, *S_LEFT, *S_RIGHT, *S_WAITING, *S_CANCELLED,
-    *S_FAILED, *S_UNRUN, *S_EXPIRED, *S_EXPIRED_WHY, *S_ABORTED;
+    *S_FAILED, *S_UNRUN, *S_EXPIRED, *S_EXPIRED_WHY, *S_ABORTED, *S_REAP_ABORTED;
 
 /* One command call: its context, the fixed keys and the handles open on them. */
 typedef struct {

@@ -36,6 +36,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     F_ABORT = mk(ctx, "abort"); F_UNIQUE = mk(ctx, "unique"); F_DFIRST = mk(ctx, "dfirst"); S_ABORTED = mk(ctx, "aborted");
     S_EXPIRED_WHY = mk(ctx, "expired: not started before its expiry");
     S_UNRUN = mk(ctx, "lease expired before the job was seen running (attempt not counted)");
+    S_REAP_ABORTED = mk(ctx, "Aborted: asked, and its lease expired");   /* reap.lua ABORTED */
     static const struct { const char *name; RedisModuleCmdFunc fn; } cmds[] = {
         {"emq.enqueue", cmd_enqueue}, {"emq.claim", cmd_claim}, {"emq.ack", cmd_ack},
         {"emq.retry", cmd_retry}, {"emq.extend", cmd_extend}, {"emq.release", cmd_release},

@@ -32,15 +32,19 @@ static void free_ids(Q *q, RMS **ids, long long n) {
     RedisModule_Free(ids);
 }
 
-/* One expired lease: 1 returned to its lane, 2 dead, 0 a ghost, -1 error. As reap.lua: a
- * job key that is not a hash, a row without a group or one whose attempts, max or created is
- * not an integer is buried, a job bound for a lane of the wrong type goes to `dead` naming
- * it, other books its group cannot read are left as they are (group_books). */
+/* One expired lease: 1 returned to its lane, 2 dead (or ended aborted), 0 a ghost, -1
+ * error. As reap.lua: an attempt whose abort was asked (the row's `abort` is its nonce) ends
+ * `aborted` as abort's end (abort_end, its error S_REAP_ABORTED), never handed back; a job
+ * key that is not a hash, a row without a group or one whose attempts, max or created (or,
+ * ending aborted, ttl) is not an integer is buried, a job bound for a lane of the wrong type
+ * goes to `dead` naming it, other books its group cannot read are left as they are
+ * (group_books). */
 static int reap_one(Q *q, RMS *id) {
     RMS *jk = job_key(q, id);
     RMS *g = NULL, *att_s = NULL, *max_s = NULL, *created_s = NULL, *waiters = NULL;
     RMS *prio = NULL, *started = NULL, *vcharge = NULL, *wf = NULL, *task = NULL;
-    RMS *nonce = NULL, *ran = NULL, *unrun_s = NULL;
+    RMS *nonce = NULL, *ran = NULL, *unrun_s = NULL, *state = NULL, *asked_s = NULL;
+    RMS *ttl_s = NULL;
     RMK *job = RedisModule_OpenKey(q->ctx, jk, REDISMODULE_READ | REDISMODULE_WRITE);
     double unrun = 0;
     int rc = 0, jt = RedisModule_KeyType(job), books = 0;
@@ -50,7 +54,8 @@ static int reap_one(Q *q, RMS *id) {
         RedisModule_HashGet(job, REDISMODULE_HASH_NONE, F_GROUP, &g, F_ATTEMPTS, &att_s, F_MAX,
                             &max_s, F_CREATED, &created_s, F_WAITERS, &waiters, F_PRIO, &prio,
                             F_STARTED, &started, F_VCHARGE, &vcharge, F_WF, &wf, F_TASK, &task,
-                            F_NONCE, &nonce, F_RAN, &ran, F_UNRUN, &unrun_s, NULL);
+                            F_NONCE, &nonce, F_RAN, &ran, F_UNRUN, &unrun_s, F_STATE, &state,
+                            F_ABORT, &asked_s, F_TTL, &ttl_s, NULL);
     if (!g) {                                    /* not a hash, no group, or a ghost */
         if (jt != REDISMODULE_KEYTYPE_EMPTY) {
             rc = bury_as(q, id, NULL, "no group", NULL, job, jk, jt);
@@ -60,13 +65,25 @@ static int reap_one(Q *q, RMS *id) {
         if (rc == 0 && jt != REDISMODULE_KEYTYPE_EMPTY) rc = 2;
         goto out;
     }
-    /* read before the job's first write: its row, then its group's books */
-    const struct { RMS *v; const char *name; } ints[3] = {
-        {att_s, "attempts"}, {max_s, "max"}, {created_s, "created"}};
-    for (int i = 0; i < 3 && !fault[0]; i++) {
-        if (!ints[i].v) snprintf(fault, sizeof fault, "no %s", ints[i].name);
-        else if (!int_ok(ints[i].v)) snprintf(fault, sizeof fault, "%s is not an integer",
-                                              ints[i].name);
+    /* read before the job's first write: its row, then its group's books; an attempt whose
+     * abort was asked ends aborted (abort_end), its ttl read with the row */
+    int asked = nonce && asked_s && eq(asked_s, nonce) && state && eqc(state, "active");
+    const struct { RMS *v; const char *name; int required; } ints[4] = {
+        {att_s, "attempts", 1}, {max_s, "max", 1}, {created_s, "created", 1},
+        {ttl_s, "ttl", 0}};
+    for (int i = 0; i < (asked ? 4 : 3) && !fault[0]; i++) {
+        if (!ints[i].v) {
+            if (ints[i].required) snprintf(fault, sizeof fault, "no %s", ints[i].name);
+        } else if (!int_ok(ints[i].v)) {
+            snprintf(fault, sizeof fault, "%s is not an integer", ints[i].name);
+        }
+    }
+    if (asked && !fault[0]) {
+        RedisModule_CloseKey(job);               /* abort_end opens the row itself */
+        job = NULL;
+        RMS *args[4] = {id, att_s, nonce, S_REAP_ABORTED};
+        rc = abort_end(q, args) < 0 ? -1 : 2;    /* fenced: the row was read just now */
+        goto out;
     }
     double att = int_val(att_s), max = int_val(max_s), created = int_val(created_s);
     /* never seen running (`ran` is not this claim's nonce): given back, `max` times at most;
@@ -138,6 +155,7 @@ out:
     sfree(q, jk); sfree(q, g); sfree(q, att_s); sfree(q, max_s);
     sfree(q, created_s); sfree(q, waiters); sfree(q, prio); sfree(q, wf); sfree(q, task);
     sfree(q, started); sfree(q, vcharge); sfree(q, nonce); sfree(q, ran); sfree(q, unrun_s);
+    sfree(q, state); sfree(q, asked_s); sfree(q, ttl_s);
     return rc;
 }
 

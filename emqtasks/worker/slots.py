@@ -54,6 +54,7 @@ _ABORT = struct.Struct("=48s")  # master -> child, per slot: nonce of the attemp
 # 8-byte word of its own, written after the body), then attempts, id, nonce
 _HELD = struct.Struct("=q128s48s")
 _HELD_SIZE = -(-(8 + _HELD.size) // 8) * 8
+_HELD_WORDS = _HELD_SIZE // 8
 # The heartbeat and the counters are read while another process writes them, so each is
 # written and read as one aligned 8-byte word through a memoryview (one load or store);
 # never with struct.pack_into, which zeroes its bytes before it writes them: a child that
@@ -96,6 +97,8 @@ class Slots:
         self._job: list[tuple[object, ...]] = [(0,) * 11] * self.count
         #: Child side: the leases each child's held entries list (None: free), in order.
         self._held: list[list[Lease | None]] = [[None] * held for _ in range(children)]
+        self._held_top = [0] * children   # ... past the last one written
+        self._held_word0 = self._held_base // 8
 
     def of_child(self, child: int) -> range:
         """The slot indexes of one child."""
@@ -157,29 +160,37 @@ class Slots:
         """Child side: the jobs it just claimed, held until it starts or releases each
         (``unhold``); the entries of the ones held before are free again (each was started
         or released). Past ``held_per_child`` the rest are not listed (their lease runs out)."""
-        words, base = self._words, self._held_base + _HELD_SIZE * self.held_per_child * child
-        held = self._held[child]
-        for i in range(self.held_per_child):
-            lease = leases[i] if i < len(leases) else None
-            if lease is None and held[i] is None:
-                continue
-            word = (base + _HELD_SIZE * i) // 8
+        words, held = self._words, self._held[child]
+        word = self._held_word(child, 0)
+        n = min(len(leases), self.held_per_child)
+        for i in range(n):
+            lease = leases[i]
             words[word] = 0
-            if lease is not None:
-                _HELD.pack_into(self.mem, word * 8 + 8, lease.attempts, lease.id.encode(),
-                                lease.nonce.encode())
-                words[word] = 1
+            _HELD.pack_into(self.mem, word * 8 + 8, lease.attempts, lease.id.encode(),
+                            lease.nonce.encode())
+            words[word] = 1
             held[i] = lease
+            word += _HELD_WORDS
+        for i in range(n, self._held_top[child]):   # the rest of the last batch's entries
+            if held[i] is not None:
+                words[word] = 0
+                held[i] = None
+            word += _HELD_WORDS
+        self._held_top[child] = n
 
     def unhold(self, child: int, lease: Lease) -> None:
         """Child side: a held job was started (its slot written first) or released."""
         held = self._held[child]
-        for i, h in enumerate(held):
-            if h is lease or h == lease:
+        for i in range(self._held_top[child]):
+            h = held[i]
+            if h is lease or (h is not None and h == lease):
                 held[i] = None
-                self._words[(self._held_base + _HELD_SIZE * (self.held_per_child * child + i))
-                            // 8] = 0
+                self._words[self._held_word(child, i)] = 0
                 return
+
+    def _held_word(self, child: int, i: int) -> int:
+        """The index (in 8-byte words) of the live word of a child's i-th held entry."""
+        return self._held_word0 + (self.held_per_child * child + i) * _HELD_WORDS
 
     def reset(self, child: int) -> None:
         """Master side, before a replacement child takes the child's slots."""
@@ -190,10 +201,10 @@ class Slots:
         _LIMIT.pack_into(self.mem, self._limit_offset(child), b"")
         for index in self.of_child(child):
             _ABORT.pack_into(self.mem, self._abort_offset(index), b"")
-        base = self._held_base + _HELD_SIZE * self.held_per_child * child
         for i in range(self.held_per_child):
-            self._words[(base + _HELD_SIZE * i) // 8] = 0
+            self._words[self._held_word(child, i)] = 0
             self._held[child][i] = None
+        self._held_top[child] = 0
 
     def abort_asked(self, index: int) -> str:
         """Child side: the nonce of the attempt the master asked to abort in this slot
@@ -226,12 +237,11 @@ class Slots:
     def held(self, child: int) -> list[Lease]:
         """The jobs a child that is gone listed as held (claimed, not started); as fencing
         tokens only (id, attempts, nonce). Not for a live child: no read here is guarded."""
-        base = self._held_base + _HELD_SIZE * self.held_per_child * child
         leases = []
         for i in range(self.held_per_child):
-            off = base + _HELD_SIZE * i
-            if self._words[off // 8]:
-                attempts, raw_id, raw_nonce = _HELD.unpack_from(self.mem, off + 8)
+            word = self._held_word(child, i)
+            if self._words[word]:
+                attempts, raw_id, raw_nonce = _HELD.unpack_from(self.mem, word * 8 + 8)
                 leases.append(Lease(raw_id.rstrip(b"\0").decode("utf-8", "replace"), "", "",
                                     attempts, raw_nonce.rstrip(b"\0").decode("utf-8", "replace"),
                                     "", 0))

@@ -172,6 +172,29 @@ def test_a_child_killed_holding_jobs_they_come_back_and_run(app, queue):
     assert all(runs[t] >= 1 for t in tags[:9])
 
 
+def test_the_jobs_a_killed_child_held_are_released_not_left_to_their_lease(app, queue):
+    # Given a batch of 8 (jobs 7..14) of 30 s leases whose fourth job SIGKILLs its child on
+    # its first run: four jobs are held behind it (claimed, not started)
+    tags = [f"g-{i:03d}" for i in range(16)]
+    queue.enqueue_many([_job(t, "br.die_once" if t == "g-010" else "br.fast") for t in tags])
+    with WorkerProc(app.settings.redis_url, app.settings.queue, concurrency=1,
+                    modules=MODULES) as w:
+        w.wait_ready()
+        # When the master sees its child die (and replaces it)
+        finished = _until(app, lambda: _all_done(app, tags), timeout=10.0)
+        held = {t: queue.status(t) for t in tags[11:15] if queue.status(t) != "done"}
+        w.stop()
+    # Then the held jobs were given back at once, not after their lease (30 s): the
+    # replacement ran each of them, once (released unrun: no attempt spent)
+    assert held == {}
+    assert finished
+    runs = _counts(app, "runs")
+    assert runs.pop("g-010") == 2
+    assert {t: runs.get(t, 0) for t in tags[11:]} == dict.fromkeys(tags[11:], 1)
+    assert {t: (queue.job(t) or {}).get("attempts") for t in tags[11:15]} == dict.fromkeys(
+        tags[11:15], 1)
+
+
 def test_a_child_killed_mid_batch_runs_no_finished_job_of_it_again(app, queue):
     # Given one lane of fast jobs (batches of 1, 2, 4, 8) whose 11th, the fourth of the
     # batch of 8 (jobs 7..14), SIGKILLs its child on its first run: three jobs of that
@@ -246,9 +269,6 @@ def test_a_rate_limited_job_in_a_batch_stops_its_group_held_behind_it(app, queue
     _once_each(app, [t for t in tags if t != "g-008"])
 
 
-@pytest.mark.xfail(strict=True, reason="a hard stop SIGKILLs a child: the master releases "
-                   "the job in its slot, but knows nothing of the jobs it held (claimed, "
-                   "not started): they stay active until their lease runs out")
 def test_a_hard_stop_leaves_no_held_job_active(app, queue):
     # Given a batch of 8 (jobs 7..14) whose fourth job interrupts its worker twice (the
     # master kills its children at once) while four jobs are held behind it

@@ -84,3 +84,34 @@ def test_the_master_reads_a_slot_a_child_rewrites_as_a_whole_job_or_free() -> No
                 wrong.append(job)
     assert seen > 0
     assert wrong == [], f"{len(wrong)} torn reads, e.g. {wrong[:2]}"
+
+
+def test_the_jobs_a_child_holds_are_read_back_until_it_starts_or_releases_them() -> None:
+    # Given a child (the second of two) that claimed a batch of four, then a batch of two
+    slots = Slots(2, held=4)
+    batch = [Lease(f"j{i}", "", "", i + 1, f"n{i}" * 8, "g", 30_000) for i in range(6)]
+    slots.hold(1, batch[:4])
+    assert [(h.id, h.attempts, h.nonce) for h in slots.held(1)] == [
+        (b.id, b.attempts, b.nonce) for b in batch[:4]]
+    # When it starts the first, releases the third and hands the rest on
+    slots.unhold(1, batch[0])
+    slots.unhold(1, batch[2])
+    assert [h.id for h in slots.held(1)] == ["j1", "j3"]
+    slots.hold(1, batch[4:])
+    # Then the master reads only the jobs held now; the other child holds none
+    assert [h.id for h in slots.held(1)] == ["j4", "j5"]
+    assert slots.held(0) == []
+    # And a replacement child starts with none (a lease never held is ignored)
+    slots.unhold(1, batch[0])
+    slots.reset(1)
+    assert slots.held(1) == []
+
+
+def test_a_child_holds_at_most_its_cap_the_rest_wait_for_their_lease() -> None:
+    slots = Slots(1, held=2)
+    batch = [Lease(f"j{i}", "", "", 1, f"n{i}", "g", 30_000) for i in range(3)]
+    slots.hold(0, batch)
+    assert [h.id for h in slots.held(0)] == ["j0", "j1"]
+    slots.unhold(0, batch[2])
+    slots.unhold(0, batch[0])
+    assert [h.id for h in slots.held(0)] == ["j1"]

@@ -304,6 +304,7 @@ class Child:
                 for spare in held:
                     self.outage.call(self.queues.queues[0].release, spare,
                                      "released by a stopping worker")
+                    slots.unhold(self.index, spare)
                 break
             if self.posted:
                 # the acks whose replies are in (or whose connection the server closed:
@@ -315,6 +316,7 @@ class Child:
             plan = runner.plan(lease)
             slots.start(index, lease, plan.time_limit, plan.kind, 0, plan.retry_delay,
                         plan.abort_grace)
+            slots.unhold(self.index, lease)   # in its slot now: held no more
             if held:
                 self.holding.begin(held, since)
             began = time.perf_counter()
@@ -362,6 +364,7 @@ class Child:
         else:
             q = self.queues.queues[0]
             held = self.refusals.claim(lambda: self.outage.call(q.claim, n)) or []
+        self.slots.hold(self.index, held)   # a child killed now: the master releases them
         self._settle_posted()
         return held
 
@@ -379,12 +382,13 @@ class Child:
         lease, result, span, ctx, plan = done
         settled = self.runner.ack(functools.partial(
             self.queues.ack, 0, lease, result, n == 1, span), ctx, 0, plan)
+        held = [settled[1][1]] if settled is not None and settled[1] is not None else []
+        self.slots.hold(self.index, held)
         self._settle_posted()
         if settled is None:   # refused for good (the attempt failed): claim on its own
             return self._claim_batch(n) if n > 0 else []
-        acked, claimed = settled
-        self.runner.acked(lease, 0, acked, ctx)
-        return [claimed[1]] if claimed is not None else []
+        self.runner.acked(lease, 0, settled[0], ctx)
+        return held
 
     def _post_ack(self, lease: Lease, result: str, span: str | None, ctx: Any,
                   plan: Any) -> None:
@@ -440,12 +444,14 @@ class Child:
         for spare in (h for h in held if h.group == group):
             self.outage.call(q.release, spare, "released: its group sits out a rate limit",
                              delay)
+            self.slots.unhold(self.index, spare)
         return [h for h in held if h.group != group]
 
     def _release_held(self, held: list[Lease]) -> None:
         """The watchdog's: jobs held behind a long one go back to the head of their lanes."""
         for lease in held:
             self._spare_queue().release(lease, "handed on: held behind a long job")
+            self.slots.unhold(self.index, lease)
 
     def _spare_queue(self) -> Queue:
         """A queue on a connection of the watchdog's own (made when first needed)."""

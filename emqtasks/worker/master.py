@@ -36,7 +36,7 @@ from ..store.keys import WAKE_DUE
 from ..store.queue import Lease, Queue
 from ..verdicts import AbortedVerdict, RetryVerdict
 from . import aborts, logs, park, settled, threads
-from .child import Child, ChildConfig
+from .child import BATCH, Child, ChildConfig
 from .pipe import GO, GOT_WORK, HELD, IDLE, STOP
 from .resilience import TRANSIENT, FullServer, Outage
 from .scheduler import Scheduler
@@ -100,7 +100,10 @@ class Master:
             make_queues, registry, settings.max_tasks_per_child, settings.time_limit,
             weights, settings.async_concurrency, self.hooks)
         per_child = settings.async_concurrency if self.child_config.runs_async else 1
-        self.slots = Slots(settings.concurrency, per_child)
+        # a sync child may hold a batch (claimed, not started): listed in its slots' held
+        # entries, so the master can release them when the child is killed or dies
+        self.slots = Slots(settings.concurrency, per_child,
+                           0 if self.child_config.runs_async else BATCH)
         self.slots.beat()
         self.children: list[ChildHandle | None] = [None] * settings.concurrency
         self.selector = selectors.DefaultSelector()
@@ -478,6 +481,11 @@ class Master:
                 log.warning("child %d (pid %s) exited with %s", index, h.process.pid, code)
         except Exception:
             log.exception("could not settle the job of child %d; its lease will expire", index)
+        try:
+            self._release_held(h, running)
+        except Exception:
+            log.exception("could not release the jobs child %d held; their leases will "
+                          "expire", index)
         finally:
             h.pipe.close()
             self.children[index] = None
@@ -526,6 +534,32 @@ class Master:
             except Exception:
                 log.exception("could not settle job %s of child %d; its lease will expire",
                               job.lease.id, h.index)
+
+    def _release_held(self, h: ChildHandle, running: list[Running]) -> None:
+        """The jobs a child that is gone held (claimed, not started: a batch behind the job
+        it ran) go back to the head of their lanes, attempt rolled back (fenced: one it had
+        started or given back already is stale), rather than wait active for their lease.
+        (A child batches on one queue only: the first.) After its running jobs are
+        settled: a job in both (the child died as it moved it to its slot) is the slot's.
+        Killed by a hard stop or died, the same: they never ran."""
+        held = self.slots.held(h.index)
+        if not held:
+            return
+        ran = {(job.lease.id, job.lease.nonce) for job in running}
+        why = ("released: worker stopped before it started the job" if self._hard_stop else
+               f"released: its child pid {h.process.pid} died before it started the job")
+        released = 0
+        for lease in held:
+            if (lease.id, lease.nonce) in ran:
+                continue
+            try:
+                released += bool(self._call(self.queues[0].release, lease, why))
+            except Exception:
+                log.exception("could not release job %s held by child %d; its lease will "
+                              "expire", lease.id, h.index)
+        if released:
+            log.warning("child %d (pid %s) was gone holding %d jobs it had not started: "
+                        "released back to their lanes", h.index, h.process.pid, released)
 
     def _settle_lost_job(self, h: ChildHandle, running: Running, code: int | None) -> None:
         lease = running.lease

@@ -12,6 +12,14 @@ while it is fresh, so a master frozen (SIGSTOP, a debugger, a VM pause) stops it
 claiming work that nobody would renew. A child that is about to write a job's
 failure notes it in the slot first (the error, its delay, whether it is final): a child
 that dies writing it leaves the master the real reason to write (see Master).
+
+A batching child also lists the jobs it holds (claimed, not started: child.py,
+``_drain_batches``) in ``held`` entries of its own: it writes a batch's leases as it claims
+them and clears each as it starts it or hands it back. A child that is killed (a hard stop)
+or dies leaves the master the ones still listed, to release (fenced) rather than leave
+active until their lease runs out. The master reads them only once the child is gone: an
+entry torn by its death, or one the child had released already, is a stale token the
+server refuses.
 """
 
 from __future__ import annotations
@@ -42,6 +50,11 @@ _BEAT_WORD = 1
 MASTER_SILENT_AFTER = 1.0
 _LIMIT = struct.Struct("=48s")  # master -> child: nonce of the job past its time limit
 _ABORT = struct.Struct("=48s")  # master -> child, per slot: nonce of the attempt to abort
+# A held entry (child -> master, read once the child is gone): its live word (0: free, an
+# 8-byte word of its own, written after the body), then attempts, id, nonce
+_HELD = struct.Struct("=q128s48s")
+_HELD_SIZE = -(-(8 + _HELD.size) // 8) * 8
+_HELD_WORDS = _HELD_SIZE // 8
 # The heartbeat and the counters are read while another process writes them, so each is
 # written and read as one aligned 8-byte word through a memoryview (one load or store);
 # never with struct.pack_into, which zeroes its bytes before it writes them: a child that
@@ -68,17 +81,24 @@ class Running(NamedTuple):
 class Slots:
     """``per_child`` slots per child in an anonymous shared mapping, made before the fork."""
 
-    def __init__(self, children: int, per_child: int = 1) -> None:
+    def __init__(self, children: int, per_child: int = 1, held: int = 0) -> None:
         self.children = children
         self.per_child = per_child
         self.count = children * per_child
-        self.mem = mmap.mmap(-1, _HEADER_SIZE + _SLOT_SIZE * self.count
-                             + _LIMIT.size * children + _ABORT.size * self.count)
+        #: The most jobs a child lists as held (its batch size cap); more wait for their lease
+        self.held_per_child = held
+        self._held_base = (_HEADER_SIZE + _SLOT_SIZE * self.count + _LIMIT.size * children
+                           + _ABORT.size * self.count)   # 8-aligned: both sizes are 48
+        self.mem = mmap.mmap(-1, self._held_base + _HELD_SIZE * held * children)
         self._words = memoryview(self.mem).cast("Q")   # the slots' counters
         self._floats = memoryview(self.mem).cast("d")  # the heartbeat
         self._seq = [0] * self.count
         #: Child side: the job fields last written to each slot (failing() rewrites them).
         self._job: list[tuple[object, ...]] = [(0,) * 11] * self.count
+        #: Child side: the leases each child's held entries list (None: free), in order.
+        self._held: list[list[Lease | None]] = [[None] * held for _ in range(children)]
+        self._held_top = [0] * children   # ... past the last one written
+        self._held_word0 = self._held_base // 8
 
     def of_child(self, child: int) -> range:
         """The slot indexes of one child."""
@@ -136,6 +156,42 @@ class Slots:
         _LIMIT.pack_into(self.mem, off, b"")
         return True
 
+    def hold(self, child: int, leases: list[Lease]) -> None:
+        """Child side: the jobs it just claimed, held until it starts or releases each
+        (``unhold``); the entries of the ones held before are free again (each was started
+        or released). Past ``held_per_child`` the rest are not listed (their lease runs out)."""
+        words, held = self._words, self._held[child]
+        word = self._held_word(child, 0)
+        n = min(len(leases), self.held_per_child)
+        for i in range(n):
+            lease = leases[i]
+            words[word] = 0
+            _HELD.pack_into(self.mem, word * 8 + 8, lease.attempts, lease.id.encode(),
+                            lease.nonce.encode())
+            words[word] = 1
+            held[i] = lease
+            word += _HELD_WORDS
+        for i in range(n, self._held_top[child]):   # the rest of the last batch's entries
+            if held[i] is not None:
+                words[word] = 0
+                held[i] = None
+            word += _HELD_WORDS
+        self._held_top[child] = n
+
+    def unhold(self, child: int, lease: Lease) -> None:
+        """Child side: a held job was started (its slot written first) or released."""
+        held = self._held[child]
+        for i in range(self._held_top[child]):
+            h = held[i]
+            if h is lease or (h is not None and h == lease):
+                held[i] = None
+                self._words[self._held_word(child, i)] = 0
+                return
+
+    def _held_word(self, child: int, i: int) -> int:
+        """The index (in 8-byte words) of the live word of a child's i-th held entry."""
+        return self._held_word0 + (self.held_per_child * child + i) * _HELD_WORDS
+
     def reset(self, child: int) -> None:
         """Master side, before a replacement child takes the child's slots."""
         for index in self.of_child(child):
@@ -145,6 +201,10 @@ class Slots:
         _LIMIT.pack_into(self.mem, self._limit_offset(child), b"")
         for index in self.of_child(child):
             _ABORT.pack_into(self.mem, self._abort_offset(index), b"")
+        for i in range(self.held_per_child):
+            self._words[self._held_word(child, i)] = 0
+            self._held[child][i] = None
+        self._held_top[child] = 0
 
     def abort_asked(self, index: int) -> str:
         """Child side: the nonce of the attempt the master asked to abort in this slot
@@ -173,6 +233,19 @@ class Slots:
     def running(self, child: int) -> list[Running]:
         """Every job a child runs now."""
         return [r for r in map(self.read, self.of_child(child)) if r is not None]
+
+    def held(self, child: int) -> list[Lease]:
+        """The jobs a child that is gone listed as held (claimed, not started); as fencing
+        tokens only (id, attempts, nonce). Not for a live child: no read here is guarded."""
+        leases = []
+        for i in range(self.held_per_child):
+            word = self._held_word(child, i)
+            if self._words[word]:
+                attempts, raw_id, raw_nonce = _HELD.unpack_from(self.mem, word * 8 + 8)
+                leases.append(Lease(raw_id.rstrip(b"\0").decode("utf-8", "replace"), "", "",
+                                    attempts, raw_nonce.rstrip(b"\0").decode("utf-8", "replace"),
+                                    "", 0))
+        return leases
 
     def ask_abort(self, index: int, nonce: str) -> None:
         """Ask the child of slot ``index`` to abort the attempt ``nonce`` it runs there,

@@ -49,7 +49,8 @@ def stop_master(tag: str) -> str:
 
 @task(name="br.die_once", group=lambda tag: tag.split("-")[0])
 def die_once(tag: str) -> str:
-    """Its child is SIGKILLed on the first attempt (jobs held behind it are left active)."""
+    """Its child is SIGKILLed on the first attempt (the master releases the jobs held
+    behind it)."""
     _ran(tag)
     if current_job().attempts == 1:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -67,7 +67,9 @@ local twait_at = head_at(TEN.wait)
 local tenants = due(TEN.wait, twait_at)
 for _, t in ipairs(tenants) do
   redis.call('ZREM', TEN.wait, t)
-  if not time_fair() and redis.call('LLEN', tring_key(t)) > 0 and tenant_open(t) then
+  -- time mode: its mark back in gvt at its virtual time or the floor (tenant_enter)
+  if (time_fair() and redis.call('ZCARD', tgvt_key(t))
+      or redis.call('LLEN', tring_key(t))) > 0 and tenant_open(t) then
     tenant_enter(t)
     wake()
   end

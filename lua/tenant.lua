@@ -75,7 +75,7 @@ for i, name in ipairs(tenants) do
   local stands = standing(name)
   if was[i] and not stands then
     tenant_leave(name, nil)
-  elseif stands and was[i] and what == 'rate' and not time_fair() then
+  elseif stands and was[i] and what == 'rate' then
     -- on the ring or in `twait`, as its new budget allows (a mark that moves goes last)
     local waits = redis.call('ZSCORE', TEN.wait, name)
     if waits or TEN.ready(name, now_ms()) then

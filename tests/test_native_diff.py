@@ -45,7 +45,7 @@ from emqtasks.native.build import asan_runtime, build
 from emqtasks.ops.check import check
 from emqtasks.store.functions import function_name, functions_wanted, library
 from emqtasks.store.functions import scripts as bind_scripts
-from emqtasks.store.keys import FIXED, QueueKeys
+from emqtasks.store.keys import FIXED, TENANT_MARK, QueueKeys
 from emqtasks.store.queue import Queue
 from emqtasks.store.scripts import source
 
@@ -555,6 +555,7 @@ class Run:
         self.ghost_groups = 0
         self.ghosted: set[str] = set()     # ids whose row the test deleted: never reused
         self.workflows: list[str] = []
+        self.seen: set[str] = set()        # coverage: outcomes the run must have come to
 
     def nonce(self) -> str:
         return f"{self.rnd.getrandbits(64):016x}"
@@ -653,9 +654,15 @@ class Run:
             value = r.choice(["", "1", "2", "3"])
         self.p.admin("tenant", [what, t, value])
 
+    def _time_mode(self) -> bool:
+        return bool(self.p.r.get(self.p.ka.fairness) == "time")
+
     def op_claim(self) -> None:
+        waiting = set(self.p.r.zrange(self.p.ka.twait, 0, -1))
         for lease in self.p.verb("claim", [self.rnd.choice([0, 1, 1, 1, 2, 4, 8]), self.nonce()]):
             self.take(lease)
+        if self._time_mode() and set(self.p.r.zrange(self.p.ka.twait, 0, -1)) - waiting:
+            self.seen.add("time: a tenant's spent rate took its mark to twait")
 
     def op_ack(self) -> None:
         tok = self.token()
@@ -727,7 +734,11 @@ class Run:
         self._past("delayed", self.rnd.choice([0, 1, 1, 2, 4]))
         if self.rnd.random() < 0.5:
             self._time_passes()
+        waiting = self.p.r.zrange(self.p.ka.twait, 0, -1)
         self.p.verb("promote", [self.rnd.choice([1, 3, 1000])])
+        if self._time_mode() and any(
+                self.p.r.zscore(self.p.ka.gvt, TENANT_MARK + t) is not None for t in waiting):
+            self.seen.add("time: promote returned a tenant's mark to gvt")
 
     def _time_passes(self) -> None:
         """Time passes for some held-back groups, the same on both queues: their start times
@@ -1338,6 +1349,38 @@ def test_differential(server: Server) -> None:
     assert server.alive()
 
 
+def test_tenant_rate_in_time_mode(server: Server) -> None:
+    """A tenant's rate in time mode, in lockstep, by the random ops on tenants' groups: a
+    claim that spends a tenant's budget takes its mark out of `gvt` into twait, promote
+    returns it once its window has passed (its virtual time or the floor), rates change."""
+    p = Pair(server, "trl", "trn")
+    run = Run(p, SEED + 7)
+    try:
+        p.admin("fairness", ["time"])
+        p.admin("tenant", ["rate", "", f"2:{10**8}"])       # every tenant: 2 starts at once
+        rnd = run.rnd
+
+        def enqueue() -> None:                  # jobs of the tenants' groups, named
+            jobs = [run.job_fields(run.pick_id(), rnd.choice(list(TENANTS)))
+                    for _ in range(rnd.choice([1, 2, 5]))]
+            p.verb("enqueue", [len(jobs), *[f for j in jobs for f in j],
+                               *["" for _ in jobs], *[TENANTS[j[3]] for j in jobs]])
+        table = [(enqueue, 20), (run.op_enqueue, 5), (run.op_claim, 25), (run.op_ack, 20),
+                 (run.op_promote, 10), (run.op_tenant, 4), (run.op_release, 3)]
+        fns, weights = [f for f, _ in table], [w for _, w in table]
+        for i in range(600):
+            run.rnd.choices(fns, weights)[0]()
+            if (i + 1) % 50 == 0:
+                p.compare()
+                p.checked()
+        p.compare()
+        p.checked()
+        assert run.seen >= {"time: a tenant's spent rate took its mark to twait",
+                            "time: promote returned a tenant's mark to gvt"}, run.seen
+    finally:
+        p.close()
+
+
 def run_aborts(srv: Server, rounds: int, seed: int) -> None:
     """abort's two halves in lockstep with the verbs around them: 'ask' of jobs in every
     state (running, waiting, finished, unknown: the row's `abort`, the tokens on the abort
@@ -1657,12 +1700,22 @@ def test_tenant_time_paths(server: Server) -> None:
         p.close()
 
 
-def test_tenant_rate_and_cap_paths(server: Server) -> None:
-    """Fixed paths of a tenant's rate and lane cap, in lockstep: a tenant past its rate
-    leaves the ring for twait (its mark, whatever group it served), promote returns it once
-    its window has passed; an enqueue past its cap over all its groups is refused (2)."""
-    p = Pair(server, "rl", "rn")
+@pytest.mark.parametrize("mode", ["turns", "time"])
+def test_tenant_rate_and_cap_paths(server: Server, mode: str) -> None:
+    """Fixed paths of a tenant's rate and lane cap, in lockstep, in either fairness mode: a
+    tenant past its rate leaves the ring (time mode: `gvt`) for twait (its mark, whatever
+    group it served), promote returns it once its window has passed (time mode: at its
+    virtual time or the floor); an enqueue past its cap over all its groups is refused (2)."""
+    p = Pair(server, f"rl{mode}", f"rn{mode}")
     try:
+        if mode == "time":
+            p.admin("fairness", ["time"])
+        live = "gvt" if mode == "time" else "ring"
+
+        def stands(k: QueueKeys) -> bool:
+            if mode == "time":
+                return p.r.zscore(k.gvt, TENANT_MARK + "A") is not None
+            return TENANT_MARK + "A" in p.r.lrange(k.ring, 0, -1)
         def enqueue(jobs: list[tuple[str, str, str]]) -> Any:
             args: list[Any] = [len(jobs)]
             for i, g, _ in jobs:
@@ -1678,6 +1731,7 @@ def test_tenant_rate_and_cap_paths(server: Server) -> None:
         assert sorted(got) == ["a0", "a1", "b0", "b1", "b2"], got
         assert p.r.zscore(p.ka.twait, "A") is not None
         assert p.r.zscore(p.kb.twait, "A") is not None
+        assert not stands(p.ka) and not stands(p.kb), live
         p.compare()
         assert enqueue([("a6", "ga2", "A"), ("a7", "gz", "A")]) == [1, 1]   # 2 places
         assert enqueue([("a8", "ga0", "A")]) == [2]
@@ -1691,6 +1745,8 @@ def test_tenant_rate_and_cap_paths(server: Server) -> None:
         p.both(t_move)
         p.verb("promote", [10])
         assert p.r.zscore(p.ka.twait, "A") is None
+        assert stands(p.ka) and stands(p.kb), live
+        p.compare()
         got = [lease[0].decode() for lease in p.verb("claim", [8, "n2"])]
         assert len(got) == 2, got
         p.compare()

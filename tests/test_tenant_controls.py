@@ -212,3 +212,56 @@ def test_the_checker_and_repair_know_the_new_books(path_app: App) -> None:
     assert path_app.client.smembers(q.keys.tenant_groups("A")) == {"a0", "a1", "a2"}
     assert _send(q, [("a-9", "a0", "A")]) == [EnqueueVerdict.ENQUEUED]     # 4 waiting, then 5
     assert _send(q, [("a-10", "a0", "A")]) == [EnqueueVerdict.FULL]
+
+
+def test_time_mode_holds_a_tenants_rate_and_returns_it_at_its_virtual_time(
+        path_app: App) -> None:
+    # Given a time-fair queue: tenant A at 5 starts per second over two busy groups, and
+    # tenant B unlimited
+    path_app.set_fairness("time")
+    q = path_app.queue()
+    path_app.set_tenant_rate("A", 5, per=1.0)
+    _send(q, [(f"a-{i}", f"a{i % 2}", "A") for i in range(30)])
+    _send(q, [(f"b-{i}", "b", "B") for i in range(40)])
+    # When the workers claim all they can at once (one call: well within the window)
+    path_app.client.delete(q.keys.wake)
+    got = [lease.id for lease in q.claim(20)]
+    # Then A started its budget, over both its groups, and B the rest; A's mark left `gvt`
+    # (its groups stay in its own zset) for twait, with a 'd' wake for the parked masters
+    assert sum(1 for i in got if i.startswith("a-")) == 5, got
+    assert sum(1 for i in got if i.startswith("b-")) == 15, got
+    assert path_app.client.zscore(q.keys.gvt, TENANT_MARK + "A") is None
+    assert path_app.client.zcard(q.keys.tenant_gvt("A")) == 2
+    assert path_app.client.zscore(q.keys.twait, "A") is not None
+    assert "d" in path_app.client.lrange(q.keys.wake, 0, -1)
+    info = path_app.tenant("A")
+    assert not info["on_ring"] and info["waits"].startswith("rate"), info
+    assert check(q).ok
+    # and B keeps being served meanwhile
+    assert {lease.id[0] for lease in q.claim(5)} == {"b"}
+    assert _promote(q)[1] > 0                        # A is not due yet
+    assert path_app.client.zscore(q.keys.gvt, TENANT_MARK + "A") is None
+    # When its window has passed (its start times and its wait moved into the past)
+    starts = q.keys.tenant_starts("A")
+    for i in range(path_app.client.llen(starts)):
+        path_app.client.lset(starts, i, 1000 - i)
+    path_app.client.zadd(q.keys.twait, {"A": 1000}, xx=True)
+    own = float(path_app.client.hget(q.keys.gvrun, TENANT_MARK + "A"))
+    _promote(q)
+    # Then promote returns its mark to `gvt` at its virtual time or the floor, whichever is
+    # later (time away banks no credit, and costs none)
+    assert path_app.client.zscore(q.keys.twait, "A") is None
+    back = path_app.client.zscore(q.keys.gvt, TENANT_MARK + "A")
+    floor = float(path_app.client.hget(q.keys.gvrun, "") or 0)
+    assert back == max(own, floor), (back, own, floor)
+    assert check(q).ok
+    # and A shares with B again: its next budget, interleaved with B's claims, first served
+    nxt = [lease.id[0] for lease in q.claim(10)]
+    assert nxt.count("a") == 5 and nxt[0] == "a", nxt
+    assert "aaa" not in "".join(nxt) and "bbb" not in "".join(nxt), nxt
+    assert path_app.client.zscore(q.keys.twait, "A") is not None
+    # a rate cleared returns a waiting tenant at once in time mode too
+    path_app.set_tenant_rate("A", None)
+    assert path_app.client.zscore(q.keys.twait, "A") is None
+    assert path_app.client.zscore(q.keys.gvt, TENANT_MARK + "A") is not None
+    assert check(q).ok

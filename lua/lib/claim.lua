@@ -166,15 +166,16 @@ do
             -- in its own ring) until a completion returns it (active_drop)
             local tact = redis.call('HINCRBY', K_tactive, t, 1)
             local tlim = tenant_limit(t)
-            -- and its rate: a spent budget takes it off the ring into `twait` until its
-            -- next start is due (promote returns it; at its limit too, a completion does);
-            -- in time mode starts are counted, and a tenant at its limit leaves gvt
+            -- and its rate: a spent budget takes it off the ring (time mode: out of gvt,
+            -- its virtual time kept in gvrun) into `twait` until its next start is due
+            -- (promote returns it; at its limit too, a completion does). A mark its last
+            -- group took out already (ring_leave above) stays out, and out of `twait`.
             local tat = TEN.charge(t, now)
             local full = tlim and tact >= tlim
-            if (tf and full) or (not tf and (full or tat)
-                and redis.call('LLEN', tring_key(t)) > 0) then
+            if (full or tat) and (tf and (full or redis.call('ZCARD', tgvt_key(t)) > 0)
+                or not tf and redis.call('LLEN', tring_key(t)) > 0) then
               tenant_leave(t, t_rotated)
-              if tat and not full and not tf then TEN.wait_push(t, tat) end
+              if tat and not full then TEN.wait_push(t, tat) end
             end
           end
           if (closed or at or t) and ring_size() == 0 then more = 0 end

@@ -41,8 +41,9 @@ end
 -- The mark joins the ring, or `twait` while the tenant's rate budget is spent.
 local function tenant_enter(t)
   local tf = time_fair()
-  -- time mode counts a tenant's starts but holds none back for its rate
-  local at = not tf and TEN.ready(t, now_ms())
+  -- either mode: a spent rate budget holds the mark back (time mode: its virtual time
+  -- stays in gvrun, and it returns at that or the floor, as a group's rate wait does)
+  local at = TEN.ready(t, now_ms())
   if at then return TEN.wait_push(t, at) end
   local m = TENANT_MARK .. t
   if tf then

@@ -237,30 +237,30 @@ static int claim_at(Q *q, RMS *g, double vs, RMS *nonce, Job *out, RMS *t, doubl
         if (th) RedisModule_CloseKey(th);
         sfree(q, tk);
         if (rc < 0) goto out;
-        /* and its rate: a spent budget takes it off the ring into twait until its next
-         * start is due (promote returns it; at its limit too, a completion does); in time
-         * mode starts are counted, and a tenant at its limit leaves gvt */
+        /* and its rate: a spent budget takes it off the ring (time mode: out of gvt, its
+         * virtual time kept in gvrun) into twait until its next start is due (promote
+         * returns it; at its limit too, a completion does). A mark its last group took out
+         * already (ring_leave above) stays out, and out of twait. */
         int twait;
         double tat = 0;
         if ((rc = tenant_charge(q, t, &twait, &tat)) < 0) goto out;
         if ((rc = tenant_setting(q, "tlimit", t, &has, &tlim)) < 0) goto out;
         int full = has && (double)tact >= tlim;
-        if (tf) {
-            if (full && (rc = tenant_leave(q, t, 0)) < 0) goto out;   /* gone already: no-op */
-        } else {
-            if (full || twait) {
-                RMS *rk = tring_key(q, t);
-                RMK *rh;
-                int standing = 0;
-                if ((rc = dk(q, rk, 0, REDISMODULE_KEYTYPE_LIST, &rh)) == 0 && vlen(rh) > 0) {
-                    standing = 1;
-                    rc = tenant_leave(q, t, t_rotated ? -1 : 1);
-                }
-                if (rh) RedisModule_CloseKey(rh);
-                sfree(q, rk);
-                if (rc == 0 && standing && twait && !full) rc = twait_push(q, t, tat);
-                if (rc < 0) goto out;
+        if (tf && full) {
+            if ((rc = tenant_leave(q, t, 0)) < 0) goto out;           /* gone already: no-op */
+        } else if (full || twait) {
+            RMS *rk = tf ? tgvt_key(q, t) : tring_key(q, t);
+            RMK *rh;
+            int standing = 0;
+            if ((rc = dk(q, rk, 0, tf ? REDISMODULE_KEYTYPE_ZSET : REDISMODULE_KEYTYPE_LIST,
+                         &rh)) == 0 && vlen(rh) > 0) {
+                standing = 1;
+                rc = tenant_leave(q, t, tf ? 0 : t_rotated ? -1 : 1);
             }
+            if (rh) RedisModule_CloseKey(rh);
+            sfree(q, rk);
+            if (rc == 0 && standing && twait && !full) rc = twait_push(q, t, tat);
+            if (rc < 0) goto out;
         }
     }
     if (closed || wait || t) {

@@ -107,7 +107,8 @@ static int twait_push(Q *q, RMS *t, double at) {
 static int tenant_enter(Q *q, RMS *t) {
     int tf = time_fair(q), rc;
     if (tf < 0) return -1;
-    if (!tf) {      /* time mode counts a tenant's starts but holds none back for its rate */
+    {   /* either mode: a spent rate budget holds the mark back (time mode: its virtual
+         * time stays in gvrun, it returns at that or the floor) */
         int has;
         double at;
         if (tenant_ready(q, t, &has, &at) < 0) return -1;

@@ -240,7 +240,8 @@ static int promote_one(Q *q, RMS *id) {
 }
 
 /* Tenants whose wait in twait is over: out of it, their marks back on the ring if still
- * open and their own ring holds a group (turns mode), with a wake (lua/promote.lua). */
+ * open and their own ring holds a group (time mode: into gvt at their virtual time or the
+ * floor, tenant_enter, while their zset holds a group), with a wake (lua/promote.lua). */
 static int promote_tenants(Q *q, long long limit) {
     RMS *key = book_key(q, "twait");
     RMK *h;
@@ -258,10 +259,10 @@ static int promote_tenants(Q *q, long long limit) {
         if (h) RedisModule_CloseKey(h);
         int tf = rc == 0 ? time_fair(q) : -1, open = 0;
         if (tf < 0) rc = -1;
-        if (rc < 0 || tf) continue;
-        RMS *rk = tring_key(q, ts[i]);
+        if (rc < 0) continue;
+        RMS *rk = tf ? tgvt_key(q, ts[i]) : tring_key(q, ts[i]);
         RMK *rh;
-        rc = dk(q, rk, 0, REDISMODULE_KEYTYPE_LIST, &rh);
+        rc = dk(q, rk, 0, tf ? REDISMODULE_KEYTYPE_ZSET : REDISMODULE_KEYTYPE_LIST, &rh);
         size_t len = vlen(rh);
         if (rh) RedisModule_CloseKey(rh);
         sfree(q, rk);

@@ -10,7 +10,8 @@
 --   the key) when a queue-wide key a claim writes is of the wrong type: nothing was written.
 -- Side effects: counts it in the minute's history (lib/history.lua); per job, attempts+1,
 --   fence+1, state active, `active` score now+lease, gactive+1; a group at its limit or with
---   an empty lane leaves the ring. In time mode each claim is served from the group of least
+--   an empty lane leaves the ring; a tenant at its limit leaves it, and one whose rate
+--   budget the claim spent leaves it for `twait` (both modes). In time mode each claim is served from the group of least
 --   virtual time and charged to it (time_charge, lib/timefair.lua). A row the claim cannot read
 --   goes to `dead` with the reason, a group whose books it cannot read leaves the ring, and
 --   the claim goes on (claim_one in lib/claim.lua).

@@ -13,7 +13,10 @@
 --   BLPOP reply dropped, its master killed holding it) strands nothing.
 -- Side effects: per due id, state pending and into its lane with score now (behind work
 --   already waiting, within its priority); per due group, back on the ring (or in gwait
---   again until its new ready time); groups join the ring with a wake.
+--   again until its new ready time); groups join the ring with a wake; per due tenant, out
+--   of `twait` and its mark back on the ring (time mode: into `gvt` at its virtual time or
+--   the floor) with a wake while it is open and its own ring (its zset) holds a group, or
+--   in `twait` again while its budget is still spent.
 --   What promote cannot read costs that job or that group, never the tick: a job key that is
 --   not a hash is replaced by a dead row, a row without a group goes to `dead` with the
 --   reason (bury in lib/rows.lua), a job whose lane is of the wrong type goes to `dead` naming

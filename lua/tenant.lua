@@ -20,7 +20,7 @@
 --   rate change puts a standing tenant's mark on the ring or in `twait` as its new budget
 --   allows. Its groups stay in its ring meanwhile, their own controls untouched. Time mode
 --   the same, with `gvt` for the ring (a tenant returns at its virtual time or the floor)
---   and its zset for its ring; a rate holds no tenant back there (its starts are counted).
+--   and its zset for its ring.
 
 local what, t, v = ARGV[1], ARGV[2], ARGV[3]
 if what == 'rate' then

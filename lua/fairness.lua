@@ -11,9 +11,14 @@
 --   their virtual time (the least served first), `gvt` goes. A tenant's groups move between
 --   its ring (turns) and its zset (time: tgvt_key, under its mark in `gvt`). Jobs in flight keep their
 --   charges: whatever the mode, each settles its group's virtual time when it leaves flight.
+--   `twait` is decided again: each tenant's mark enters the new ring as its first group does
+--   (tenant_enter), or waits in `twait` again while its rate budget is spent; so a mark whose
+--   wait ran out before promote saw it stands once, not on the ring and in `twait` at once
+--   (promote would then have put it on the ring a second time).
 
 local to_time = ARGV[1] == 'time'
 if to_time == time_fair() then return 0 end
+redis.call('DEL', TEN.wait)
 -- every tenant's ring (a list in turns, a zset in time) goes; its groups are moved
 local function tenants_drain(moved)
   local seen = {}

@@ -265,3 +265,36 @@ def test_time_mode_holds_a_tenants_rate_and_returns_it_at_its_virtual_time(
     assert path_app.client.zscore(q.keys.twait, "A") is None
     assert path_app.client.zscore(q.keys.gvt, TENANT_MARK + "A") is not None
     assert check(q).ok
+
+
+@pytest.mark.parametrize("to", ["turns", "time"])
+def test_a_switch_of_mode_after_a_tenants_rate_wait_leaves_one_mark(path_app: App,
+                                                                  to: str) -> None:
+    # Given tenant A waiting out its rate (its budget of 2 spent) beside tenant B, in the
+    # mode the switch leaves, and its window passed before promote ran
+    path_app.set_fairness("time" if to == "turns" else "turns")
+    q = path_app.queue()
+    path_app.set_tenant_rate("A", 2, per=60)
+    _send(q, [(f"a-{i}", "a0", "A") for i in range(10)])
+    _send(q, [(f"b-{i}", "b0", "B") for i in range(10)])
+    path_app.client.delete(q.keys.wake)
+    assert sum(1 for lease in q.claim(6) if lease.id.startswith("a-")) == 2
+    assert path_app.client.zscore(q.keys.twait, "A") is not None
+    starts = q.keys.tenant_starts("A")
+    for i in range(path_app.client.llen(starts)):
+        path_app.client.lset(starts, i, 1000 - i)
+    path_app.client.zadd(q.keys.twait, {"A": 1000}, xx=True)
+    # When the queue switches mode (A's mark enters the new ring), then promote runs
+    path_app.set_fairness(to)
+    _promote(q)
+    # Then A's mark stands once, out of twait, and the books agree
+    mark = TENANT_MARK + "A"
+    if to == "turns":
+        assert path_app.client.lrange(q.keys.ring, 0, -1).count(mark) == 1
+    else:
+        assert path_app.client.zscore(q.keys.gvt, mark) is not None
+    assert path_app.client.zscore(q.keys.twait, "A") is None
+    assert check(q).ok, check(q)
+    # and A and B take turns again, A's next budget of 2 and no more
+    nxt = [lease.id[0] for lease in q.claim(6)]
+    assert nxt.count("a") == 2, nxt

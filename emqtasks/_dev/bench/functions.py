@@ -24,6 +24,20 @@ from ...store.scripts import compose_library, lua_dir, source
 PAYLOAD = '{"v":1,"a":[42,"report"],"k":{}}'
 
 
+def send_enqueues(r: Any, head: list[Any], seq: int, n: int, groups: int, batch: int) -> int:
+    """n one-job enqueues by ``head`` (FCALL or EVALSHA, its keys), pipelined ``batch`` at a
+    time, ids ``j<seq>`` after ``seq`` over ``groups`` groups; returns the last seq."""
+    pipe = r.pipeline(transaction=False)
+    for _ in range(n):
+        seq += 1
+        pipe.execute_command(*head, 1, f"j{seq}", "t", PAYLOAD, f"g{seq % groups}", 3, 10**7,
+                             1000, 0, 0, 0)
+        if len(pipe) >= batch:
+            pipe.execute()
+    pipe.execute()
+    return seq
+
+
 def _usec(r: Any, name: str) -> tuple[int, int]:
     s = r.info("commandstats").get(f"cmdstat_{name}", {})
     return int(s.get("calls", 0)), int(s.get("usec", 0))
@@ -46,14 +60,7 @@ class Form:
 
     def enqueue(self, n: int, groups: int = 1) -> float:
         c0, u0 = _usec(self.r, self.cmd)
-        pipe = self.r.pipeline(transaction=False)
-        for _ in range(n):
-            self.seq += 1
-            pipe.execute_command(*self.head["enqueue"], 1, f"j{self.seq}", "t", PAYLOAD,
-                                 f"g{self.seq % groups}", 3, 10**7, 1000, 0, 0, 0)
-            if len(pipe) >= 200:
-                pipe.execute()
-        pipe.execute()
+        self.seq = send_enqueues(self.r, self.head["enqueue"], self.seq, n, groups, 200)
         c1, u1 = _usec(self.r, self.cmd)
         return (u1 - u0) / max(c1 - c0, 1)
 

@@ -34,8 +34,8 @@ from typing import Any
 
 from ...ops.localserver import LocalRedis, find_binary
 from ...store.keys import FIXED, QueueKeys
+from .functions import send_enqueues
 
-PAYLOAD = '{"v":1,"a":[42,"report"],"k":{}}'
 VERBS = ("enqueue", "claim", "ack")
 _COMPOSE = ("from emqtasks.store import functions\n"
             "from emqtasks.store.scripts import compose_library, lua_dir\n"
@@ -65,15 +65,8 @@ class Tree:
         self.head = {v: ["FCALL", f"emq_{v}_{tag}", len(keys), *keys] for v in VERBS}
 
     def enqueue(self, n: int, groups: int = 10) -> tuple[float, float]:
-        pipe = self.r.pipeline(transaction=False)
         s0 = _stats(self.r)
-        for _ in range(n):
-            self.seq += 1
-            pipe.execute_command(*self.head["enqueue"], 1, f"j{self.seq}", "t", PAYLOAD,
-                                 f"g{self.seq % groups}", 3, 10**7, 1000, 0, 0, 0)
-            if len(pipe) >= 100:
-                pipe.execute()
-        pipe.execute()
+        self.seq = send_enqueues(self.r, self.head["enqueue"], self.seq, n, groups, 100)
         s1 = _stats(self.r)
         return (s1[0] - s0[0]) / n, (s1[2] - s0[2]) / max(s1[1] - s0[1], 1)
 
